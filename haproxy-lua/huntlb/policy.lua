@@ -1,0 +1,193 @@
+-- huntlb.policy: service-hunting acceptance policies (hunt/1), pure Lua.
+--
+-- The Lua twin of the Rust crate `huntlb-policy`; both are held to the JSON
+-- vectors in policy/vectors/. No I/O and no HAProxy calls here: the HAProxy
+-- adapter (huntlb.lua) feeds it the load and acts on the decision.
+--
+--   local policy = require "huntlb.policy"
+--   local p = policy.new("dynamic:window=50")   -- error() naming the bad key
+--   if p:decide("offer", busy, workers) then ... end
+--
+-- Runs on Lua 5.3 and 5.4. Writes no globals.
+
+local tonumber = tonumber
+local tostring = tostring
+local setmetatable = setmetatable
+local error = error
+local str_match = string.match
+local str_gmatch = string.gmatch
+local str_format = string.format
+
+local _M = { _VERSION = "1" }
+local mt = { __index = _M }
+
+local MAX_C = 65535
+local MAX_WINDOW = 10000
+
+local function trim(s)
+    return str_match(s, "^%s*(.-)%s*$")
+end
+
+-- Same number grammar as the Rust crate: plain digits, optional fraction.
+local function parse_c(key, v)
+    v = trim(v)
+    local n = str_match(v, "^%d+$") and tonumber(v)
+    if not n or n > MAX_C then
+        return nil, str_format("policy key `%s`: `%s` is not a whole number from 0 to %d", key, v, MAX_C)
+    end
+    return n
+end
+
+local function parse_ratio(key, v)
+    v = trim(v)
+    local ok = str_match(v, "^%d+$") or str_match(v, "^%d+%.%d+$")
+    local r = ok and tonumber(v)
+    if not r or r < 0 or r > 1 then
+        return nil, str_format("policy key `%s`: `%s` is not a ratio from 0 to 1", key, v)
+    end
+    return r + 0.0
+end
+
+local function parse_window(key, v)
+    v = trim(v)
+    local w = str_match(v, "^%d+$") and tonumber(v)
+    if not w or w < 1 or w > MAX_WINDOW then
+        return nil, str_format("policy key `%s`: `%s` is not a whole number from 1 to %d", key, v, MAX_WINDOW)
+    end
+    return w
+end
+
+local function fail(key, reason)
+    return nil, str_format("policy key `%s`: %s", key, reason), key
+end
+
+local function parse_dynamic(args)
+    local p = { kind = "dynamic", window = 50, low = 0.4, high = 0.6, c0 = 1, c_max = nil }
+    local seen = {}
+    -- split on commas, keeping empty pieces so "a=1," is an error like in Rust
+    for kv in str_gmatch(args .. ",", "([^,]*),") do
+        local k, v = str_match(kv, "^([^=]*)=(.*)$")
+        if not k then
+            return fail("policy", "`" .. kv .. "` is not key=value")
+        end
+        k = trim(k)
+        if seen[k] then
+            return fail(k, "given twice")
+        end
+        seen[k] = true
+        local val, err
+        if k == "window" then
+            val, err = parse_window(k, v)
+        elseif k == "low" or k == "high" then
+            val, err = parse_ratio(k, v)
+        elseif k == "c0" or k == "c_max" then
+            val, err = parse_c(k, v)
+        else
+            return fail(k, "unknown key (expected window, low, high, c0, c_max)")
+        end
+        if err then
+            return nil, err, k
+        end
+        p[k] = val
+    end
+    if p.low >= p.high then
+        return fail("low", str_format("low (%s) must be below high (%s)", tostring(p.low), tostring(p.high)))
+    end
+    if p.c_max and p.c0 > p.c_max then
+        return fail("c0", str_format("c0 (%d) is above c_max (%d)", p.c0, p.c_max))
+    end
+    return p
+end
+
+--- Parse a policy spec (`always`, `static:C`, `dynamic[:k=v,...]`).
+-- Returns the parameter table, or nil, a message, and the offending key.
+function _M.parse(spec)
+    if type(spec) ~= "string" then
+        return fail("policy", "expected a string, got " .. type(spec))
+    end
+    spec = trim(spec)
+    local name, args = str_match(spec, "^([^:]*):(.*)$")
+    if not name then
+        name = spec
+    end
+    if name == "always" then
+        if args then
+            return fail("policy", "`always` takes no parameters")
+        end
+        return { kind = "always" }
+    elseif name == "static" then
+        if not args then
+            return fail("c", "missing: write static:C, e.g. static:4")
+        end
+        local c, err = parse_c("c", args)
+        if not c then
+            return nil, err, "c"
+        end
+        return { kind = "static", c = c }
+    elseif name == "dynamic" then
+        if not args then
+            return { kind = "dynamic", window = 50, low = 0.4, high = 0.6, c0 = 1 }
+        end
+        return parse_dynamic(args)
+    end
+    return fail("policy", "unknown policy `" .. name .. "` (expected always, static:C or dynamic[:k=v,...])")
+end
+
+--- A policy instance with its own state. Raises an error naming the bad key.
+function _M.new(spec)
+    local p, err = _M.parse(spec)
+    if not p then
+        error(err, 2)
+    end
+    local self = { p = p, attempt = 0, accepted = 0 }
+    if p.kind == "static" then
+        self.c = p.c
+    elseif p.kind == "dynamic" then
+        self.c = p.c0
+    end
+    return setmetatable(self, mt)
+end
+
+--- Decide on one try. `try` is "offer" or "final"; busy and workers are integers.
+-- Returns true to accept, false to refuse. Finals are always accepted.
+function _M.decide(self, try, busy, workers)
+    if try ~= "offer" then
+        return true
+    end
+    local p = self.p
+    local kind = p.kind
+    if kind == "always" then
+        return true
+    elseif kind == "static" then
+        return busy < self.c
+    end
+    -- SR_dyn, Algorithm 2 step for step (see the Rust crate for the window note)
+    local attempt = self.attempt + 1
+    if attempt == p.window then
+        local ratio = self.accepted / p.window
+        local ceiling = workers
+        if p.c_max and p.c_max < ceiling then
+            ceiling = p.c_max
+        end
+        if ratio < p.low and self.c < ceiling then
+            self.c = self.c + 1
+        elseif ratio > p.high and self.c > 0 then
+            self.c = self.c - 1
+        end
+        attempt = 0
+        self.accepted = 0
+    end
+    self.attempt = attempt
+    if busy < self.c then
+        self.accepted = self.accepted + 1
+        return true
+    end
+    return false
+end
+
+--- The threshold in effect (nil for `always`).
+function _M.threshold(self)
+    return self.c
+end
+
+return _M

@@ -1,0 +1,309 @@
+//! Acceptance policies for service hunting (hunt/1).
+//!
+//! A front proxy *offers* a request to a first candidate; the agent beside that
+//! candidate accepts it or refuses it ("busy"), and a refused request goes to a
+//! second candidate as a *final* try, which must accept. This crate holds the
+//! only decision code: which offers to refuse. It does no I/O, so the agent, the
+//! proxy-wasm filter and the bench simulator all call the same function, and the
+//! Lua port in `haproxy-lua/` is held to the same JSON vectors (`policy/vectors`).
+//!
+//! The policies are the SRLB paper's (Desmouceaux et al.):
+//! * [`Policy::Static`] is SR_c (Algorithm 1): accept an offer iff fewer than `c`
+//!   workers are busy.
+//! * [`Policy::Dynamic`] is SR_dyn (Algorithm 2): SR_c whose `c` moves by one at the
+//!   end of every window of offers to keep the acceptance ratio between `low` and
+//!   `high` (near 1/2).
+//! * [`Policy::Always`] accepts everything: behind a random proxy this is the
+//!   paper's RR baseline.
+//!
+//! Finals are never refused, whatever the policy and the load.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+mod spec;
+pub use spec::SpecError;
+
+/// Which try of a request the agent is looking at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Try {
+    /// The first candidate's try: it may be refused.
+    Offer,
+    /// Any try that may not be refused (second candidate, plain traffic).
+    Final,
+}
+
+/// The backend's load as the policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Load {
+    /// Busy workers `b` (or requests in flight to the app).
+    pub busy: u32,
+    /// Worker count `n`. SR_dyn never raises `c` above `n` (Algorithm 2: `c < n`).
+    pub workers: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Accept,
+    Refuse,
+}
+
+impl Decision {
+    pub fn is_accept(self) -> bool {
+        self == Decision::Accept
+    }
+}
+
+/// SR_dyn's parameters. Defaults are the paper's: window 50, thresholds 0.4/0.6, c0 = 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DynamicParams {
+    /// Offers per adaptation window.
+    pub window: u16,
+    /// Below this acceptance ratio, `c` goes up by one.
+    pub low: f64,
+    /// Above this acceptance ratio, `c` goes down by one.
+    pub high: f64,
+    /// Initial threshold.
+    pub c0: u32,
+    /// Upper bound for `c`, on top of the paper's `c < n`. `None`: only `n` bounds it.
+    pub c_max: Option<u32>,
+}
+
+impl Default for DynamicParams {
+    fn default() -> Self {
+        DynamicParams { window: 50, low: 0.4, high: 0.6, c0: 1, c_max: None }
+    }
+}
+
+/// An acceptance policy, parsed from a spec such as `static:4` or `dynamic:window=50`
+/// (see `docs/protocol.md` for the grammar, shared with the Lua module and the filter).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Policy {
+    Always,
+    Static { c: u32 },
+    Dynamic(DynamicParams),
+}
+
+/// What a policy remembers between decisions. For SR_dyn: the current `c` and the
+/// window's counters, exactly Algorithm 2's variables. Static policies never change it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    pub c: u32,
+    pub attempt: u16,
+    pub accepted: u16,
+}
+
+/// A decision and the state to keep for the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub decision: Decision,
+    pub state: State,
+}
+
+impl Policy {
+    /// The state before the first decision.
+    pub fn initial_state(&self) -> State {
+        let c = match *self {
+            Policy::Always => u32::MAX,
+            Policy::Static { c } => c,
+            Policy::Dynamic(p) => p.c0,
+        };
+        State { c, attempt: 0, accepted: 0 }
+    }
+
+    /// Decide on one try. Pure: same inputs, same outcome.
+    pub fn decide(&self, state: State, try_: Try, load: Load) -> Outcome {
+        if try_ == Try::Final {
+            return Outcome { decision: Decision::Accept, state };
+        }
+        match *self {
+            Policy::Always => Outcome { decision: Decision::Accept, state },
+            Policy::Static { c } => Outcome { decision: sr_c(c, load.busy), state },
+            Policy::Dynamic(p) => sr_dyn(&p, state, load),
+        }
+    }
+}
+
+/// Algorithm 1: accept iff fewer than `c` workers are busy.
+fn sr_c(c: u32, busy: u32) -> Decision {
+    if busy < c {
+        Decision::Accept
+    } else {
+        Decision::Refuse
+    }
+}
+
+/// Algorithm 2, step for step: count the offer; at the end of a window adapt `c`
+/// from the window's acceptance ratio and reset the counters; then apply SR_c.
+/// (As in the paper, the offer that closes a window is decided with the new `c`
+/// and counts towards the next window, so the very first window holds
+/// `window - 1` decisions and every later one `window`.)
+fn sr_dyn(p: &DynamicParams, mut s: State, load: Load) -> Outcome {
+    s.attempt += 1;
+    if s.attempt == p.window {
+        let ratio = f64::from(s.accepted) / f64::from(p.window);
+        let ceiling = p.c_max.map_or(load.workers, |m| m.min(load.workers));
+        if ratio < p.low && s.c < ceiling {
+            s.c += 1;
+        } else if ratio > p.high && s.c > 0 {
+            s.c -= 1;
+        }
+        s.attempt = 0;
+        s.accepted = 0;
+    }
+    let decision = sr_c(s.c, load.busy);
+    if decision.is_accept() {
+        s.accepted += 1;
+    }
+    Outcome { decision, state: s }
+}
+
+impl FromStr for Policy {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        spec::parse(s)
+    }
+}
+
+impl fmt::Display for Policy {
+    /// The canonical spec: parsing it gives the same policy back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::Always => write!(f, "always"),
+            Policy::Static { c } => write!(f, "static:{c}"),
+            Policy::Dynamic(p) => {
+                write!(f, "dynamic:window={},low={},high={},c0={}", p.window, p.low, p.high, p.c0)?;
+                if let Some(m) = p.c_max {
+                    write!(f, ",c_max={m}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A policy shared by many threads without a lock: the state is packed into one
+/// `AtomicU64` and updated with compare-and-swap. Static policies never write it,
+/// so their hot path is a plain comparison.
+#[derive(Debug)]
+pub struct SharedPolicy {
+    policy: Policy,
+    state: AtomicU64,
+}
+
+impl SharedPolicy {
+    pub fn new(policy: Policy) -> Self {
+        SharedPolicy { policy, state: AtomicU64::new(pack(policy.initial_state())) }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Decide on one try, updating the shared state atomically.
+    pub fn decide(&self, try_: Try, load: Load) -> Decision {
+        if !matches!(self.policy, Policy::Dynamic(_)) || try_ == Try::Final {
+            let state = self.policy.initial_state();
+            return self.policy.decide(state, try_, load).decision;
+        }
+        let mut current = self.state.load(Ordering::Acquire);
+        loop {
+            let out = self.policy.decide(unpack(current), try_, load);
+            match self.state.compare_exchange_weak(
+                current,
+                pack(out.state),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return out.decision,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// The state as of now (for metrics: the current `c`).
+    pub fn state(&self) -> State {
+        unpack(self.state.load(Ordering::Acquire))
+    }
+}
+
+fn pack(s: State) -> u64 {
+    (u64::from(s.c) << 32) | (u64::from(s.attempt) << 16) | u64::from(s.accepted)
+}
+
+fn unpack(v: u64) -> State {
+    State { c: (v >> 32) as u32, attempt: (v >> 16) as u16, accepted: v as u16 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(busy: u32) -> Load {
+        Load { busy, workers: 32 }
+    }
+
+    #[test]
+    fn pack_round_trips() {
+        let s = State { c: 33, attempt: 49, accepted: 17 };
+        assert_eq!(unpack(pack(s)), s);
+        let a = Policy::Always.initial_state();
+        assert_eq!(unpack(pack(a)), a);
+    }
+
+    #[test]
+    fn shared_policy_matches_pure_policy() {
+        let p: Policy = "dynamic".parse().unwrap();
+        let shared = SharedPolicy::new(p);
+        let mut s = p.initial_state();
+        for i in 0..500u32 {
+            let busy = (i * 7) % 5;
+            let out = p.decide(s, Try::Offer, load(busy));
+            s = out.state;
+            assert_eq!(shared.decide(Try::Offer, load(busy)), out.decision, "step {i}");
+            assert_eq!(shared.state(), s, "step {i}");
+        }
+    }
+
+    #[test]
+    fn shared_policy_counts_every_offer_across_threads() {
+        // 4 threads x 1000 offers at busy=0 with c0=0: every offer is refused, so each
+        // completed window raises c by one until it accepts; no offer may be lost.
+        let p = Policy::Dynamic(DynamicParams { window: 10, c0: 0, ..Default::default() });
+        let shared = std::sync::Arc::new(SharedPolicy::new(p));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let s = shared.clone();
+                std::thread::spawn(move || {
+                    (0..1000).filter(|_| s.decide(Try::Offer, load(5)).is_accept()).count()
+                })
+            })
+            .collect();
+        let accepted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        // busy=5: c climbs 0..=5 refusing (first window 9 offers, then 10 each), then
+        // c=6 accepts; with acceptance 1.0 c drops back to 5, and so on.
+        let st = shared.state();
+        assert!(st.c == 5 || st.c == 6, "c settled at {}", st.c);
+        let seen = 4000u64;
+        // Sequential replay gives the exact count: the CAS loop must not drop offers.
+        let mut s = p.initial_state();
+        let mut want = 0;
+        for _ in 0..seen {
+            let out = p.decide(s, Try::Offer, load(5));
+            s = out.state;
+            want += usize::from(out.decision.is_accept());
+        }
+        assert_eq!(accepted, want);
+        assert_eq!(st, s);
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for spec in ["always", "static:0", "static:33", "dynamic", "dynamic:window=10,low=0.3,high=0.7,c0=2,c_max=8"] {
+            let p: Policy = spec.parse().unwrap();
+            let again: Policy = p.to_string().parse().unwrap();
+            assert_eq!(p, again, "{spec}");
+        }
+    }
+}

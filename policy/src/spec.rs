@@ -1,0 +1,122 @@
+//! The policy spec grammar, one string everywhere (agent flag `--policy`, agent
+//! file key `policy`, filter JSON `"policy"`, Lua arg `policy=`):
+//!
+//! ```text
+//! always
+//! static:C                      C in 0..=65535
+//! dynamic[:k=v{,k=v}]           k in window, low, high, c0, c_max
+//! ```
+
+use crate::{DynamicParams, Policy};
+use std::fmt;
+
+/// A spec that does not parse. `key` names the offending part (`policy`, `c`,
+/// `window`, ...) so a config error can point at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "policy key `{}`: {}", self.key, self.reason)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+fn err(key: &str, reason: impl Into<String>) -> SpecError {
+    SpecError { key: key.to_string(), reason: reason.into() }
+}
+
+const MAX_C: u32 = 65_535;
+const MAX_WINDOW: u16 = 10_000;
+
+pub(crate) fn parse(spec: &str) -> Result<Policy, SpecError> {
+    let spec = spec.trim();
+    let (name, args) = match spec.split_once(':') {
+        Some((n, a)) => (n, Some(a)),
+        None => (spec, None),
+    };
+    match (name, args) {
+        ("always", None) => Ok(Policy::Always),
+        ("always", Some(_)) => Err(err("policy", "`always` takes no parameters")),
+        ("static", None) => Err(err("c", "missing: write static:C, e.g. static:4")),
+        ("static", Some(c)) => Ok(Policy::Static { c: parse_c("c", c)? }),
+        ("dynamic", None) => Ok(Policy::Dynamic(DynamicParams::default())),
+        ("dynamic", Some(args)) => parse_dynamic(args).map(Policy::Dynamic),
+        _ => Err(err(
+            "policy",
+            format!("unknown policy `{name}` (expected always, static:C or dynamic[:k=v,...])"),
+        )),
+    }
+}
+
+/// Plain decimal digits only (no sign, no exponent), so that Rust and Lua accept
+/// exactly the same strings.
+fn is_digits(v: &str) -> bool {
+    !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Digits with an optional fraction: `0`, `0.4`, `1.0`.
+fn is_decimal(v: &str) -> bool {
+    match v.split_once('.') {
+        Some((i, f)) => is_digits(i) && is_digits(f),
+        None => is_digits(v),
+    }
+}
+
+fn parse_c(key: &str, v: &str) -> Result<u32, SpecError> {
+    let v = v.trim();
+    match v.parse::<u32>() {
+        Ok(c) if is_digits(v) && c <= MAX_C => Ok(c),
+        _ => Err(err(key, format!("`{v}` is not a whole number from 0 to {MAX_C}"))),
+    }
+}
+
+fn parse_ratio(key: &str, v: &str) -> Result<f64, SpecError> {
+    let v = v.trim();
+    match v.parse::<f64>() {
+        Ok(r) if is_decimal(v) && (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(err(key, format!("`{v}` is not a ratio from 0 to 1"))),
+    }
+}
+
+fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
+    let mut p = DynamicParams::default();
+    let mut seen: Vec<&str> = Vec::new();
+    for kv in args.split(',') {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(err("policy", format!("`{kv}` is not key=value")));
+        };
+        let k = k.trim();
+        if seen.contains(&k) {
+            return Err(err(k, "given twice"));
+        }
+        seen.push(k);
+        match k {
+            "window" => {
+                let v = v.trim();
+                p.window = match v.parse::<u16>() {
+                    Ok(w) if is_digits(v) && (1..=MAX_WINDOW).contains(&w) => w,
+                    _ => return Err(err(k, format!("`{v}` is not a whole number from 1 to {MAX_WINDOW}"))),
+                }
+            }
+            "low" => p.low = parse_ratio(k, v)?,
+            "high" => p.high = parse_ratio(k, v)?,
+            "c0" => p.c0 = parse_c(k, v)?,
+            "c_max" => p.c_max = Some(parse_c(k, v)?),
+            _ => return Err(err(k, "unknown key (expected window, low, high, c0, c_max)")),
+        }
+    }
+    if p.low >= p.high {
+        return Err(err("low", format!("low ({}) must be below high ({})", p.low, p.high)));
+    }
+    if let Some(m) = p.c_max {
+        if p.c0 > m {
+            return Err(err("c0", format!("c0 ({}) is above c_max ({m})", p.c0)));
+        }
+    }
+    Ok(p)
+}

@@ -1,0 +1,78 @@
+//! Runs every JSON vector in `policy/vectors/`. The Lua module runs the same files
+//! (`haproxy-lua/test/run_vectors.lua`), so the two implementations cannot drift.
+
+use huntlb_policy::{Load, Policy, Try};
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn vectors(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vectors").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn run_cases(file: &str) -> usize {
+    let doc = vectors(file);
+    let mut steps_run = 0;
+    for case in doc["cases"].as_array().expect("cases") {
+        let name = case["name"].as_str().unwrap();
+        let policy: Policy = case["policy"].as_str().unwrap().parse().unwrap();
+        let workers = case["workers"].as_u64().unwrap() as u32;
+        let mut state = policy.initial_state();
+        for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+            let busy = step["busy"].as_u64().unwrap() as u32;
+            let try_ = match step["try"].as_str().unwrap() {
+                "offer" => Try::Offer,
+                "final" => Try::Final,
+                other => panic!("{name}: bad try {other}"),
+            };
+            let want_accept = step["expect"].as_str().unwrap() == "accept";
+            for r in 0..step["repeat"].as_u64().unwrap_or(1) {
+                let out = policy.decide(state, try_, Load { busy, workers });
+                state = out.state;
+                assert_eq!(out.decision.is_accept(), want_accept, "{file} `{name}` step {i} repeat {r}");
+                if let Some(c) = step.get("c") {
+                    assert_eq!(u64::from(state.c), c.as_u64().unwrap(), "{file} `{name}` step {i} repeat {r}: c");
+                }
+                steps_run += 1;
+            }
+        }
+    }
+    steps_run
+}
+
+#[test]
+fn static_vectors() {
+    assert!(run_cases("static.json") > 10);
+}
+
+#[test]
+fn dynamic_vectors() {
+    assert!(run_cases("dynamic.json") > 500);
+}
+
+#[test]
+fn spec_vectors() {
+    let doc = vectors("specs.json");
+    for v in doc["valid"].as_array().unwrap() {
+        let spec = v["spec"].as_str().unwrap();
+        let p: Policy = spec.parse().unwrap_or_else(|e| panic!("`{spec}` should parse: {e}"));
+        match (v["kind"].as_str().unwrap(), p) {
+            ("always", Policy::Always) => {}
+            ("static", Policy::Static { c }) => assert_eq!(u64::from(c), v["c"].as_u64().unwrap()),
+            ("dynamic", Policy::Dynamic(d)) => {
+                assert_eq!(u64::from(d.window), v["window"].as_u64().unwrap(), "{spec}");
+                assert_eq!(d.low, v["low"].as_f64().unwrap(), "{spec}");
+                assert_eq!(d.high, v["high"].as_f64().unwrap(), "{spec}");
+                assert_eq!(u64::from(d.c0), v["c0"].as_u64().unwrap(), "{spec}");
+                assert_eq!(d.c_max.map(u64::from), v.get("c_max").and_then(Value::as_u64), "{spec}");
+            }
+            (kind, p) => panic!("`{spec}`: expected {kind}, got {p:?}"),
+        }
+    }
+    for v in doc["invalid"].as_array().unwrap() {
+        let spec = v["spec"].as_str().unwrap();
+        let e = spec.parse::<Policy>().expect_err(spec);
+        assert_eq!(e.key, v["key"].as_str().unwrap(), "`{spec}`: {e}");
+    }
+}
