@@ -22,6 +22,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub mod protocol;
 mod spec;
 pub use spec::SpecError;
 

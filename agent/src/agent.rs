@@ -1,0 +1,335 @@
+//! One request through the agent: classify its hunt headers, ask the policy if it
+//! is an offer, then refuse at once or forward to the app.
+//!
+//! ```text
+//!  proxy ──► agent ──┬── offer & policy says busy ──► 425 `hunt: busy` (app never sees it)
+//!                    └── otherwise ──► app (hunt-* stripped) ──► response + hunt-served-by
+//! ```
+
+use crate::config::{Config, LoadSource};
+use crate::load::{Inflight, InflightGuard, Scoreboard};
+use crate::metrics::{Gauges, Metrics, RefuseReason};
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited};
+use huntlb_policy::protocol::{self, Field, Mark};
+use huntlb_policy::{Decision, Load, Policy, SharedPolicy, Try};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tracing::{debug, warn};
+
+pub type AgentBody = UnsyncBoxBody<Bytes, hyper::Error>;
+
+/// How long a refused request's body may take to drain before the connection is
+/// closed instead.
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+const HEALTH_CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+
+pub struct Agent {
+    pub cfg: Config,
+    policy: SharedPolicy,
+    inflight: Arc<Inflight>,
+    pub scoreboard: Option<Arc<Scoreboard>>,
+    pub metrics: Metrics,
+    client: Client<HttpConnector, Incoming>,
+    app_authority: http::uri::Authority,
+    app_up: AtomicBool,
+    draining: AtomicBool,
+}
+
+impl Agent {
+    pub fn new(cfg: Config) -> Arc<Self> {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(cfg.pool_idle)
+            .pool_max_idle_per_host(cfg.max_inflight as usize)
+            .build(connector);
+        let scoreboard = matches!(cfg.load, LoadSource::Apache { .. }).then(|| Arc::new(Scoreboard::default()));
+        Arc::new(Agent {
+            policy: SharedPolicy::new(cfg.policy),
+            inflight: Arc::new(Inflight::default()),
+            scoreboard,
+            metrics: Metrics::default(),
+            client,
+            app_authority: cfg.app.to_string().parse().expect("a socket address is an authority"),
+            app_up: AtomicBool::new(true),
+            draining: AtomicBool::new(false),
+            cfg,
+        })
+    }
+
+    /// The load `b` the policy sees now.
+    fn busy(&self) -> u32 {
+        match &self.scoreboard {
+            Some(board) => board.busy.load(Ordering::Acquire),
+            None => self.inflight.get(),
+        }
+    }
+
+    pub fn inflight(&self) -> u32 {
+        self.inflight.get()
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        Gauges {
+            inflight: u64::from(self.inflight.get()),
+            busy: u64::from(self.busy()),
+            c: match self.policy.policy() {
+                Policy::Always => None,
+                _ => Some(self.policy.state().c),
+            },
+            workers: self.cfg.workers,
+            app_up: self.app_up.load(Ordering::Acquire),
+            draining: self.draining.load(Ordering::Acquire),
+        }
+    }
+
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<AgentBody>, std::convert::Infallible> {
+        if req.uri().path() == self.cfg.health_path {
+            return Ok(self.health().await);
+        }
+        let mark = protocol::classify(field(req.headers(), protocol::OFFER), field(req.headers(), protocol::TARGET));
+        let m = &self.metrics;
+        match mark {
+            Mark::Offer => {
+                if let Some(why) = self.refusal(mark.as_try()) {
+                    return Ok(self.refuse(req, why).await);
+                }
+                m.offers_accepted.fetch_add(1, Ordering::Relaxed);
+            }
+            Mark::Final => {
+                m.finals.fetch_add(1, Ordering::Relaxed);
+            }
+            Mark::Plain => {
+                m.plain.fetch_add(1, Ordering::Relaxed);
+            }
+            Mark::Malformed => {
+                m.malformed.fetch_add(1, Ordering::Relaxed);
+                debug!(offer = ?req.headers().get(protocol::OFFER), target = ?req.headers().get(protocol::TARGET), "malformed hunt headers: treated as final");
+            }
+        }
+        if mark != Mark::Offer && self.inflight.get() >= self.cfg.max_inflight {
+            return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"));
+        }
+        Ok(self.forward(req).await)
+    }
+
+    /// Should this offer be refused, and why? `None` accepts.
+    fn refusal(&self, try_: Try) -> Option<RefuseReason> {
+        if self.draining.load(Ordering::Acquire) {
+            return Some(RefuseReason::Draining);
+        }
+        if !self.app_up.load(Ordering::Acquire) {
+            return Some(RefuseReason::AppDown);
+        }
+        let inflight = self.inflight.get();
+        if inflight >= self.cfg.max_inflight {
+            return Some(RefuseReason::Overload);
+        }
+        let load = Load { busy: self.busy(), workers: self.cfg.workers };
+        let decision = self.policy.decide(try_, load);
+        debug!(busy = load.busy, workers = load.workers, c = self.policy.state().c, ?decision, "offer");
+        (decision == Decision::Refuse).then_some(RefuseReason::Policy)
+    }
+
+    /// The busy refusal: 425, `hunt: busy`, empty body. A body up to `drain_limit`
+    /// is read and dropped first so the connection can carry the next request;
+    /// a larger or slower one gets the refusal with `connection: close`.
+    async fn refuse(&self, req: Request<Incoming>, why: RefuseReason) -> Response<AgentBody> {
+        self.metrics.refused(why);
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let has_body = declared.map_or_else(|| !req.body().is_end_stream(), |n| n > 0);
+        let mut close = false;
+        if has_body {
+            close = match declared {
+                Some(n) if n > self.cfg.drain_limit as u64 => true,
+                _ => {
+                    let drained = tokio::time::timeout(DRAIN_TIME, Limited::new(req.into_body(), self.cfg.drain_limit).collect()).await;
+                    !matches!(drained, Ok(Ok(_)))
+                }
+            };
+        }
+        if close {
+            self.metrics.refusals_closed.fetch_add(1, Ordering::Relaxed);
+        }
+        busy_response(close)
+    }
+
+    async fn forward(&self, req: Request<Incoming>) -> Response<AgentBody> {
+        let guard = self.inflight.enter();
+        let (mut parts, body) = req.into_parts();
+        strip_request_headers(&mut parts.headers);
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = match Uri::builder().scheme("http").authority(self.app_authority.clone()).path_and_query(path).build() {
+            Ok(u) => u,
+            Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
+        };
+        parts.version = http::Version::HTTP_11;
+        let start = Instant::now();
+        let sent = tokio::time::timeout(self.cfg.app_timeout, self.client.request(Request::from_parts(parts, body))).await;
+        let m = &self.metrics;
+        match sent {
+            Err(_) => {
+                m.app_errors_timeout.fetch_add(1, Ordering::Relaxed);
+                let msg = format!("huntlb agent: app at {} did not answer within {} ms\n", self.cfg.app, self.cfg.app_timeout.as_millis());
+                plain(StatusCode::GATEWAY_TIMEOUT, &msg)
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                m.app_errors_connect.fetch_add(1, Ordering::Relaxed);
+                if self.app_up.swap(false, Ordering::AcqRel) {
+                    warn!(app = %self.cfg.app, error = %e, "app unreachable: refusing offers until it answers");
+                }
+                plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: app at {} unreachable: {}\n", self.cfg.app, source_chain(&e)))
+            }
+            Ok(Err(e)) => {
+                // The request may have reached the app: answer an error, never a
+                // refusal, so the proxy does not replay it.
+                m.app_errors_other.fetch_add(1, Ordering::Relaxed);
+                plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: app at {} failed: {}\n", self.cfg.app, source_chain(&e)))
+            }
+            Ok(Ok(resp)) => {
+                m.observe(start.elapsed());
+                self.app_up.store(true, Ordering::Release);
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                if let Ok(v) = HeaderValue::from_str(&self.cfg.id) {
+                    parts.headers.insert(protocol::SERVED_BY, v);
+                }
+                Response::from_parts(parts, Guarded { inner: body, _guard: guard }.boxed_unsync())
+            }
+        }
+    }
+
+    async fn health(&self) -> Response<AgentBody> {
+        self.metrics.health_checks.fetch_add(1, Ordering::Relaxed);
+        if self.draining.load(Ordering::Acquire) {
+            return plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+        }
+        if self.probe_app().await {
+            plain(StatusCode::OK, "ok\n")
+        } else {
+            plain(StatusCode::SERVICE_UNAVAILABLE, "app unreachable\n")
+        }
+    }
+
+    /// Try a TCP connection to the app; record the answer.
+    pub async fn probe_app(&self) -> bool {
+        let up = matches!(
+            tokio::time::timeout(HEALTH_CONNECT_TIMEOUT, tokio::net::TcpStream::connect(self.cfg.app)).await,
+            Ok(Ok(_))
+        );
+        self.app_up.store(up, Ordering::Release);
+        up
+    }
+
+    pub fn app_is_up(&self) -> bool {
+        self.app_up.load(Ordering::Acquire)
+    }
+}
+
+/// A response body that holds its request's in-flight slot until it ends.
+struct Guarded {
+    inner: Incoming,
+    _guard: InflightGuard,
+}
+
+impl Body for Guarded {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn field<'a>(h: &'a HeaderMap, name: &str) -> Field<'a> {
+    let mut values = h.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Field::Absent,
+        (Some(v), None) => Field::One(v.as_bytes()),
+        (Some(_), Some(_)) => Field::Repeated,
+    }
+}
+
+const HOP_BY_HOP: [&str; 6] = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Headers named in `Connection` are hop-by-hop too.
+    let named: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for n in named.iter().map(String::as_str).chain(HOP_BY_HOP) {
+        h.remove(n);
+    }
+}
+
+fn strip_request_headers(h: &mut HeaderMap) {
+    strip_hop_by_hop(h);
+    let hunt: Vec<_> = h.keys().filter(|k| protocol::is_hunt_header(k.as_str())).cloned().collect();
+    for k in hunt {
+        h.remove(k);
+    }
+}
+
+fn full(b: impl Into<Bytes>) -> AgentBody {
+    Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+fn plain(status: StatusCode, msg: &str) -> Response<AgentBody> {
+    let mut r = Response::new(full(msg.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    r
+}
+
+fn busy_response(close: bool) -> Response<AgentBody> {
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = StatusCode::from_u16(protocol::BUSY_STATUS).expect("425 is a status");
+    let h = r.headers_mut();
+    h.insert(protocol::BUSY_HEADER, HeaderValue::from_static(protocol::BUSY_VALUE));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    if close {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}

@@ -1,0 +1,274 @@
+//! Agent configuration: a TOML file (`--config`) and flags with the same names
+//! (flags win). Everything is validated once at start; an error names the key.
+
+use clap::Parser;
+use huntlb_policy::Policy;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config key `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+    #[error("config file {path}: {reason}")]
+    File { path: String, reason: String },
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, reason: reason.into() }
+}
+
+/// Where the load `b` comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoadSource {
+    /// Requests this agent has in flight to the app (default).
+    Inflight,
+    /// Apache's scoreboard: `BusyWorkers` from `mod_status?auto`, polled.
+    Apache { status_url: http::Uri, poll: Duration },
+}
+
+/// The validated configuration the agent runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub id: String,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub app: SocketAddr,
+    pub policy: Policy,
+    pub workers: u32,
+    pub load: LoadSource,
+    pub health_path: String,
+    pub drain_limit: usize,
+    pub max_connections: usize,
+    pub max_inflight: u32,
+    pub max_header_bytes: usize,
+    pub app_timeout: Duration,
+    pub app_probe: Duration,
+    pub pool_idle: Duration,
+    pub drain_grace: Duration,
+    pub drain_timeout: Duration,
+}
+
+/// The raw knobs: every field optional, from the file and from flags alike.
+#[derive(Debug, Default, Deserialize, Parser)]
+#[serde(deny_unknown_fields)]
+#[command(version, about = "huntlb agent: accepts or refuses hunt/1 offers beside one app instance")]
+pub struct Raw {
+    /// TOML file with any of the keys below (flags override it).
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Agent id, sent back as `hunt-served-by` [default: agent].
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Address proxies send requests to [default: 127.0.0.1:8080].
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Address of /metrics [default: 127.0.0.1:9901].
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// The app instance this agent fronts [default: 127.0.0.1:9000].
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Acceptance policy: always | static:C | dynamic[:window=50,low=0.4,high=0.6,c0=1,c_max=N] [default: dynamic].
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// The app's worker count n [default: 32].
+    #[arg(long)]
+    pub workers: Option<u32>,
+    /// Load source: inflight | apache [default: inflight].
+    #[arg(long)]
+    pub load: Option<String>,
+    /// With load=apache: the mod_status URL, e.g. http://127.0.0.1:80/server-status?auto.
+    #[arg(long)]
+    pub apache_status_url: Option<String>,
+    /// With load=apache: poll period in ms [default: 10].
+    #[arg(long)]
+    pub apache_poll_ms: Option<u64>,
+    /// Path the agent answers itself for health checks [default: /.hunt/health].
+    #[arg(long)]
+    pub health_path: Option<String>,
+    /// A refused request's body up to this many bytes is drained so the connection
+    /// stays open; a larger one gets the refusal and the connection closes [default: 1048576].
+    #[arg(long)]
+    pub drain_limit: Option<usize>,
+    /// Client connections held at once [default: 10000].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Requests in flight to the app at once; past it offers are refused, others get 503 [default: 4096].
+    #[arg(long)]
+    pub max_inflight: Option<u32>,
+    /// Largest request head (line and headers) in bytes [default: 65536].
+    #[arg(long)]
+    pub max_header_bytes: Option<usize>,
+    /// Time the app has to answer, in ms [default: 60000].
+    #[arg(long)]
+    pub app_timeout_ms: Option<u64>,
+    /// While the app is unreachable, probe it this often, in ms [default: 250].
+    #[arg(long)]
+    pub app_probe_ms: Option<u64>,
+    /// Idle keep-alive connections to the app are closed after this many ms [default: 60000].
+    #[arg(long)]
+    pub pool_idle_ms: Option<u64>,
+    /// On SIGTERM, report unhealthy for at least this long before exiting, in ms [default: 2000].
+    #[arg(long)]
+    pub drain_grace_ms: Option<u64>,
+    /// On SIGTERM, exit after this long even with requests in flight, in ms [default: 30000].
+    #[arg(long)]
+    pub drain_timeout_ms: Option<u64>,
+}
+
+macro_rules! overlay {
+    ($into:ident, $from:ident, $($f:ident),*) => { $( if $from.$f.is_some() { $into.$f = $from.$f; } )* };
+}
+
+impl Raw {
+    /// Flags over file over defaults.
+    pub fn load(flags: Raw) -> Result<Config, ConfigError> {
+        let mut raw = match &flags.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError::File { path: path.display().to_string(), reason: e.to_string() })?;
+                toml::from_str::<Raw>(&text)
+                    .map_err(|e| ConfigError::File { path: path.display().to_string(), reason: e.message().to_string() })?
+            }
+            None => Raw::default(),
+        };
+        overlay!(raw, flags, id, listen, admin, app, policy, workers, load, apache_status_url, apache_poll_ms,
+            health_path, drain_limit, max_connections, max_inflight, max_header_bytes, app_timeout_ms,
+            app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms);
+        raw.validate()
+    }
+
+    fn validate(self) -> Result<Config, ConfigError> {
+        let addr = |key: &'static str, v: Option<String>, default: &str| -> Result<SocketAddr, ConfigError> {
+            let v = v.unwrap_or_else(|| default.to_string());
+            v.parse().map_err(|_| invalid(key, format!("`{v}` is not an ip:port address")))
+        };
+        let ms = |key: &'static str, v: Option<u64>, default: u64, min: u64| -> Result<Duration, ConfigError> {
+            let v = v.unwrap_or(default);
+            if v < min || v > 86_400_000 {
+                return Err(invalid(key, format!("{v} is out of range ({min} to 86400000 ms)")));
+            }
+            Ok(Duration::from_millis(v))
+        };
+        let id = self.id.unwrap_or_else(|| "agent".into());
+        if !huntlb_policy::protocol::is_token(id.as_bytes()) {
+            return Err(invalid("id", format!("`{id}` must be 1-64 token characters (letters, digits, -._~ ...)")));
+        }
+        let policy_spec = self.policy.unwrap_or_else(|| "dynamic".into());
+        let policy: Policy = policy_spec.parse().map_err(|e: huntlb_policy::SpecError| invalid("policy", e.to_string()))?;
+        let workers = self.workers.unwrap_or(32);
+        if workers == 0 || workers > 65_535 {
+            return Err(invalid("workers", format!("{workers} is out of range (1 to 65535)")));
+        }
+        let load = match self.load.as_deref().unwrap_or("inflight") {
+            "inflight" => {
+                if self.apache_status_url.is_some() {
+                    return Err(invalid("apache_status_url", "only meaningful with load = \"apache\""));
+                }
+                LoadSource::Inflight
+            }
+            "apache" => {
+                let url = self.apache_status_url.ok_or_else(|| invalid("apache_status_url", "required with load = \"apache\""))?;
+                let status_url: http::Uri = url.parse().map_err(|_| invalid("apache_status_url", format!("`{url}` is not a URL")))?;
+                if status_url.scheme_str() != Some("http") || status_url.authority().is_none() {
+                    return Err(invalid("apache_status_url", format!("`{url}` must be an http:// URL")));
+                }
+                LoadSource::Apache { status_url, poll: ms("apache_poll_ms", self.apache_poll_ms, 10, 1)? }
+            }
+            other => return Err(invalid("load", format!("`{other}` is not a load source (expected inflight or apache)"))),
+        };
+        let health_path = self.health_path.unwrap_or_else(|| huntlb_policy::protocol::HEALTH_PATH.into());
+        if !health_path.starts_with('/') || health_path.contains(char::is_whitespace) {
+            return Err(invalid("health_path", format!("`{health_path}` must be a path starting with /")));
+        }
+        let max_connections = self.max_connections.unwrap_or(10_000);
+        if max_connections == 0 {
+            return Err(invalid("max_connections", "must be at least 1"));
+        }
+        let max_inflight = self.max_inflight.unwrap_or(4096);
+        if max_inflight == 0 {
+            return Err(invalid("max_inflight", "must be at least 1"));
+        }
+        let max_header_bytes = self.max_header_bytes.unwrap_or(65_536);
+        if !(8192..=1 << 20).contains(&max_header_bytes) {
+            return Err(invalid("max_header_bytes", format!("{max_header_bytes} is out of range (8192 to 1048576)")));
+        }
+        let drain_limit = self.drain_limit.unwrap_or(1 << 20);
+        if drain_limit > 64 << 20 {
+            return Err(invalid("drain_limit", format!("{drain_limit} is above 64 MiB")));
+        }
+        Ok(Config {
+            listen: addr("listen", self.listen, "127.0.0.1:8080")?,
+            admin: addr("admin", self.admin, "127.0.0.1:9901")?,
+            app: addr("app", self.app, "127.0.0.1:9000")?,
+            id,
+            policy,
+            workers,
+            load,
+            health_path,
+            drain_limit,
+            max_connections,
+            max_inflight,
+            max_header_bytes,
+            app_timeout: ms("app_timeout_ms", self.app_timeout_ms, 60_000, 1)?,
+            app_probe: ms("app_probe_ms", self.app_probe_ms, 250, 10)?,
+            pool_idle: ms("pool_idle_ms", self.pool_idle_ms, 60_000, 100)?,
+            drain_grace: ms("drain_grace_ms", self.drain_grace_ms, 2_000, 0)?,
+            drain_timeout: ms("drain_timeout_ms", self.drain_timeout_ms, 30_000, 0)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(f: impl FnOnce(&mut Raw)) -> Result<Config, ConfigError> {
+        let mut r = Raw::default();
+        f(&mut r);
+        r.validate()
+    }
+
+    fn key_of(r: Result<Config, ConfigError>) -> String {
+        match r {
+            Err(ConfigError::Invalid { key, .. }) => key.to_string(),
+            other => panic!("expected an invalid key, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = raw(|_| {}).unwrap();
+        assert_eq!(c.workers, 32);
+        assert_eq!(c.load, LoadSource::Inflight);
+        assert_eq!(c.policy.to_string(), "dynamic:window=50,low=0.4,high=0.6,c0=1");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        assert_eq!(key_of(raw(|r| r.policy = Some("fastest".into()))), "policy");
+        assert_eq!(key_of(raw(|r| r.listen = Some("nowhere".into()))), "listen");
+        assert_eq!(key_of(raw(|r| r.workers = Some(0))), "workers");
+        assert_eq!(key_of(raw(|r| r.load = Some("cpu".into()))), "load");
+        assert_eq!(key_of(raw(|r| r.load = Some("apache".into()))), "apache_status_url");
+        assert_eq!(key_of(raw(|r| r.id = Some("two words".into()))), "id");
+        assert_eq!(key_of(raw(|r| r.health_path = Some("health".into()))), "health_path");
+        assert_eq!(key_of(raw(|r| r.app_timeout_ms = Some(0))), "app_timeout_ms");
+    }
+
+    #[test]
+    fn policy_error_carries_inner_key() {
+        let e = raw(|r| r.policy = Some("dynamic:window=0".into())).unwrap_err().to_string();
+        assert!(e.contains("`policy`") && e.contains("`window`"), "{e}");
+    }
+
+    #[test]
+    fn unknown_file_key_is_named() {
+        let e = toml::from_str::<Raw>("polcy = \"static:4\"").unwrap_err();
+        assert!(e.message().contains("polcy"), "{}", e.message());
+    }
+}

@@ -1,0 +1,154 @@
+//! huntlb-agent: a hunt/1 sidecar in front of one app instance.
+//!
+//! It answers offers with "accept" (forward to the app) or "busy" (425 at once),
+//! per the acceptance policy; see `docs/protocol.md`.
+
+mod agent;
+mod config;
+mod load;
+mod metrics;
+
+use crate::agent::Agent;
+use crate::config::{LoadSource, Raw};
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Parser;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tracing::{error, info};
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cfg = match Raw::load(Raw::parse()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("huntlb-agent: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match rt.block_on(run(cfg)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("huntlb-agent: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cfg: config::Config) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(cfg.listen).await.with_context(|| format!("config key `listen`: bind {}", cfg.listen))?;
+    let admin = TcpListener::bind(cfg.admin).await.with_context(|| format!("config key `admin`: bind {}", cfg.admin))?;
+    let agent = Agent::new(cfg);
+    let c = &agent.cfg;
+    info!(id = %c.id, listen = %c.listen, admin = %c.admin, app = %c.app, policy = %c.policy, workers = c.workers, load = ?c.load, "huntlb-agent ready");
+
+    if !agent.probe_app().await {
+        info!(app = %c.app, "app not reachable yet: offers are refused until it answers");
+    }
+    if let (LoadSource::Apache { status_url, poll }, Some(board)) = (&c.load, &agent.scoreboard) {
+        tokio::spawn(load::poll_apache(board.clone(), status_url.clone(), *poll));
+    }
+    tokio::spawn(probe_while_down(agent.clone()));
+    tokio::spawn(serve_admin(admin, agent.clone()));
+    tokio::spawn(serve(listener, agent.clone()));
+    drain_on_signal(agent).await
+}
+
+/// Accept loop; at most `max_connections` connections are held at once.
+async fn serve(listener: TcpListener, agent: Arc<Agent>) {
+    let slots = Arc::new(Semaphore::new(agent.cfg.max_connections));
+    loop {
+        let permit = slots.clone().acquire_owned().await.expect("semaphore never closed");
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                error!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            let max_buf = agent.cfg.max_header_bytes;
+            let svc = service_fn(move |req| agent.clone().handle(req));
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .max_buf_size(max_buf)
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+            drop(permit);
+        });
+    }
+}
+
+async fn serve_admin(listener: TcpListener, agent: Arc<Agent>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let agent = agent.clone();
+                async move {
+                    let (status, body) = match req.uri().path() {
+                        "/metrics" => (StatusCode::OK, agent.metrics.render(&agent.gauges())),
+                        _ => (StatusCode::NOT_FOUND, "try /metrics\n".to_string()),
+                    };
+                    let mut r = Response::new(Full::new(Bytes::from(body)));
+                    *r.status_mut() = status;
+                    Ok::<_, std::convert::Infallible>(r)
+                }
+            });
+            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
+
+/// While the app is marked down, probe it so offers resume when it is back
+/// (offers are refused meanwhile, so no request would discover it).
+async fn probe_while_down(agent: Arc<Agent>) {
+    loop {
+        tokio::time::sleep(agent.cfg.app_probe).await;
+        if !agent.app_is_up() && agent.probe_app().await {
+            info!(app = %agent.cfg.app, "app reachable again");
+        }
+    }
+}
+
+/// SIGTERM or SIGINT: refuse offers and report unhealthy; exit once nothing is in
+/// flight and `drain_grace` has passed (so health checkers have noticed), or at
+/// `drain_timeout` regardless.
+async fn drain_on_signal(agent: Arc<Agent>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    agent.start_draining();
+    let started = Instant::now();
+    info!(inflight = agent.inflight(), "draining: refusing offers, health reports 503");
+    loop {
+        let waited = started.elapsed();
+        if waited >= agent.cfg.drain_timeout {
+            info!(inflight = agent.inflight(), "drain timeout reached: exiting");
+            return Ok(());
+        }
+        if waited >= agent.cfg.drain_grace && agent.inflight() == 0 {
+            info!(waited_ms = waited.as_millis() as u64, "drained: exiting");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
