@@ -1,0 +1,260 @@
+"""The agent against a real workload app, driven by a plain HTTP client acting
+as the front proxy (hunt/1 headers set by hand)."""
+
+import http.client
+import os
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+from testkit import FINAL, OFFER, app_stats, metrics, request, wait_until
+
+
+def hold(addr, n, work_ms, headers=None):
+    """Start n slow requests in the background; returns the threads."""
+    ts = []
+    for _ in range(n):
+        t = threading.Thread(target=request, args=(addr, "GET", f"/hold?work_ms={work_ms}"), kwargs={"headers": headers or FINAL}, daemon=True)
+        t.start()
+        ts.append(t)
+    return ts
+
+
+def inflight(admin):
+    return metrics(admin)["huntlb_inflight"]
+
+
+def test_static_refuses_exactly_when_busy_reaches_c(procs, addrs):
+    host = addrs.host()
+    _, app = procs.workload(host, cores=64, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="static:3")
+    held = []
+    for b in range(6):
+        wait_until(lambda: inflight(admin) == b, what=f"{b} requests in flight")
+        path = f"/probe/{b}"
+        status, h, _ = request(agent, "GET", path, headers=OFFER)
+        if b < 3:
+            assert status == 200, f"b={b}: offer should be accepted"
+            assert h["hunt-served-by"] == f"agent-{host}"
+        else:
+            assert status == 425 and h["hunt"] == "busy" and h["content-length"] == "0", f"b={b}: offer should be refused"
+        assert app_stats(app)["paths"].get(path, 0) == (1 if b < 3 else 0)
+        # one more held request for the next step (a final, so never refused)
+        held += hold(agent, 1, work_ms=4000)
+    m = metrics(admin)
+    assert m['huntlb_offers_total{decision="accept"}'] == 3
+    assert m['huntlb_offers_total{decision="refuse"}'] == 3
+    assert m['huntlb_refusals_total{reason="policy"}'] == 3
+    assert m["huntlb_policy_c"] == 3
+    for t in held:
+        t.join(timeout=15)
+
+
+def test_dynamic_moves_c_as_algorithm_2_says(procs, addrs):
+    host = addrs.host()
+    _, app = procs.workload(host, cores=64, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="dynamic:window=10,c0=2")
+    held = hold(agent, 4, work_ms=3000)
+    wait_until(lambda: inflight(admin) == 4, what="4 held")
+
+    def offer():
+        wait_until(lambda: inflight(admin) == 4, what="back to 4 in flight")
+        return request(agent, "GET", "/o?work_ms=0", headers=OFFER)[0]
+
+    # b = 4 and c0 = 2: every offer refused; the 10th, 20th offers close a window
+    # (the first one after 9 decisions) with ratio 0 and raise c to 3, then 4;
+    # the 30th raises c to 5 > b and is accepted.
+    expect_c = {10: 3, 20: 4, 30: 5}
+    for i in range(1, 31):
+        status = offer()
+        assert status == (200 if i == 30 else 425), f"offer {i}"
+        if i in expect_c:
+            assert metrics(admin)["huntlb_policy_c"] == expect_c[i], f"c after offer {i}"
+        elif i < 10:
+            assert metrics(admin)["huntlb_policy_c"] == 2
+    for t in held:
+        t.join(timeout=10)
+    wait_until(lambda: inflight(admin) == 0, what="held requests done")
+    # Now idle: 9 more offers accepted; the 40th sees 10/10 accepted (> 0.6) and lowers c to 4.
+    for i in range(31, 41):
+        assert request(agent, "GET", "/o?work_ms=0", headers=OFFER)[0] == 200, f"offer {i}"
+    assert metrics(admin)["huntlb_policy_c"] == 4
+
+
+def test_finals_plain_and_malformed_are_never_refused(procs, addrs):
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="static:0")
+    assert request(agent, "GET", "/a", headers=OFFER)[0] == 425
+    assert request(agent, "GET", "/b", headers=FINAL)[0] == 200
+    assert request(agent, "GET", "/c")[0] == 200
+    assert request(agent, "GET", "/d", headers={"hunt-target": "web2"})[0] == 200
+    # malformed: a repeated header, and a value that is not a token
+    conn = http.client.HTTPConnection(*agent.split(":"))
+    conn.putrequest("GET", "/e")
+    conn.putheader("hunt-offer", "1")
+    conn.putheader("hunt-offer", "1")
+    conn.putheader("hunt-target", "1")
+    conn.endheaders()
+    assert conn.getresponse().status == 200
+    conn.close()
+    assert request(agent, "GET", "/f", headers={"hunt-offer": "a b", "hunt-target": "a b"})[0] == 200
+    m = metrics(admin)
+    assert m["huntlb_finals_total"] == 2
+    assert m["huntlb_plain_total"] == 1
+    assert m["huntlb_malformed_total"] == 2
+    paths = app_stats(app)["paths"]
+    assert "/a" not in paths and all(paths.get(p) == 1 for p in "/b /c /d /e /f".split())
+
+
+def test_app_sees_no_hunt_headers(procs, addrs):
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    _, agent, _ = procs.agent(host, app, policy="always")
+    status, h, body = request(agent, "GET", "/x", headers={**OFFER, "hunt": "busy", "hunt-served-by": "evil", "hunt-extra": "1"})
+    assert status == 200
+    assert '"hunt_headers_seen":[]' in body.decode()
+    assert h["hunt-served-by"] == f"agent-{host}"
+
+
+def test_refused_post_never_reaches_app_and_connection_is_reused(procs, addrs):
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="static:0")
+    conn = http.client.HTTPConnection(*agent.split(":"), timeout=10)
+    refused_path, final_path = f"/post/{uuid.uuid4()}", f"/post/{uuid.uuid4()}"
+    body = os.urandom(10_000)
+    status, h, data = request(agent, "POST", refused_path, headers=OFFER, body=body, conn=conn)
+    assert (status, h["hunt"], data) == (425, "busy", b"")
+    sock = conn.sock
+    assert sock is not None, "connection closed after a refusal"
+    port = sock.getsockname()[1]
+    status, _, data = request(agent, "POST", final_path, headers=FINAL, body=body, conn=conn)
+    assert status == 200
+    assert conn.sock is sock and conn.sock.getsockname()[1] == port, "refused connection was not reused"
+    assert f'"len":{len(body)}' in data.decode()
+    paths = app_stats(app)["paths"]
+    assert paths.get(refused_path, 0) == 0 and paths[final_path] == 1
+    assert metrics(admin)["huntlb_refusals_closed_total"] == 0
+    conn.close()
+
+
+def test_refusal_of_body_over_drain_limit_closes_connection(procs, addrs):
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="static:0", drain_limit=1024)
+    path = f"/big/{uuid.uuid4()}"
+    status, h, _ = request(agent, "POST", path, headers=OFFER, body=os.urandom(64_000))
+    assert status == 425 and h.get("connection") == "close"
+    assert metrics(admin)["huntlb_refusals_closed_total"] == 1
+    assert app_stats(app)["paths"].get(path, 0) == 0
+    # the agent is fine afterwards
+    assert request(agent, "GET", "/ok", headers=FINAL)[0] == 200
+
+
+def test_dead_app_refuses_offers_and_answers_finals_502(procs, addrs):
+    host = addrs.host()
+    app = f"{host}:9000"  # nothing listening yet
+    _, agent, admin = procs.agent(host, app, policy="always", app_probe_ms=50)
+    status, _, _ = request(agent, "GET", "/x", headers=OFFER)
+    assert status == 425, "an offer to an agent whose app is down must be refused"
+    status, _, body = request(agent, "GET", "/x", headers=FINAL)
+    assert status == 502 and b"unreachable" in body and app.encode() in body
+    assert request(agent, "GET", "/.hunt/health")[0] == 503
+    m = metrics(admin)
+    assert m['huntlb_refusals_total{reason="app_down"}'] == 1
+    assert m['huntlb_app_errors_total{kind="connect"}'] == 1
+    # the app comes up: offers are accepted again without any request discovering it
+    procs.workload(host, demand="const:0")
+    wait_until(lambda: metrics(admin)["huntlb_app_up"] == 1, what="app seen up again")
+    assert request(agent, "GET", "/x", headers=OFFER)[0] == 200
+    assert request(agent, "GET", "/.hunt/health")[0] == 200
+
+
+def test_app_killed_mid_run(procs, addrs):
+    host = addrs.host()
+    app_proc, app = procs.workload(host, demand="const:0")
+    _, agent, _ = procs.agent(host, app, policy="always")
+    assert request(agent, "GET", "/x", headers=OFFER)[0] == 200
+    app_proc.stop()
+    assert request(agent, "GET", "/x", headers=FINAL)[0] == 502
+    assert request(agent, "GET", "/x", headers=OFFER)[0] == 425
+
+
+def test_sigterm_drains(procs, addrs):
+    host = addrs.host()
+    _, app = procs.workload(host, cores=64, demand="const:0")
+    proc, agent, admin = procs.agent(host, app, policy="always", drain_grace_ms=300)
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", request(agent, "GET", "/slow?work_ms=1500", headers=FINAL)))
+    t.start()
+    wait_until(lambda: inflight(admin) == 1, what="slow request in flight")
+    proc.signal(signal.SIGTERM)
+    wait_until(lambda: request(agent, "GET", "/.hunt/health")[0] == 503, what="health 503 while draining")
+    assert request(agent, "GET", "/x", headers=OFFER)[0] == 425
+    assert metrics(admin)['huntlb_refusals_total{reason="draining"}'] == 1
+    assert proc.alive(), "exited with a request in flight"
+    t.join(timeout=10)
+    assert result["r"][0] == 200, "in-flight request must finish during drain"
+    assert proc.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize(
+    "args,key",
+    [
+        (["--policy", "fastest"], "`policy`"),
+        (["--policy", "dynamic:window=0"], "`window`"),
+        (["--workers", "0"], "`workers`"),
+        (["--load", "cpu"], "`load`"),
+        (["--listen", "not-an-address"], "`listen`"),
+    ],
+)
+def test_bad_config_fails_naming_the_key(procs, addrs, args, key):
+    host = addrs.host()
+    p, _, _ = procs.agent(host, f"{host}:9000", wait=False, **dict(zip([a.lstrip("-") for a in args[::2]], args[1::2])))
+    assert p.wait(timeout=10) == 2
+    assert key in p.log()
+
+
+def test_unknown_key_in_config_file_is_named(procs, addrs, tmp_path):
+    host = addrs.host()
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text('policy = "static:4"\npolcy = "dynamic"\n')
+    p, _, _ = procs.agent(host, f"{host}:9000", wait=False, config=cfg)
+    assert p.wait(timeout=10) == 2
+    assert "polcy" in p.log()
+
+
+def test_config_file_and_flag_override(procs, addrs, tmp_path):
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text('policy = "static:0"\nworkers = 8\n')
+    _, agent, admin = procs.agent(host, app, config=cfg)
+    assert request(agent, "GET", "/x", headers=OFFER)[0] == 425
+    assert metrics(admin)["huntlb_workers"] == 8
+    _, agent2, admin2 = procs.agent(addrs.host(), app, config=cfg, policy="static:5")
+    assert request(agent2, "GET", "/x", headers=OFFER)[0] == 200
+    assert metrics(admin2)["huntlb_policy_c"] == 5
+
+
+def test_malformed_and_huge_requests_get_clear_errors(procs, addrs):
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    _, agent, _ = procs.agent(host, app, policy="always")
+    huge = b"GET / HTTP/1.1\r\nHost: x\r\nx-big: " + b"a" * 200_000 + b"\r\n\r\n"
+    assert raw_status(agent, huge) == 431
+    assert raw_status(agent, b"GARBAGE\r\n\r\n") == 400
+    assert raw_status(agent, b"GET / HTTP/1.1\r\nHost: x\r\nbad header\r\n\r\n") == 400
+    # still serving
+    assert request(agent, "GET", "/x", headers=OFFER)[0] == 200
+
+
+def raw_status(addr, payload):
+    from testkit import raw_exchange
+
+    reply = raw_exchange(addr, payload)
+    assert reply.startswith(b"HTTP/1.1 "), reply[:80]
+    return int(reply[9:12])
