@@ -95,6 +95,18 @@ pub struct State {
     pub accepted: u16,
 }
 
+impl State {
+    /// The state as one word, for lock-free sharing (an `AtomicU64` in the agent,
+    /// compare-and-swap shared data across Envoy worker threads in the filter).
+    pub fn to_bits(self) -> u64 {
+        (u64::from(self.c) << 32) | (u64::from(self.attempt) << 16) | u64::from(self.accepted)
+    }
+
+    pub fn from_bits(v: u64) -> State {
+        State { c: (v >> 32) as u32, attempt: (v >> 16) as u16, accepted: v as u16 }
+    }
+}
+
 /// A decision and the state to keep for the next one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
@@ -230,11 +242,11 @@ impl SharedPolicy {
 }
 
 fn pack(s: State) -> u64 {
-    (u64::from(s.c) << 32) | (u64::from(s.attempt) << 16) | u64::from(s.accepted)
+    s.to_bits()
 }
 
 fn unpack(v: u64) -> State {
-    State { c: (v >> 32) as u32, attempt: (v >> 16) as u16, accepted: v as u16 }
+    State::from_bits(v)
 }
 
 #[cfg(test)]

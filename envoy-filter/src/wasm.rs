@@ -1,0 +1,298 @@
+//! proxy-wasm glue. The root context parses the config once and defines the
+//! metrics; HTTP contexts are short state machines over request and response
+//! headers and never block.
+
+use crate::config::{self, Role};
+use huntlb_policy::protocol::{self, Field, Mark};
+use huntlb_policy::{Load, Policy, State, Try};
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, ContextType, LogLevel, MetricType, Status};
+use std::rc::Rc;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { role: None, metrics: None, front_metrics: None }) });
+}}
+
+/// Shared-data keys: one counter and one policy state for all worker threads of
+/// this Envoy (shared data is per VM id, across threads).
+const INFLIGHT_KEY: &str = "huntlb.inflight";
+const POLICY_KEY: &str = "huntlb.policy_state";
+const CAS_TRIES: usize = 64;
+
+/// Front metrics.
+struct FrontMetrics {
+    requests: u32,
+    retried: u32,
+    leftover: u32,
+    stripped: u32,
+}
+
+/// Sidecar metrics: the agent's names where they mean the same (labels become
+/// name parts: `huntlb_offers_total{decision="accept"}` is `huntlb_offers_accept_total`).
+struct Metrics {
+    offers_accept: u32,
+    offers_refuse: u32,
+    finals: u32,
+    plain: u32,
+    malformed: u32,
+    inflight: u32,
+    policy_c: u32,
+}
+
+fn counter(name: &str) -> Result<u32, Status> {
+    hostcalls::define_metric(MetricType::Counter, name)
+}
+
+impl FrontMetrics {
+    fn define() -> Result<FrontMetrics, Status> {
+        Ok(FrontMetrics {
+            requests: counter("huntlb_front_offers_total")?,
+            retried: counter("huntlb_front_refusals_seen_total")?,
+            leftover: counter("huntlb_front_leftover_refusals_total")?,
+            stripped: counter("huntlb_front_client_headers_stripped_total")?,
+        })
+    }
+}
+
+impl Metrics {
+    fn define() -> Result<Metrics, Status> {
+        let c = counter;
+        let g = |n: &str| hostcalls::define_metric(MetricType::Gauge, n);
+        Ok(Metrics {
+            offers_accept: c("huntlb_offers_accept_total")?,
+            offers_refuse: c("huntlb_offers_refuse_total")?,
+            finals: c("huntlb_finals_total")?,
+            plain: c("huntlb_plain_total")?,
+            malformed: c("huntlb_malformed_total")?,
+            inflight: g("huntlb_inflight")?,
+            policy_c: g("huntlb_policy_c")?,
+        })
+    }
+}
+
+fn inc(id: u32) {
+    let _ = hostcalls::increment_metric(id, 1);
+}
+
+struct Root {
+    role: Option<Rc<Role>>,
+    metrics: Option<Rc<Metrics>>,
+    front_metrics: Option<Rc<FrontMetrics>>,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let bytes = self.get_plugin_configuration().unwrap_or_default();
+        match config::parse(&bytes) {
+            Ok(role) => {
+                if let Role::Sidecar { policy, .. } = &role {
+                    // First worker to configure seeds the shared policy state.
+                    if let (None, cas) = self.get_shared_data(POLICY_KEY) {
+                        let _ = self.set_shared_data(POLICY_KEY, Some(&policy.initial_state().to_bits().to_le_bytes()), cas);
+                    }
+                }
+                let defined = match role {
+                    Role::Front { .. } => FrontMetrics::define().map(|m| self.front_metrics = Some(Rc::new(m))),
+                    Role::Sidecar { .. } => Metrics::define().map(|m| self.metrics = Some(Rc::new(m))),
+                };
+                match defined {
+                    Ok(()) => {}
+                    Err(e) => {
+                        proxy_wasm::hostcalls::log(LogLevel::Error, &format!("huntlb filter: define metrics: {e:?}")).ok();
+                        return false;
+                    }
+                }
+                proxy_wasm::hostcalls::log(LogLevel::Info, &format!("huntlb filter configured: {role:?}")).ok();
+                self.role = Some(Rc::new(role));
+                true
+            }
+            Err(e) => {
+                proxy_wasm::hostcalls::log(LogLevel::Error, &e).ok();
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, _id: u32) -> Option<Box<dyn HttpContext>> {
+        let role = self.role.clone()?;
+        Some(match &*role {
+            Role::Front { .. } => Box::new(Front { role, metrics: self.front_metrics.clone()? }),
+            Role::Sidecar { .. } => Box::new(Sidecar { role, metrics: self.metrics.clone()?, counted: false, refused: false }),
+        })
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+struct Front {
+    role: Rc<Role>,
+    metrics: Rc<FrontMetrics>,
+}
+
+impl Context for Front {}
+
+impl HttpContext for Front {
+    fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
+        inc(self.metrics.requests);
+        for (name, _) in self.get_http_request_headers() {
+            if config::strip_from_client(&name) {
+                self.set_http_request_header(&name, None);
+                inc(self.metrics.stripped);
+            }
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_headers(&mut self, _n: usize, _eos: bool) -> Action {
+        // x-envoy-attempt-count (vhost include_attempt_count_in_response) >= 2:
+        // the offer was refused (or could not connect) and a final was sent.
+        if self.get_http_response_header("x-envoy-attempt-count").is_some_and(|v| v != "1") {
+            inc(self.metrics.retried);
+        }
+        let busy = self.get_http_response_header(protocol::BUSY_HEADER).is_some_and(|v| v == protocol::BUSY_VALUE);
+        if busy && self.get_http_response_header(":status").as_deref() == Some("425") {
+            // Both candidates refused: a conforming agent never refuses a final, so
+            // this should stay at 0. The client gets a plain 503.
+            inc(self.metrics.leftover);
+            self.set_http_response_header(":status", Some("503"));
+            self.set_http_response_header(protocol::BUSY_HEADER, None);
+        }
+        if let Role::Front { keep_response_headers: false } = *self.role {
+            self.set_http_response_header(protocol::BUSY_HEADER, None);
+            self.set_http_response_header(protocol::SERVED_BY, None);
+            self.set_http_response_header("x-envoy-attempt-count", None);
+        }
+        Action::Continue
+    }
+}
+
+struct Sidecar {
+    role: Rc<Role>,
+    metrics: Rc<Metrics>,
+    counted: bool,
+    refused: bool,
+}
+
+impl Sidecar {
+    /// Add `delta` to the shared in-flight counter; returns the new value.
+    fn add_inflight(&self, delta: i64) -> u32 {
+        for _ in 0..CAS_TRIES {
+            let (bytes, cas) = self.get_shared_data(INFLIGHT_KEY);
+            let cur = bytes.and_then(|b| b.try_into().ok()).map(u32::from_le_bytes).unwrap_or(0);
+            let next = (i64::from(cur) + delta).max(0) as u32;
+            match self.set_shared_data(INFLIGHT_KEY, Some(&next.to_le_bytes()), cas) {
+                Ok(()) => {
+                    let _ = hostcalls::record_metric(self.metrics.inflight, u64::from(next));
+                    return next;
+                }
+                Err(Status::CasMismatch) => continue,
+                Err(_) => break,
+            }
+        }
+        0
+    }
+
+    fn inflight(&self) -> u32 {
+        match self.get_shared_data(INFLIGHT_KEY) {
+            (Some(b), _) => b.try_into().map(u32::from_le_bytes).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// One SR decision on the shared policy state, compare-and-swap across threads.
+    fn decide(&self, policy: &Policy, load: Load) -> bool {
+        if !matches!(policy, Policy::Dynamic(_)) {
+            return policy.decide(policy.initial_state(), Try::Offer, load).decision.is_accept();
+        }
+        for _ in 0..CAS_TRIES {
+            let (bytes, cas) = self.get_shared_data(POLICY_KEY);
+            let state = bytes
+                .and_then(|b| b.try_into().ok())
+                .map(|b| State::from_bits(u64::from_le_bytes(b)))
+                .unwrap_or_else(|| policy.initial_state());
+            let out = policy.decide(state, Try::Offer, load);
+            match self.set_shared_data(POLICY_KEY, Some(&out.state.to_bits().to_le_bytes()), cas) {
+                Ok(()) => {
+                    let _ = hostcalls::record_metric(self.metrics.policy_c, u64::from(out.state.c));
+                    return out.decision.is_accept();
+                }
+                Err(Status::CasMismatch) => continue,
+                Err(_) => break,
+            }
+        }
+        true // when unsure, never refuse
+    }
+
+    fn field(&self, headers: &[(String, String)], name: &str) -> Option<(usize, String)> {
+        let mut it = headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
+        let first = it.next()?;
+        Some((1 + it.count(), first.1.clone()))
+    }
+}
+
+fn as_field(f: &Option<(usize, String)>) -> Field<'_> {
+    match f {
+        None => Field::Absent,
+        Some((1, v)) => Field::One(v.as_bytes()),
+        Some(_) => Field::Repeated,
+    }
+}
+
+impl Context for Sidecar {}
+
+impl HttpContext for Sidecar {
+    fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
+        let Role::Sidecar { policy, workers, .. } = &*self.role else { return Action::Continue };
+        let headers = self.get_http_request_headers();
+        let offer = self.field(&headers, protocol::OFFER);
+        let target = self.field(&headers, protocol::TARGET);
+        let mark = protocol::classify(as_field(&offer), as_field(&target));
+        match mark {
+            Mark::Offer => {
+                let load = Load { busy: self.inflight(), workers: *workers };
+                if !self.decide(policy, load) {
+                    inc(self.metrics.offers_refuse);
+                    self.refused = true;
+                    self.send_http_response(
+                        u32::from(protocol::BUSY_STATUS),
+                        vec![(protocol::BUSY_HEADER, protocol::BUSY_VALUE)],
+                        None,
+                    );
+                    return Action::Pause;
+                }
+                inc(self.metrics.offers_accept);
+            }
+            Mark::Final => inc(self.metrics.finals),
+            Mark::Plain => inc(self.metrics.plain),
+            Mark::Malformed => inc(self.metrics.malformed),
+        }
+        for (name, _) in &headers {
+            if protocol::is_hunt_header(name) {
+                self.set_http_request_header(name, None);
+            }
+        }
+        self.add_inflight(1);
+        self.counted = true;
+        Action::Continue
+    }
+
+    fn on_http_response_headers(&mut self, _n: usize, _eos: bool) -> Action {
+        if let (false, Role::Sidecar { id, .. }) = (self.refused, &*self.role) {
+            self.set_http_response_header(protocol::SERVED_BY, Some(id));
+        }
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        if self.counted {
+            self.counted = false;
+            self.add_inflight(-1);
+        }
+    }
+}
