@@ -338,3 +338,59 @@ def start_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_opts: di
 def path_count(backends: list[Backend], path: str) -> int:
     """How many times the apps processed `path`, summed over all backends."""
     return sum(app_stats(b.app)["paths"].get(path, 0) for b in backends if b.app_proc.alive())
+
+
+# ---- one interface over the two policy hosts: the agent and the Wasm sidecar --
+
+class Hunter:
+    """Something that accepts or refuses offers in front of one app."""
+
+    def __init__(self, kind, addr, read, admin=None):
+        self.kind, self.addr, self._read, self.admin = kind, addr, read, admin
+
+    def connections_per_worker(self) -> list[float]:
+        """Sidecar only: downstream connections each Envoy worker thread took."""
+        s = envoy_stats(self.admin)
+        return [v for k, v in sorted(s.items()) if k.startswith("listener.") and ".worker_" in k and k.endswith(".downstream_cx_total")]
+
+    def inflight(self) -> float:
+        return self._read("inflight")
+
+    def c(self) -> float:
+        return self._read("c")
+
+    def accepted(self) -> float:
+        return self._read("accepted")
+
+    def refused(self) -> float:
+        return self._read("refused")
+
+
+_AGENT_NAMES = {"inflight": "huntlb_inflight", "c": "huntlb_policy_c",
+                "accepted": 'huntlb_offers_total{decision="accept"}', "refused": 'huntlb_offers_total{decision="refuse"}'}
+_SIDECAR_NAMES = {"inflight": "wasmcustom.huntlb_inflight", "c": "wasmcustom.huntlb_policy_c",
+                  "accepted": "wasmcustom.huntlb_offers_accept_total", "refused": "wasmcustom.huntlb_offers_refuse_total"}
+
+
+def sidecar_config(listen: str, admin: str, app: str, policy: str, workers: int = 32, id: str = "sidecar") -> dict:
+    cfg = yaml.safe_load((EXAMPLES / "sidecar.yaml").read_text())
+    cfg["admin"]["address"] = _sock(admin)
+    cfg["static_resources"]["listeners"][0]["address"] = _sock(listen)
+    cfg["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": _sock(app)}}]
+
+    def fix(d):
+        if d.get("@type", "").endswith("filters.http.wasm.v3.Wasm"):
+            d["config"]["vm_config"]["code"]["local"]["filename"] = str(WASM)
+            d["config"]["configuration"]["value"] = json.dumps({"role": "sidecar", "policy": policy, "workers": workers, "id": id})
+
+    _walk(cfg, fix)
+    return cfg
+
+
+def start_hunter(kind: str, procs: Procs, host: str, app: str, policy: str, workers: int = 32) -> Hunter:
+    if kind == "agent":
+        _, addr, admin = procs.agent(host, app, policy=policy, workers=workers)
+        return Hunter(kind, addr, lambda k: metrics(admin).get(_AGENT_NAMES[k], 0.0))
+    addr, admin = f"{host}:8080", f"{host}:9901"
+    start_envoy(procs, f"sidecar-{host}", sidecar_config(addr, admin, app, policy, workers, id=f"sidecar-{host}"), concurrency=2)
+    return Hunter(kind, addr, lambda k: envoy_stats(admin).get(_SIDECAR_NAMES[k], 0.0), admin=admin)

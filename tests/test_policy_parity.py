@@ -1,0 +1,73 @@
+"""The same scripted load against both policy hosts: the Rust agent and the
+proxy-wasm sidecar in a real Envoy with 2 worker threads. Both must refuse
+exactly when SR_c / SR_dyn say so (the policy code is the same crate; this
+checks the load counting and state sharing around it)."""
+
+import threading
+
+import pytest
+from testkit import FINAL, OFFER, app_stats, request, start_hunter, wait_until
+
+KINDS = ["agent", "sidecar"]
+
+
+def hold(addr, n, work_ms):
+    ts = []
+    for _ in range(n):
+        # each on its own connection, so Envoy spreads them over its worker threads
+        t = threading.Thread(target=request, args=(addr, "GET", f"/hold?work_ms={work_ms}"), kwargs={"headers": FINAL}, daemon=True)
+        t.start()
+        ts.append(t)
+    return ts
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_static_refuses_exactly_when_busy_reaches_c(procs, addrs, kind):
+    host = addrs.host()
+    _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
+    h = start_hunter(kind, procs, host, app, "static:3")
+    held = []
+    for b in range(6):
+        wait_until(lambda: h.inflight() == b, what=f"{b} requests in flight")
+        path = f"/probe/{b}"
+        status, hdrs, body = request(h.addr, "GET", path, headers=OFFER)
+        if b < 3:
+            assert status == 200, f"{kind} b={b}: offer should be accepted"
+            assert hdrs["hunt-served-by"].endswith(host)
+        else:
+            assert (status, hdrs.get("hunt"), hdrs.get("content-length"), body) == (425, "busy", "0", b""), f"{kind} b={b}"
+        assert app_stats(app)["paths"].get(path, 0) == (1 if b < 3 else 0)
+        held += hold(h.addr, 1, work_ms=4000)
+    assert (h.accepted(), h.refused()) == (3, 3)
+    if kind == "sidecar":
+        per_worker = h.connections_per_worker()
+        assert len(per_worker) == 2 and min(per_worker) > 0, f"load did not span both worker threads: {per_worker}"
+    for t in held:
+        t.join(timeout=15)
+    wait_until(lambda: h.inflight() == 0, what="in-flight back to 0")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dynamic_moves_c_as_algorithm_2_says(procs, addrs, kind):
+    host = addrs.host()
+    _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
+    h = start_hunter(kind, procs, host, app, "dynamic:window=10,c0=2")
+    held = hold(h.addr, 4, work_ms=4000)
+    wait_until(lambda: h.inflight() == 4, what="4 held")
+    # b = 4, c0 = 2: offers are refused; the 10th and 20th offers close windows with
+    # ratio 0 and raise c to 3, then 4; the 30th raises c to 5 > b and is accepted.
+    expect_c = {10: 3, 20: 4, 30: 5}
+    for i in range(1, 31):
+        wait_until(lambda: h.inflight() == 4, what="back to 4 in flight")
+        status = request(h.addr, "GET", "/o?work_ms=0", headers=OFFER)[0]
+        assert status == (200 if i == 30 else 425), f"{kind} offer {i}"
+        if i in expect_c:
+            assert h.c() == expect_c[i], f"{kind}: c after offer {i}"
+    for t in held:
+        t.join(timeout=10)
+    wait_until(lambda: h.inflight() == 0, what="held requests done")
+    # idle: offers 31-39 accepted; the 40th sees 10/10 (> 0.6) and lowers c to 4
+    for i in range(31, 41):
+        assert request(h.addr, "GET", "/o?work_ms=0", headers=OFFER)[0] == 200, f"{kind} offer {i}"
+    assert h.c() == 4
+    assert (h.accepted(), h.refused()) == (11, 29)
