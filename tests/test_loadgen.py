@@ -1,0 +1,41 @@
+"""The load generator measures what it is given: against a fixed-delay server at
+a fixed rate it reports that delay, and it flags a run it could not keep up with."""
+
+import json
+import subprocess
+
+from testkit import binary
+
+
+def loadgen(*args, timeout=60):
+    return subprocess.run([binary("huntlb-loadgen"), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_reports_the_servers_fixed_delay(procs, addrs, tmp_path):
+    host = addrs.host()
+    # 20 ms per request, cores high enough that requests never share one
+    _, app = procs.workload(host, cores=1000, workers=1000, demand="const:20")
+    out = tmp_path / "r.json"
+    r = loadgen("--target", f"http://{app}/", "--rate", "200", "--duration", "3", "--arrival", "constant",
+                "--served-by-header", "workload-id", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(out.read_text())
+    p50_ms = dict((p, v) for p, v in rep["latency"]["percentiles"])[50.0] / 1000
+    assert abs(p50_ms - 20.0) / 20.0 < 0.05, f"p50 {p50_ms:.2f} ms for a 20 ms server"
+    assert rep["valid"] and rep["errors"] == 0
+    assert rep["completed"] == rep["scheduled"] == 600
+    assert rep["served_by"] == {f"app-{host}": 600}
+    assert "Latency Distribution (HdrHistogram - Recorded Latency)" in r.stdout
+    assert " 50.000%" in r.stdout and "Requests/sec:" in r.stdout
+
+
+def test_flags_itself_invalid_beyond_what_it_can_send(procs, addrs, tmp_path):
+    host = addrs.host()
+    _, app = procs.workload(host, cores=1000, workers=1000, demand="const:0")
+    out = tmp_path / "r.json"
+    r = loadgen("--target", f"http://{app}/", "--rate", "2000000", "--duration", "2", "--arrival", "constant",
+                "--max-inflight", "64", "--json", str(out))
+    assert r.returncode == 3, r.stdout + r.stderr
+    rep = json.loads(out.read_text())
+    assert rep["valid"] is False and "behind" in rep["invalid_reason"]
+    assert "INVALID RUN" in r.stdout
