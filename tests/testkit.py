@@ -89,6 +89,7 @@ class Procs:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.all: list[Proc] = []
+        self.cleanups: list = []
 
     def start(self, name: str, argv: list[str], env: dict | None = None) -> Proc:
         p = Proc(name, argv, self.log_dir, env)
@@ -98,6 +99,8 @@ class Procs:
     def stop_all(self) -> None:
         for p in reversed(self.all):
             p.stop()
+        for fn in reversed(self.cleanups):
+            fn()
 
     def workload(self, host: str, port: int = 9000, **opts) -> tuple[Proc, str]:
         argv = [binary("huntlb-workload"), "--listen", f"{host}:{port}", "--id", opts.pop("id", f"app-{host}")]
@@ -134,6 +137,20 @@ def wait_http(addr: str, path: str, proc: Proc | None = None, timeout: float = 1
             last = e
         time.sleep(0.05)
     raise TimeoutError(f"{addr}{path} not ready after {timeout}s: {last}")
+
+
+def wait_tcp(addr: str, proc: "Proc | None" = None, timeout: float = 15.0) -> None:
+    host, port = addr.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.log()}")
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{addr} not accepting connections after {timeout}s")
 
 
 def wait_until(cond, timeout: float = 10.0, every: float = 0.02, what: str = "condition"):
@@ -388,9 +405,128 @@ def sidecar_config(listen: str, admin: str, app: str, policy: str, workers: int 
 
 
 def start_hunter(kind: str, procs: Procs, host: str, app: str, policy: str, workers: int = 32) -> Hunter:
+    if kind.startswith("haproxy-"):
+        hr = HaproxyRoot(kind.split("-", 1)[1])
+        procs.cleanups.append(hr.cleanup)
+        addr, admin = f"{host}:8080", f"{host}:9901"
+        text = haproxy_config(hr, "sidecar.cfg", {"127.0.2.1:9000": app, "127.0.2.1": host},
+                              env_args=f"role=sidecar policy={policy} workers={workers} id=sidecar-{host}")
+        text = text.replace("hunt-served-by web1", f"hunt-served-by sidecar-{host}")
+        p = start_haproxy(procs, hr, f"haproxy-sidecar-{host}", text)
+        wait_tcp(admin, p)
+        names = {**_AGENT_NAMES, "inflight": "huntlb_busy"}
+        return Hunter(kind, addr, lambda k: metrics(admin).get(names[k], 0.0))
     if kind == "agent":
         _, addr, admin = procs.agent(host, app, policy=policy, workers=workers)
         return Hunter(kind, addr, lambda k: metrics(admin).get(_AGENT_NAMES[k], 0.0))
     addr, admin = f"{host}:8080", f"{host}:9901"
     start_envoy(procs, f"sidecar-{host}", sidecar_config(addr, admin, app, policy, workers, id=f"sidecar-{host}"), concurrency=2)
     return Hunter(kind, addr, lambda k: envoy_stats(admin).get(_SIDECAR_NAMES[k], 0.0), admin=admin)
+
+
+# ---- HAProxy -----------------------------------------------------------------
+
+import re as _re  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+HAPROXY_EXAMPLES = ROOT / "haproxy-lua" / "examples"
+TRIXIE = Path(os.environ.get("HUNTLB_TRIXIE", "/opt/huntlb/trixie"))
+HAPROXY_VERSIONS = ["2.6", "3.0"]
+
+
+class HaproxyRoot:
+    """Where a HAProxy runs: the host's 2.6 (Lua 5.3), or 3.0 (Lua 5.4) in the
+    debootstrapped trixie root, chrooted but on the host's loopback."""
+
+    def __init__(self, version: str):
+        self.version = version
+        self.root = Path("/") if version == "2.6" else TRIXIE
+        if not (self.root / "usr/sbin/haproxy").exists():
+            raise FileNotFoundError(f"no HAProxy {version} under {self.root}: run `make setup`")
+        # a private folder inside the root for this instance's files
+        self.dir = Path(tempfile.mkdtemp(prefix="huntlb-haproxy-", dir=self.root / "tmp"))
+        os.chmod(self.dir, 0o755)
+        shutil.copytree(ROOT / "haproxy-lua" / "huntlb", self.dir / "huntlb")
+        shutil.copy(ROOT / "haproxy-lua" / "huntlb.lua", self.dir / "huntlb.lua")
+
+    def inside(self, p: Path) -> str:
+        """A path as HAProxy sees it."""
+        return "/" + str(p.relative_to(self.root)) if self.root != Path("/") else str(p)
+
+    def argv(self, cfg: Path) -> list[str]:
+        if self.root == Path("/"):
+            return ["/usr/sbin/haproxy", "-db", "-f", str(cfg)]
+        return ["chroot", str(self.root), "/usr/sbin/haproxy", "-db", "-f", self.inside(cfg)]
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def haproxy_config(hr: HaproxyRoot, example: str, addr_map: dict[str, str], keep_served_by: bool = True,
+                   hunting: bool = True, balance: str | None = None, env_args: str | None = None) -> str:
+    """A committed example config pointed at this test's addresses and files."""
+    text = (HAPROXY_EXAMPLES / example).read_text()
+    for old, new in addr_map.items():
+        text = text.replace(old, new)
+    text = text.replace("haproxy-lua/?.lua", hr.inside(hr.dir) + "/?.lua")
+    text = text.replace("haproxy-lua/huntlb.lua", hr.inside(hr.dir / "huntlb.lua"))
+    mapfile = hr.dir / "huntlb-up.map"
+    mapfile.write_text("")
+    text = text.replace("haproxy-lua/examples/huntlb-up.map", hr.inside(mapfile))
+    if env_args is not None:
+        text = _re.sub(r'setenv HUNTLB_ARGS "[^"]*"', f'setenv HUNTLB_ARGS "{env_args}"', text)
+    if keep_served_by:
+        text = text.replace("http-response del-header hunt -m beg", "http-response del-header hunt -m str")
+    if balance:
+        text = _re.sub(r"^(\s*)balance \S+.*$", rf"\1balance {balance}", text, flags=_re.M)
+    if not hunting:
+        drop = ("http-send-name-header", "hunt_offer", "hunt_big_body", "lua-load", "lua-prepend-path", "HUNTLB_ARGS")
+        text = "\n".join(l for l in text.splitlines() if not any(d in l for d in drop))
+        text = text.replace("retry-on conn-failure empty-response 425", "retry-on conn-failure empty-response")
+    return text
+
+
+def start_haproxy(procs: Procs, hr: HaproxyRoot, name: str, cfg_text: str, wait_addr: str | None = None, wait_path: str = "/") -> Proc:
+    cfg = hr.dir / f"{name}.cfg"
+    cfg.write_text(cfg_text)
+    p = procs.start(name, hr.argv(cfg))
+    if wait_addr:
+        wait_http(wait_addr, wait_path, proc=p, timeout=15)
+    return p
+
+
+def servers_section(backends: list, prefix: str = "web") -> str:
+    return "\n".join(f"    server {prefix}{i + 1} {b.agent}" for i, b in enumerate(backends))
+
+
+def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list, **kw) -> str:
+    text = haproxy_config(hr, "front.cfg", {"127.0.2.254:10000": listen, "127.0.0.1:9999": stats}, **kw)
+    lines = [l for l in text.splitlines() if not _re.match(r"\s*server web\d+ ", l)]
+    return "\n".join(lines) + "\n" + servers_section(backends) + "\n"
+
+
+def haproxy_runtime(stats: str, command: str) -> str:
+    host, port = stats.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(command.encode() + b"\n")
+        out = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+    return out.decode()
+
+
+def haproxy_server_states(stats: str, backend: str = "hunt") -> dict[str, str]:
+    """{server name: status} from `show stat` (UP, DOWN, MAINT, ...)."""
+    out = haproxy_runtime(stats, "show stat")
+    lines = out.splitlines()
+    head = lines[0].lstrip("# ").split(",")
+    res = {}
+    for l in lines[1:]:
+        row = dict(zip(head, l.split(",")))
+        if row.get("pxname") == backend and row.get("svname") not in ("FRONTEND", "BACKEND", None):
+            res[row["svname"]] = row["status"]
+    return res

@@ -185,6 +185,39 @@ function _M.decide(self, try, busy, workers)
     return false
 end
 
+-- hunt/1 try classification (docs/protocol.md section 2) --------------------
+
+local MAX_MARK_LEN = 64
+
+--- RFC 9110 token, 1 to 64 bytes.
+local function is_token(v)
+    local n = #v
+    return n > 0 and n <= MAX_MARK_LEN and str_match(v, "^[%w!#$%%&'*+%-.^_`|~]+$") ~= nil
+end
+_M.is_token = is_token
+
+--- Classify a try from the values of hunt-offer and hunt-target, each given as
+-- a list of the values received (empty: absent). Returns "offer", "final",
+-- "plain" or "malformed"; only "offer" may be refused.
+function _M.classify(offer, target)
+    local no, nt = #offer, #target
+    if no == 0 and nt == 0 then
+        return "plain"
+    end
+    if no > 1 or nt > 1 then
+        return "malformed"
+    end
+    if no == 1 and nt == 1 then
+        local o, t = offer[1], target[1]
+        if not (is_token(o) and is_token(t)) then
+            return "malformed"
+        end
+        return o == t and "offer" or "final"
+    end
+    local v = offer[1] or target[1]
+    return is_token(v) and "final" or "malformed"
+end
+
 --- The threshold in effect (nil for `always`).
 function _M.threshold(self)
     return self.c

@@ -55,6 +55,11 @@ for _, v in ipairs(specs.invalid) do
     check(p == nil and key == v.key, "invalid spec `" .. v.spec .. "` want key " .. v.key .. ", got " .. tostring(key) .. " (" .. tostring(err) .. ")")
 end
 
+for i, c in ipairs(load("classify.json").cases) do
+    local got = policy.classify(c.offer, c.target)
+    check(got == c.class, string.format("classify case %d: got %s want %s", i, got, c.class))
+end
+
 -- new() must raise, naming the key
 local ok, err = pcall(policy.new, "dynamic:window=0")
 check(not ok and string.find(err, "`window`", 1, true) ~= nil, "new() raises naming the key: " .. tostring(err))

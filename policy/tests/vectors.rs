@@ -76,3 +76,33 @@ fn spec_vectors() {
         assert_eq!(e.key, v["key"].as_str().unwrap(), "`{spec}`: {e}");
     }
 }
+
+fn as_field(n: usize, v: &[u8]) -> huntlb_policy::protocol::Field<'_> {
+    use huntlb_policy::protocol::Field;
+    match n {
+        0 => Field::Absent,
+        1 => Field::One(v),
+        _ => Field::Repeated,
+    }
+}
+
+#[test]
+fn classify_vectors() {
+    use huntlb_policy::protocol::{classify, Mark};
+    let doc = vectors("classify.json");
+    let field = |v: &Value| -> (usize, Vec<u8>) {
+        let a = v.as_array().unwrap();
+        (a.len(), a.first().map(|s| s.as_str().unwrap().as_bytes().to_vec()).unwrap_or_default())
+    };
+    for case in doc["cases"].as_array().unwrap() {
+        let (no, ov) = field(&case["offer"]);
+        let (nt, tv) = field(&case["target"]);
+        let got = match classify(as_field(no, &ov), as_field(nt, &tv)) {
+            Mark::Offer => "offer",
+            Mark::Final => "final",
+            Mark::Plain => "plain",
+            Mark::Malformed => "malformed",
+        };
+        assert_eq!(got, case["class"].as_str().unwrap(), "{case}");
+    }
+}

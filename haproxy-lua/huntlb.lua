@@ -1,0 +1,227 @@
+-- huntlb for HAProxy (hunt/1, see docs/protocol.md). Load with:
+--
+--   global
+--       setenv HUNTLB_ARGS "role=front backend=hunt map=/etc/haproxy/huntlb-up.map"
+--       lua-prepend-path /usr/share/huntlb/?.lua
+--       lua-load /usr/share/huntlb/huntlb.lua
+--
+-- (HAProxy >= 2.7 also takes the args after `lua-load FILE`; 2.6 ignores them,
+-- so HUNTLB_ARGS works on both.) Args are validated at load: a bad one stops
+-- HAProxy with the key named.
+--
+-- role=front  backend=NAME map=FILE [every_ms=100]
+--   A background task keeps FILE current with the usable servers of backend
+--   NAME: keys 0..5039, key i -> the (i mod n)-th usable server. The config
+--   picks the first candidate with native fetches and no per-request Lua:
+--     rand,mod(5040),map_int(FILE)
+--   5040 = lcm(1..10): the pick is exactly uniform up to 10 servers (and within
+--   0.2% for a few more). With fewer than 2 usable servers the map is emptied,
+--   the lookup fails and the request is not offered (a retry would come back).
+-- role=sidecar  [policy=dynamic] [workers=32] [id=sidecar]
+--   Registers the action `lua.huntlb-sidecar`: classifies the try, and for an
+--   offer applies the policy to txn.hunt_busy (set natively from srv_conn and
+--   srv_queue), setting txn.hunt_refuse. Also the service `lua.huntlb-metrics`.
+
+local policy = require "huntlb.policy"
+
+local core = core
+local tonumber = tonumber
+local tostring = tostring
+local pairs = pairs
+local ipairs = ipairs
+local error = error
+local str_format = string.format
+local str_gmatch = string.gmatch
+local str_match = string.match
+local tbl_sort = table.sort
+local tbl_concat = table.concat
+local os_getenv = os.getenv
+
+local _M = { _VERSION = "1" }
+
+local KNOWN = {
+    front = { role = true, backend = true, map = true, every_ms = true },
+    sidecar = { role = true, policy = true, workers = true, id = true },
+}
+
+--- Parse "k=v k=v" (or a list of "k=v" strings) into a table, validating keys.
+function _M.parse_args(list)
+    local args = {}
+    for _, item in ipairs(list) do
+        for kv in str_gmatch(item, "%S+") do
+            local k, v = str_match(kv, "^([%w_]+)=(.+)$")
+            if not k then
+                return nil, str_format("huntlb: arg `%s` is not key=value", kv)
+            end
+            if args[k] then
+                return nil, str_format("huntlb: arg `%s` given twice", k)
+            end
+            args[k] = v
+        end
+    end
+    local role = args.role
+    if not KNOWN[role] then
+        return nil, str_format("huntlb: arg `role`: `%s` is not a role (expected front or sidecar)", tostring(role))
+    end
+    for k in pairs(args) do
+        if not KNOWN[role][k] then
+            return nil, str_format("huntlb: arg `%s` is unknown for role=%s", k, role)
+        end
+    end
+    if role == "front" then
+        if not args.backend then return nil, "huntlb: arg `backend` is required with role=front" end
+        if not args.map then return nil, "huntlb: arg `map` is required with role=front" end
+        local every = tonumber(args.every_ms or "100")
+        if not every or every < 10 or every > 60000 then
+            return nil, "huntlb: arg `every_ms` must be a number from 10 to 60000"
+        end
+        args.every_ms = every
+    else
+        local p, err = policy.parse(args.policy or "dynamic")
+        if not p then
+            return nil, "huntlb: arg `policy`: " .. err
+        end
+        local w = str_match(args.workers or "32", "^%d+$") and tonumber(args.workers or "32")
+        if not w or w < 1 or w > 65535 then
+            return nil, "huntlb: arg `workers` must be a whole number from 1 to 65535"
+        end
+        args.workers = w
+        args.id = args.id or "sidecar"
+        if not policy.is_token(args.id) then
+            return nil, "huntlb: arg `id` must be 1-64 token characters"
+        end
+    end
+    return args
+end
+
+-- front ----------------------------------------------------------------------
+
+--- Names of the servers of `be` that can take traffic, sorted.
+local function usable_servers(be)
+    local up = {}
+    for name, srv in pairs(be.servers) do
+        local status = srv:get_stats().status or ""
+        -- "UP", "UP 1/2" (going down), "no check"; not DOWN, MAINT, DRAIN, NOLB
+        if str_match(status, "^UP") or status == "no check" then
+            up[#up + 1] = name
+        end
+    end
+    tbl_sort(up)
+    return up
+end
+
+--- Keys of the front's map; see the header for why 5040.
+_M.SLOTS = 5040
+
+local function start_front(args)
+    local published = nil
+    core.register_task(function()
+        while true do
+            local be = core.backends[args.backend]
+            if be then
+                local up = usable_servers(be)
+                local key = tbl_concat(up, ",")
+                if key ~= published then
+                    local n = #up
+                    for i = 0, _M.SLOTS - 1 do
+                        if n >= 2 then
+                            core.set_map(args.map, tostring(i), up[i % n + 1])
+                        else
+                            core.del_map(args.map, tostring(i))
+                        end
+                    end
+                    core.Info(str_format("huntlb: %d usable in backend %s: %s%s", n, args.backend, key,
+                        n < 2 and " (not offering: fewer than 2)" or ""))
+                    published = key
+                end
+            end
+            core.msleep(args.every_ms)
+        end
+    end)
+    core.register_init(function()
+        if not core.backends[args.backend] then
+            error(str_format("huntlb: arg `backend`: no backend named `%s`", args.backend))
+        end
+    end)
+end
+
+-- sidecar --------------------------------------------------------------------
+
+local function start_sidecar(args)
+    local p = policy.new(args.policy or "dynamic")
+    local workers = args.workers
+    local counts = { offers_accept = 0, offers_refuse = 0, finals = 0, plain = 0, malformed = 0 }
+    local empty = {}
+
+    -- HAProxy lists header values 0-indexed; make them a plain list.
+    local function values(h)
+        if not h then return empty end
+        local out = {}
+        for i = 0, #h do
+            if h[i] ~= nil then out[#out + 1] = h[i] end
+        end
+        return out
+    end
+
+    core.register_action("huntlb-sidecar", { "http-req" }, function(txn)
+        local hdrs = txn.http:req_get_headers()
+        local class = policy.classify(values(hdrs["hunt-offer"]), values(hdrs["hunt-target"]))
+        if class == "offer" then
+            local busy = tonumber(txn:get_var("txn.hunt_busy")) or 0
+            if p:decide("offer", busy, workers) then
+                counts.offers_accept = counts.offers_accept + 1
+            else
+                counts.offers_refuse = counts.offers_refuse + 1
+                txn:set_var("txn.hunt_refuse", true)
+            end
+        else
+            counts[class == "final" and "finals" or class] = counts[class == "final" and "finals" or class] + 1
+        end
+    end, 0)
+
+    core.register_service("huntlb-metrics", "http", function(applet)
+        local lines = {
+            str_format('huntlb_offers_total{decision="accept"} %d', counts.offers_accept),
+            str_format('huntlb_offers_total{decision="refuse"} %d', counts.offers_refuse),
+            str_format("huntlb_finals_total %d", counts.finals),
+            str_format("huntlb_plain_total %d", counts.plain),
+            str_format("huntlb_malformed_total %d", counts.malformed),
+            str_format("huntlb_workers %d", workers),
+            str_format("huntlb_busy %d", tonumber(applet:get_var("txn.hunt_busy")) or 0),
+        }
+        local c = p:threshold()
+        if c then lines[#lines + 1] = str_format("huntlb_policy_c %d", c) end
+        local body = tbl_concat(lines, "\n") .. "\n"
+        applet:set_status(200)
+        applet:add_header("content-type", "text/plain; version=0.0.4")
+        applet:add_header("content-length", tostring(#body))
+        applet:start_response()
+        applet:send(body)
+    end)
+end
+
+-- load -----------------------------------------------------------------------
+
+function _M.start(list)
+    local args, err = _M.parse_args(list)
+    if not args then
+        error(err, 0)
+    end
+    if args.role == "front" then
+        start_front(args)
+    else
+        start_sidecar(args)
+    end
+    return args
+end
+
+-- Under HAProxy: args from `lua-load FILE ARGS...` (>= 2.7) or HUNTLB_ARGS.
+if core and core.register_action then
+    local list = { ... }
+    if #list == 0 then
+        list = { os_getenv("HUNTLB_ARGS") or "" }
+    end
+    _M.start(list)
+end
+
+return _M
