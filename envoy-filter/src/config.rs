@@ -14,7 +14,7 @@ use serde::Deserialize;
 pub enum Role {
     /// In a front proxy's HCM chain: strips client hunt*/x-envoy-* headers,
     /// turns a leftover refusal into 503, strips hunt-* response headers.
-    Front { keep_response_headers: bool },
+    Front { keep_response_headers: bool, max_offer_body: u64 },
     /// In a backend's sidecar Envoy: the agent's job, as a filter.
     Sidecar { policy: Policy, workers: u32, id: String },
 }
@@ -24,6 +24,7 @@ pub enum Role {
 struct Raw {
     role: Option<String>,
     keep_response_headers: Option<bool>,
+    max_offer_body: Option<u64>,
     policy: Option<String>,
     workers: Option<u32>,
     id: Option<String>,
@@ -40,11 +41,16 @@ pub fn parse(json: &[u8]) -> Result<Role, String> {
                     return bad(field, "only meaningful with role \"sidecar\"".into());
                 }
             }
-            Ok(Role::Front { keep_response_headers: raw.keep_response_headers.unwrap_or(false) })
+            Ok(Role::Front {
+                keep_response_headers: raw.keep_response_headers.unwrap_or(false),
+                max_offer_body: raw.max_offer_body.unwrap_or(DEFAULT_MAX_OFFER_BODY),
+            })
         }
         Some("sidecar") => {
-            if raw.keep_response_headers.is_some() {
-                return bad("keep_response_headers", "only meaningful with role \"front\"".into());
+            for (field, set) in [("keep_response_headers", raw.keep_response_headers.is_some()), ("max_offer_body", raw.max_offer_body.is_some())] {
+                if set {
+                    return bad(field, "only meaningful with role \"front\"".into());
+                }
             }
             let policy = match raw.policy.as_deref().unwrap_or("dynamic").parse::<Policy>() {
                 Ok(p) => p,
@@ -65,6 +71,22 @@ pub fn parse(json: &[u8]) -> Result<Role, String> {
     }
 }
 
+/// Envoy buffers a request body for retries up to 1 MiB by default; a larger
+/// body could not be replayed after a refusal, so it is not offered.
+pub const DEFAULT_MAX_OFFER_BODY: u64 = 1 << 20;
+
+/// Should a request with these body headers be offered (may be refused)? Only
+/// if its whole body is known to fit the retry buffer.
+pub fn offerable(content_length: Option<&str>, transfer_encoding: Option<&str>, max_offer_body: u64) -> bool {
+    if transfer_encoding.is_some() {
+        return false; // chunked: length unknown until the end
+    }
+    match content_length {
+        None => true,
+        Some(v) => v.trim().parse::<u64>().is_ok_and(|n| n <= max_offer_body),
+    }
+}
+
 /// Request headers a front proxy removes from clients: every `hunt`/`hunt-*`
 /// header and every `x-envoy-*` control (a client `x-envoy-retry-on: 5xx` made
 /// Envoy replay a POST an app had processed).
@@ -78,7 +100,7 @@ mod tests {
 
     #[test]
     fn roles() {
-        assert_eq!(parse(br#"{"role":"front"}"#).unwrap(), Role::Front { keep_response_headers: false });
+        assert_eq!(parse(br#"{"role":"front"}"#).unwrap(), Role::Front { keep_response_headers: false, max_offer_body: 1 << 20 });
         let s = parse(br#"{"role":"sidecar","policy":"static:4","workers":8,"id":"web-1"}"#).unwrap();
         assert_eq!(s, Role::Sidecar { policy: Policy::Static { c: 4 }, workers: 8, id: "web-1".into() });
     }
@@ -98,6 +120,15 @@ mod tests {
             let e = parse(json.as_bytes()).unwrap_err();
             assert!(e.contains(field), "{json}: {e}");
         }
+    }
+
+    #[test]
+    fn only_bodies_that_fit_are_offered() {
+        assert!(offerable(None, None, 100));
+        assert!(offerable(Some("100"), None, 100));
+        assert!(!offerable(Some("101"), None, 100));
+        assert!(!offerable(Some("x"), None, 100));
+        assert!(!offerable(None, Some("chunked"), 100));
     }
 
     #[test]

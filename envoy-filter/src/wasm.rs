@@ -139,12 +139,19 @@ impl Context for Front {}
 
 impl HttpContext for Front {
     fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
-        inc(self.metrics.requests);
+        let Role::Front { max_offer_body, .. } = *self.role else { return Action::Continue };
         for (name, _) in self.get_http_request_headers() {
             if config::strip_from_client(&name) {
                 self.set_http_request_header(&name, None);
                 inc(self.metrics.stripped);
             }
+        }
+        // The offer mark, once per request (the upstream filter names each try).
+        let cl = self.get_http_request_header("content-length");
+        let te = self.get_http_request_header("transfer-encoding");
+        if config::offerable(cl.as_deref(), te.as_deref(), max_offer_body) {
+            self.set_http_request_header(protocol::OFFER, Some("1"));
+            inc(self.metrics.requests);
         }
         Action::Continue
     }
@@ -163,7 +170,7 @@ impl HttpContext for Front {
             self.set_http_response_header(":status", Some("503"));
             self.set_http_response_header(protocol::BUSY_HEADER, None);
         }
-        if let Role::Front { keep_response_headers: false } = *self.role {
+        if let Role::Front { keep_response_headers: false, .. } = *self.role {
             self.set_http_response_header(protocol::BUSY_HEADER, None);
             self.set_http_response_header(protocol::SERVED_BY, None);
             self.set_http_response_header("x-envoy-attempt-count", None);
