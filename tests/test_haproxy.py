@@ -191,3 +191,34 @@ def test_bad_module_arg_fails_the_load_naming_the_key(procs, addrs, hroot):
     p = start_haproxy(procs, hroot, "haproxy-bad2", text)
     assert p.wait(timeout=15) != 0
     assert "`mapp`" in p.log(), p.log()
+
+
+def test_agent_check_drains_a_server_on_sigterm(procs, addrs, hroot):
+    import signal
+    bs = []
+    for _ in range(2):
+        host = addrs.host()
+        _, app = procs.workload(host, demand="const:0")
+        p, agent, admin = procs.agent(host, app, policy="always", agent_check=f"{host}:9902", drain_grace_ms=5000)
+        bs.append((host, p))
+    host = addrs.host()
+    listen, stats = f"{host}:10000", f"{host}:9999"
+    servers = "\n".join(f"    server web{i + 1} {h}:8080 agent-check agent-port 9902 agent-inter 300" for i, (h, _) in enumerate(bs))
+    text = haproxy_front_text(hroot, listen, stats, []) + servers + "\n"
+    wait_tcp(stats, start_haproxy(procs, hroot, f"haproxy-{host}", text))
+    wait_until(lambda: set(haproxy_server_states(stats).values()) == {"UP"}, timeout=10, what="both UP")
+    bs[0][1].signal(signal.SIGTERM)
+
+    def drained_by_agent():
+        # `show servers state`: srv_admin_state bit 0x08 is a drain set by the agent
+        # (the health check, 503 while draining, also marks it DOWN right after).
+        for line in haproxy_runtime(stats, "show servers state hunt").splitlines():
+            f = line.split()
+            if len(f) > 6 and f[3] == "web1":
+                return int(f[6]) & 0x08
+        return False
+
+    wait_until(drained_by_agent, timeout=5, what="web1 drained via agent-check")
+    # a draining server gets no new traffic
+    served = {request(listen, "GET", f"/d/{i}")[1].get("hunt-served-by") for i in range(20)}
+    assert served == {f"agent-{bs[1][0]}"}

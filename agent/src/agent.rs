@@ -78,6 +78,10 @@ impl Agent {
         self.inflight.get()
     }
 
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
     }

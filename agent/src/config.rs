@@ -36,6 +36,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub app: SocketAddr,
+    pub agent_check: Option<SocketAddr>,
     pub policy: Policy,
     pub workers: u32,
     pub load: LoadSource,
@@ -72,6 +73,9 @@ pub struct Raw {
     /// The app instance this agent fronts [default: 127.0.0.1:9000].
     #[arg(long)]
     pub app: Option<String>,
+    /// Optional address for HAProxy's agent-check: answers `ready up`, `drain` or `down`.
+    #[arg(long)]
+    pub agent_check: Option<String>,
     /// Acceptance policy: always | static:C | dynamic[:window=50,low=0.4,high=0.6,c0=1,c_max=N] [default: dynamic].
     #[arg(long)]
     pub policy: Option<String>,
@@ -136,7 +140,7 @@ impl Raw {
             }
             None => Raw::default(),
         };
-        overlay!(raw, flags, id, listen, admin, app, policy, workers, load, apache_status_url, apache_poll_ms,
+        overlay!(raw, flags, id, listen, admin, app, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, app_timeout_ms,
             app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms);
         raw.validate()
@@ -205,6 +209,10 @@ impl Raw {
             listen: addr("listen", self.listen, "127.0.0.1:8080")?,
             admin: addr("admin", self.admin, "127.0.0.1:9901")?,
             app: addr("app", self.app, "127.0.0.1:9000")?,
+            agent_check: match self.agent_check {
+                Some(v) => Some(addr("agent_check", Some(v), "")?),
+                None => None,
+            },
             id,
             policy,
             workers,

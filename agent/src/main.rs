@@ -61,6 +61,10 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
         tokio::spawn(load::poll_apache(board.clone(), status_url.clone(), *poll));
     }
     tokio::spawn(probe_while_down(agent.clone()));
+    if let Some(addr) = c.agent_check {
+        let l = TcpListener::bind(addr).await.with_context(|| format!("config key `agent_check`: bind {addr}"))?;
+        tokio::spawn(serve_agent_check(l, agent.clone()));
+    }
     tokio::spawn(serve_admin(admin, agent.clone()));
     tokio::spawn(serve(listener, agent.clone()));
     drain_on_signal(agent).await
@@ -113,6 +117,27 @@ async fn serve_admin(listener: TcpListener, agent: Arc<Agent>) {
                 }
             });
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
+
+/// HAProxy agent-check: one line per connection. `ready up` (ready clears a
+/// previous drain, up clears a previous down), `drain` after SIGTERM, `down`
+/// while the app is unreachable.
+async fn serve_agent_check(listener: TcpListener, agent: Arc<Agent>) {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let line: &[u8] = if agent.is_draining() {
+            b"drain\n"
+        } else if !agent.app_is_up() {
+            b"down\n"
+        } else {
+            b"ready up\n"
+        };
+        tokio::spawn(async move {
+            let _ = stream.write_all(line).await;
+            let _ = stream.shutdown().await;
         });
     }
 }
