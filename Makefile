@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup build wasm test test-rust test-lua test-integration demo bench-agent clean
+.PHONY: setup build wasm test test-rust test-lua test-integration demo bench-agent bench-proxies clean
 
 CARGO ?= cargo
 PYTEST ?= python3 -m pytest
@@ -34,9 +34,13 @@ demo: setup build
 	python3 scripts/demo.py
 
 # Benchmarks are never part of `make test`.
-bench-agent:
+bench-agent: setup wasm
 	$(CARGO) build --release -p huntlb-agent -p huntlb-bench
-	python3 bench/agent_overhead.py
+	HUNTLB_PROFILE=release python3 bench/agent_overhead.py
+
+bench-proxies: setup wasm
+	$(CARGO) build --release -p huntlb-agent -p huntlb-bench
+	HUNTLB_PROFILE=release python3 bench/proxy_overhead.py
 
 clean:
 	$(CARGO) clean

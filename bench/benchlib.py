@@ -1,0 +1,100 @@
+"""Helpers shared by huntlb's benchmark scripts: wrk runs, statistics, reports.
+
+Benchmarks reuse the integration tests' launch code (tests/testkit.py), so they
+run exactly the committed example configs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+RESULTS = ROOT / "docs" / "results"
+
+# two-sided 95% Student t quantiles by degrees of freedom
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t95(df: int) -> float:
+    if df in _T95:
+        return _T95[df]
+    keys = sorted(k for k in _T95 if k <= df)
+    return _T95[keys[-1]] if keys else 12.706
+
+
+def ci95(xs: list[float]) -> tuple[float, float]:
+    """Mean and half-width of its 95% confidence interval."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    return m, t95(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+_dur = re.compile(r"^([\d.]+)(us|ms|s)$")
+
+
+def _us(v: str) -> float:
+    m = _dur.match(v)
+    if not m:
+        raise ValueError(v)
+    return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+
+
+def wrk(url: str, conns: int, seconds: float, headers: dict | None = None, cpu: int | None = 1) -> dict:
+    """Closed-loop wrk run (Debian wrk): req/s and latency percentiles in us."""
+    argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency"]
+    for k, v in (headers or {}).items():
+        argv += ["-H", f"{k}: {v}"]
+    argv.append(url)
+    if cpu is not None and os.cpu_count() and os.cpu_count() > 1:
+        argv = ["taskset", "-c", str(cpu)] + argv
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60).stdout
+    res = {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))}
+    for p, v in re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", out, flags=re.M):
+        res[f"p{p}_us"] = _us(v)
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    res["non2xx"] = int(non2xx.group(1)) if non2xx else 0
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    res["socket_errors"] = sum(map(int, errs.groups())) if errs else 0
+    return res
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (and its reaped children), from /proc."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(f[11]) + int(f[12])) / ticks
+
+
+def machine() -> str:
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu or platform.processor()}, Linux {platform.release()}"
+
+
+def write_result(name: str, data: dict, markdown: str) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(markdown)
+    print(f"wrote docs/results/{name}.md and .json")
