@@ -55,7 +55,7 @@ def main():
 
 
 def report(runs, a):
-    d, acc, ref = runs["direct"], runs["agent, offer accepted"], runs["agent, offer refused"]
+    d, acc = runs["direct"], runs["agent, offer accepted"]
     added50 = [x["p50_us"] - y["p50_us"] for x, y in zip(acc["lat"], d["lat"])]
     added99 = [x["p99_us"] - y["p99_us"] for x, y in zip(acc["lat"], d["lat"])]
     ratio = [x["rps"] / y["rps"] for x, y in zip(acc["tput"], d["tput"])]

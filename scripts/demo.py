@@ -60,7 +60,7 @@ def main() -> int:
         for name, listen in fronts:
             refused0 = sum(b.refused() for b in bs)
             out = work / f"{name.replace(' ', '-')}.json"
-            r = subprocess.run([binary("huntlb-loadgen"), "--target", f"http://{listen}/", "--rate", f"{rate:.1f}",
+            subprocess.run([binary("huntlb-loadgen"), "--target", f"http://{listen}/", "--rate", f"{rate:.1f}",
                                 "--duration", str(a.seconds), "--arrival", "poisson", "--json", str(out)],
                                capture_output=True, text=True, timeout=a.seconds + 120)
             rep = json.loads(out.read_text())

@@ -5,7 +5,6 @@ import http.client
 import os
 import signal
 import threading
-import time
 import uuid
 
 import pytest
