@@ -175,7 +175,8 @@ local function start_sidecar(args)
                 txn:set_var("txn.hunt_refuse", true)
             end
         else
-            counts[class == "final" and "finals" or class] = counts[class == "final" and "finals" or class] + 1
+            local key = class == "final" and "finals" or class
+            counts[key] = counts[key] + 1
         end
     end, 0)
 

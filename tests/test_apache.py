@@ -106,4 +106,6 @@ def test_scoreboard_mode_follows_apache_busy_workers(procs, apache):
         t.join(timeout=10)
     wait_until(lambda: metrics(admin)["huntlb_busy"] == 0, what="scoreboard back to idle")
     assert request(agent, "GET", "/server-status?auto", headers=OFFER)[0] == 200
-    assert metrics(admin)["huntlb_inflight"] == 0
+    m = metrics(admin)
+    assert m["huntlb_inflight"] == 0
+    assert m['huntlb_apache_polls_total{result="ok"}'] > 10 and m['huntlb_apache_polls_total{result="failed"}'] == 0

@@ -53,7 +53,8 @@ def test_dynamic_moves_c_as_algorithm_2_says(procs, addrs, kind):
     host = addrs.host()
     _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
     h = start_hunter(kind, procs, host, app, "dynamic:window=10,c0=2")
-    held = hold(h.addr, 4, work_ms=4000)
+    # held long enough to outlast the 30 offers below even on a slow machine
+    held = hold(h.addr, 4, work_ms=12000)
     wait_until(lambda: h.inflight() == 4, what="4 held")
     # b = 4, c0 = 2: offers are refused; the 10th and 20th offers close windows with
     # ratio 0 and raise c to 3, then 4; the 30th raises c to 5 > b and is accepted.
@@ -64,8 +65,9 @@ def test_dynamic_moves_c_as_algorithm_2_says(procs, addrs, kind):
         assert status == (200 if i == 30 else 425), f"{kind} offer {i}"
         if i in expect_c:
             assert h.c() == expect_c[i], f"{kind}: c after offer {i}"
+    assert h.inflight() == 4, "the held load ended before the offers did: the run proves nothing"
     for t in held:
-        t.join(timeout=10)
+        t.join(timeout=20)
     wait_until(lambda: h.inflight() == 0, what="held requests done")
     # idle: offers 31-39 accepted; the 40th sees 10/10 (> 0.6) and lowers c to 4
     for i in range(31, 41):

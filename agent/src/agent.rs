@@ -97,6 +97,7 @@ impl Agent {
             workers: self.cfg.workers,
             app_up: self.app_up.load(Ordering::Acquire),
             draining: self.draining.load(Ordering::Acquire),
+            apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),
         }
     }
 

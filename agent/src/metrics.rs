@@ -48,6 +48,9 @@ pub struct Gauges {
     pub workers: u32,
     pub app_up: bool,
     pub draining: bool,
+    /// With load = apache: (polls, failed polls). A failing status page keeps
+    /// the last BusyWorkers, so its failures must be visible.
+    pub apache_polls: Option<(u64, u64)>,
 }
 
 impl Metrics {
@@ -101,6 +104,11 @@ impl Metrics {
         ];
         for (name, help, val) in gauges {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {val}");
+        }
+        if let Some((polls, failed)) = g.apache_polls {
+            let _ = writeln!(o, "# HELP huntlb_apache_polls_total mod_status polls, by result.\n# TYPE huntlb_apache_polls_total counter");
+            let _ = writeln!(o, "huntlb_apache_polls_total{{result=\"ok\"}} {}", polls - failed);
+            let _ = writeln!(o, "huntlb_apache_polls_total{{result=\"failed\"}} {failed}");
         }
         if let Some(c) = g.c {
             let _ = writeln!(o, "# HELP huntlb_policy_c The acceptance threshold c in effect.\n# TYPE huntlb_policy_c gauge\nhuntlb_policy_c {c}");

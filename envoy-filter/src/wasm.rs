@@ -195,7 +195,9 @@ impl Sidecar {
             let next = (i64::from(cur) + delta).max(0) as u32;
             match self.set_shared_data(INFLIGHT_KEY, Some(&next.to_le_bytes()), cas) {
                 Ok(()) => {
-                    let _ = hostcalls::record_metric(self.metrics.inflight, u64::from(next));
+                    // Add, not record: snapshots written by two worker threads can
+                    // land out of order and leave the gauge stale.
+                    let _ = hostcalls::increment_metric(self.metrics.inflight, i64::from(next) - i64::from(cur));
                     return next;
                 }
                 Err(Status::CasMismatch) => continue,

@@ -207,7 +207,7 @@ pub struct SharedPolicy {
 
 impl SharedPolicy {
     pub fn new(policy: Policy) -> Self {
-        SharedPolicy { policy, state: AtomicU64::new(pack(policy.initial_state())) }
+        SharedPolicy { policy, state: AtomicU64::new(policy.initial_state().to_bits()) }
     }
 
     pub fn policy(&self) -> &Policy {
@@ -222,10 +222,10 @@ impl SharedPolicy {
         }
         let mut current = self.state.load(Ordering::Acquire);
         loop {
-            let out = self.policy.decide(unpack(current), try_, load);
+            let out = self.policy.decide(State::from_bits(current), try_, load);
             match self.state.compare_exchange_weak(
                 current,
-                pack(out.state),
+                out.state.to_bits(),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
@@ -237,17 +237,10 @@ impl SharedPolicy {
 
     /// The state as of now (for metrics: the current `c`).
     pub fn state(&self) -> State {
-        unpack(self.state.load(Ordering::Acquire))
+        State::from_bits(self.state.load(Ordering::Acquire))
     }
 }
 
-fn pack(s: State) -> u64 {
-    s.to_bits()
-}
-
-fn unpack(v: u64) -> State {
-    State::from_bits(v)
-}
 
 #[cfg(test)]
 mod tests {
@@ -260,9 +253,9 @@ mod tests {
     #[test]
     fn pack_round_trips() {
         let s = State { c: 33, attempt: 49, accepted: 17 };
-        assert_eq!(unpack(pack(s)), s);
+        assert_eq!(State::from_bits(s.to_bits()), s);
         let a = Policy::Always.initial_state();
-        assert_eq!(unpack(pack(a)), a);
+        assert_eq!(State::from_bits(a.to_bits()), a);
     }
 
     #[test]
