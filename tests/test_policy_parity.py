@@ -62,7 +62,7 @@ def test_dynamic_moves_c_as_algorithm_2_says(procs, addrs, kind):
     for i in range(1, 31):
         wait_until(lambda: h.inflight() == 4, what="back to 4 in flight")
         status = request(h.addr, "GET", "/o?work_ms=0", headers=OFFER)[0]
-        assert status == (200 if i == 30 else 425), f"{kind} offer {i}"
+        assert status == (200 if i == 30 else 425), f"{kind} offer {i}: inflight {h.inflight()}, c {h.c()}"
         if i in expect_c:
             assert h.c() == expect_c[i], f"{kind}: c after offer {i}"
     assert h.inflight() == 4, "the held load ended before the offers did: the run proves nothing"

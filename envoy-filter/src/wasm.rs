@@ -90,9 +90,15 @@ impl RootContext for Root {
         match config::parse(&bytes) {
             Ok(role) => {
                 if let Role::Sidecar { policy, .. } = &role {
-                    // First worker to configure seeds the shared policy state.
+                    // Seed both keys before any traffic: compare-and-swap only
+                    // protects a key that exists (an absent key is written
+                    // unconditionally), so two threads creating it at once would
+                    // lose an update.
                     if let (None, cas) = self.get_shared_data(POLICY_KEY) {
                         let _ = self.set_shared_data(POLICY_KEY, Some(&policy.initial_state().to_bits().to_le_bytes()), cas);
+                    }
+                    if let (None, cas) = self.get_shared_data(INFLIGHT_KEY) {
+                        let _ = self.set_shared_data(INFLIGHT_KEY, Some(&0u32.to_le_bytes()), cas);
                     }
                 }
                 let defined = match role {
