@@ -1,5 +1,7 @@
 //! huntlb's measuring side: the workload app that stands in for the SRLB paper's
-//! Apache servers, and (in later modules) the load generator and scenarios.
+//! Apache servers, the load generator, and the simulator the real runs are
+//! compared with.
 
 pub mod loadgen;
+pub mod sim;
 pub mod workload;
