@@ -13,7 +13,7 @@
 --   A background task keeps FILE current with the usable servers of backend
 --   NAME: keys 0..5039, key i -> the (i mod n)-th usable server. The config
 --   picks the first candidate with native fetches and no per-request Lua:
---     rand,mod(5040),map_int(FILE)
+--     rand,mod(5040),map_str(FILE)
 --   5040 = lcm(1..10): the pick is exactly uniform up to 10 servers (and within
 --   0.2% for a few more). With fewer than 2 usable servers the map is emptied,
 --   the lookup fails and the request is not offered (a retry would come back).
