@@ -146,15 +146,20 @@ impl Context for Front {}
 impl HttpContext for Front {
     fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
         let Role::Front { max_offer_body, .. } = *self.role else { return Action::Continue };
-        for (name, _) in self.get_http_request_headers() {
+        // One host call for the whole header map: it serves the strip and the
+        // body-size check (a host call per header costs more than the copy).
+        let (mut cl, mut te) = (None, None);
+        for (name, value) in self.get_http_request_headers() {
             if config::strip_from_client(&name) {
                 self.set_http_request_header(&name, None);
                 inc(self.metrics.stripped);
+            } else if name == "content-length" {
+                cl = Some(value);
+            } else if name == "transfer-encoding" {
+                te = Some(value);
             }
         }
         // The offer mark, once per request (the upstream filter names each try).
-        let cl = self.get_http_request_header("content-length");
-        let te = self.get_http_request_header("transfer-encoding");
         if config::offerable(cl.as_deref(), te.as_deref(), max_offer_body) {
             self.set_http_request_header(protocol::OFFER, Some("1"));
             inc(self.metrics.requests);
