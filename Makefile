@@ -1,13 +1,17 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup build wasm test test-rust test-lua test-integration demo bench-agent bench-proxies clean
+.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo \
+	bench bench-quick bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies clean
 
 CARGO ?= cargo
 PYTEST ?= python3 -m pytest
 
 setup:
 	./scripts/setup.sh
+
+bench-setup:
+	./scripts/setup.sh --bench
 
 build: wasm
 	$(CARGO) build --workspace --bins
@@ -33,14 +37,37 @@ test-integration: build
 demo: setup build
 	python3 scripts/demo.py
 
-# Benchmarks are never part of `make test`.
-bench-agent: setup wasm
-	$(CARGO) build --release -p huntlb-agent -p huntlb-bench
-	HUNTLB_PROFILE=release python3 bench/agent_overhead.py
+# Benchmarks are never part of `make test`. They use release builds and write
+# docs/results/ (docs/bench.md says what each measures and how long it takes).
+BENCH := HUNTLB_PROFILE=release python3
 
-bench-proxies: setup wasm
+release: wasm
 	$(CARGO) build --release -p huntlb-agent -p huntlb-bench
-	HUNTLB_PROFILE=release python3 bench/proxy_overhead.py
+
+# The headline plot in under 10 minutes, to bench/out/quick/ (docs/results/ untouched).
+bench-quick: bench-setup release
+	$(BENCH) bench/srlb.py --quick
+
+# Every scenario of the seeds, regenerating docs/results/ (about 75 minutes on 2 cores).
+bench: bench-srlb bench-sim bench-elb bench-throughput
+
+bench-srlb: bench-setup release
+	$(BENCH) bench/srlb.py
+
+bench-sim: bench-setup release
+	$(BENCH) bench/simulate.py
+
+bench-elb: bench-setup release
+	$(BENCH) bench/elb.py
+
+bench-throughput: bench-setup release
+	$(BENCH) bench/throughput.py
+
+bench-agent: setup release
+	$(BENCH) bench/agent_overhead.py
+
+bench-proxies: setup release
+	$(BENCH) bench/proxy_overhead.py
 
 clean:
 	$(CARGO) clean

@@ -11,10 +11,15 @@ import math
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+# A benchmark stopped with SIGTERM (timeout, kill) unwinds like Ctrl-C, so its
+# `finally` stops every process it started.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -57,7 +62,7 @@ def _us(v: str) -> float:
 
 def wrk(url: str, conns: int, seconds: float, headers: dict | None = None, cpu: int | None = 1) -> dict:
     """Closed-loop wrk run (Debian wrk): req/s and latency percentiles in us."""
-    argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency"]
+    argv = ["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency"]  # wrk takes whole seconds
     for k, v in (headers or {}).items():
         argv += ["-H", f"{k}: {v}"]
     argv.append(url)
@@ -93,8 +98,8 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {cpu or platform.processor()}, Linux {platform.release()}"
 
 
-def write_result(name: str, data: dict, markdown: str) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
-    (RESULTS / f"{name}.md").write_text(markdown)
-    print(f"wrote docs/results/{name}.md and .json")
+def write_result(name: str, data: dict, markdown: str, out: Path = RESULTS) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out / f"{name}.md").write_text(markdown)
+    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/{name}.md and .json")

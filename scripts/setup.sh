@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install everything huntlb's tests, demo and bench need on a Debian bookworm
-# machine. Idempotent: a second run installs nothing and takes seconds.
+# Install everything huntlb's tests and demo need on a Debian bookworm machine
+# (with --bench: the benchmarks' plotting too). Idempotent: a second run installs
+# nothing and takes seconds.
 set -euo pipefail
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -43,6 +44,11 @@ if [ ! -x "$TRIXIE/usr/sbin/haproxy" ]; then
         mv "$TRIXIE.partial" "$TRIXIE"
     fi
     chroot "$TRIXIE" apt-get install -y -qq --no-install-recommends haproxy >/dev/null
+fi
+
+# The benchmarks' plots (make bench, make bench-quick); the tests do not need it.
+if [ "${1:-}" = "--bench" ]; then
+    python3 -c 'import matplotlib' 2>/dev/null || { echo "setup: pip install matplotlib"; python3 -m pip install -q matplotlib; }
 fi
 
 echo "setup: ok ($(haproxy -v | head -1 | cut -d' ' -f1-3); $(chroot "$TRIXIE" haproxy -v | head -1 | cut -d' ' -f1-3); envoy $ENVOY_VERSION; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"

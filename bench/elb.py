@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Scenario 4: the ELB benchmark categories (seed 001), through the real proxies.
+
+* gain/loss: served req/s and latency straight to the agents vs through each
+  hunting front, offered rate swept in powers of two (tiny page: the proxy's
+  cost, not the apps', is what shows).
+* agility: 8 backends with 1, 1, 2, 2, 4, 4, 8, 8 emulated cores at 70% of their
+  total capacity: does traffic follow capacity? RR vs SR_dyn vs least-request.
+* fairness: Jain's index of busy workers over the 12 homogeneous backends of the
+  SRLB sweep at ρ = 0.88 (read from docs/results/srlb-poisson.json).
+* convergence: 4 backends under steady load; one is killed (SIGKILL, app and
+  agent) every 5 s down to one, then restored one every 5 s. Per-backend
+  throughput over time, client errors, and how long the front took to mark each
+  one down and back up (health checks: 0.5 s interval, 2 failures / 2 successes).
+
+Usage: python3 bench/elb.py [--quick]   Writes docs/results/elb.{md,json,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import plots
+from benchlib import RESULTS, machine, write_result
+from fleet import STRATEGIES, Fleet, Sampler, drive, start_front, summary, wait_all_up
+from testkit import Addrs, HaproxyRoot, Procs
+
+PROXIES = ("envoy", "haproxy")
+LEAST = {"envoy": "LEAST_REQUEST", "haproxy": "leastconn"}
+
+
+def gain_loss(work: Path, quick: bool) -> dict:
+    procs, addrs = Procs(work), Addrs()
+    hr = HaproxyRoot("2.6")
+    try:
+        fleet = Fleet(procs, addrs, [1000.0] * 4, workers=1000, backlog=10000, mean_ms=0.0001, policy="dynamic")
+        fleet.start()
+        paths = {"direct to agents": [f"http://{b.agent}/" for b in fleet.backends]}
+        for proxy in PROXIES:
+            hunting, lb = STRATEGIES[proxy]["hunt"]
+            paths[f"via {proxy} hunting"] = [start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name="gain").url]
+        rates = [256, 512, 1024, 2048, 4096] if quick else [256, 512, 1024, 2048, 4096, 8192, 16384]
+        curves, points = {k: [] for k in paths}, []
+        for rate in rates:
+            for name, urls in paths.items():
+                rep = summary(drive(urls, rate, 3.0, work / f"gain-{rate}-{len(points)}.json", seed=rate))
+                points.append({"path": name, "rate": rate, **{k: rep[k] for k in ("achieved_rate", "completed", "errors",
+                                                                                    "p50_ms", "p99_ms", "valid")}})
+                if rep["valid"]:
+                    curves[name].append((rate, rep["completed"] / 3.0))
+                print(f"  gain/loss {name:20s} {rate:6d}/s: served {rep['completed'] / 3.0:8.0f}/s p50 {rep['p50_ms']:.2f} ms"
+                      f"{'' if rep['valid'] else '  (generator fell behind: not a result)'}", flush=True)
+        return {"curves": curves, "points": points}
+    finally:
+        procs.stop_all()
+        hr.cleanup()
+
+
+def agility(work: Path, quick: bool) -> dict:
+    procs, addrs = Procs(work), Addrs()
+    hr = HaproxyRoot("2.6")
+    cores = [1, 1, 2, 2, 4, 4, 8, 8]
+    try:
+        fleet = Fleet(procs, addrs, [float(c) for c in cores], mean_ms=10.0, policy="dynamic").start()
+        rate, seconds = 0.7 * fleet.capacity, 5.0 if quick else 10.0
+        shares, runs = {}, []
+        for proxy in PROXIES:
+            for name, strategy in (("RR", "RR"), ("SR_dyn", "hunt"), (LEAST[proxy], LEAST[proxy])):
+                if strategy == "hunt":
+                    fleet.set_policy("dynamic")
+                hunting, lb = STRATEGIES[proxy][strategy]
+                f = start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name=f"agility-{strategy}".replace("(", "").replace(")", ""))
+                wait_all_up(f, len(cores))
+                before = fleet.stats()
+                rep = summary(drive([f.url], rate, seconds, work / f"agility-{proxy}-{name}.json"))
+                after = fleet.stats()
+                served = [a["served"] - b["served"] for a, b in zip(after, before)]
+                rejected = sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before))
+                share = [s / max(sum(served), 1) for s in served]
+                shares[f"{proxy} {name}"] = share
+                runs.append({"proxy": proxy, "policy": name, "served": served, "backlog_rejected": rejected,
+                             **{k: rep[k] for k in ("mean_ms", "p50_ms", "p99_ms", "errors", "valid")}})
+                print(f"  agility {proxy:7s} {name:13s}: mean {rep['mean_ms']:7.1f} ms p99 {rep['p99_ms']:8.1f} errors {rep['errors']}"
+                      f" shares {' '.join(f'{x:.2f}' for x in share)}", flush=True)
+        return {"cores": cores, "rate": rate, "seconds": seconds, "shares": shares, "runs": runs}
+    finally:
+        procs.stop_all()
+        hr.cleanup()
+
+
+def fairness() -> dict | None:
+    path = RESULTS / "srlb-poisson.json"
+    if not path.exists():
+        return None
+    runs = json.loads(path.read_text())["runs"]
+    out = {}
+    for r in runs:
+        if r["rho"] == 0.88 and r.get("fairness") is not None and r.get("instances", 1) == 1:
+            key = f"{r['proxy']} {r['policy']}"
+            out.setdefault(key, []).append((r["fairness"], _jain(list(r["served_by"].values()))))
+    return {k: {"busy_jain": sum(x for x, _ in v) / len(v), "served_jain": sum(y for _, y in v) / len(v), "runs": len(v)}
+            for k, v in out.items()}
+
+
+def _jain(xs):
+    s, s2 = sum(xs), sum(x * x for x in xs)
+    return s * s / (len(xs) * s2) if s2 else None
+
+
+def convergence(work: Path, quick: bool) -> dict:
+    step = 5.0
+    out = {"step_s": step, "throughput": {}, "events": [], "detect": {}, "runs": {}}
+    for proxy in PROXIES:
+        procs, addrs = Procs(work), Addrs()
+        hr = HaproxyRoot("2.6") if proxy == "haproxy" else None
+        try:
+            fleet = Fleet(procs, addrs, [2.0] * 4, mean_ms=10.0, policy="dynamic").start()
+            hunting, lb = STRATEGIES[proxy]["hunt"]
+            front = start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name="conv")
+            # The front's name for each backend: its address (Envoy) or server name (HAProxy).
+            names = [b.agent for b in fleet.backends] if proxy == "envoy" else [f"web{i + 1}" for i in range(4)]
+            rate = 0.2 * fleet.capacity  # one backend alone can still serve it (rho 0.8)
+            plan = [(step * (i + 1), "kill", i) for i in range(3)] + [(step * (4 + i), "revive", 2 - i) for i in range(3)]
+            total = step * 7 + 2
+            health_log, stop = [], threading.Event()
+
+            def watch():
+                deadline = time.monotonic() + total + 30
+                while not stop.is_set() and time.monotonic() < deadline:
+                    try:
+                        health_log.append((time.monotonic(), front.health()))
+                    except OSError:
+                        pass
+                    stop.wait(0.05)
+
+            result = {}
+            t_watch = threading.Thread(target=watch, daemon=True)
+            with Sampler(fleet, 0.5) as s:
+                t0 = time.monotonic()
+                t_watch.start()
+                t_load = threading.Thread(target=lambda: result.update(
+                    summary(drive([front.url], rate, total, work / f"conv-{proxy}.json"))), daemon=True)
+                t_load.start()
+                events = []
+                for at, what, i in plan:
+                    time.sleep(max(0.0, t0 + at - time.monotonic()))
+                    if what == "kill":
+                        for p in (fleet.backends[i].agent_proc, fleet.backends[i].app_proc):
+                            p.signal(signal.SIGKILL)
+                    else:
+                        fleet.revive(i)
+                    events.append({"t": time.monotonic() - t0, "what": what, "backend": i})
+                t_load.join(timeout=total + 120)
+            stop.set()
+            t_watch.join(timeout=5)
+            # Detection and recovery: from each event to the front's view changing.
+            detect = []
+            for ev in events:
+                name = names[ev["backend"]]
+                want = ev["what"] == "revive"
+                hit = next((t - t0 for t, h in health_log if t - t0 >= ev["t"] and h.get(name) is want), None)
+                detect.append({**ev, "seen_after_s": None if hit is None else hit - ev["t"]})
+            # Per-backend throughput (served/s) between samples.
+            series = {}
+            for i in range(4):
+                pts, prev = [], None
+                for t, _, served in s.rows:
+                    v = served[i]
+                    if v is not None and prev is not None and prev[1] is not None and v >= prev[1]:
+                        pts.append((t, (v - prev[1]) / (t - prev[0])))
+                    elif v is None:
+                        pts.append((t, 0.0))
+                    prev = (t, v)
+                series[f"{proxy} backend {i}"] = pts
+            out["throughput"].update(series)
+            out["events"] = events
+            out["detect"][proxy] = detect
+            out["runs"][proxy] = {k: result.get(k) for k in ("completed", "errors", "mean_ms", "p99_ms", "valid")}
+            print(f"  convergence {proxy}: {result.get('completed')} requests, {result.get('errors')} errors; "
+                  + ", ".join(f"{d['what']} {d['backend']}: {d['seen_after_s'] if d['seen_after_s'] is None else round(d['seen_after_s'], 2)} s"
+                              for d in detect), flush=True)
+        finally:
+            procs.stop_all()
+            if hr:
+                hr.cleanup()
+    return out
+
+
+def report(d: dict, quick: bool) -> str:
+    g, a, f, c = d["gain_loss"], d["agility"], d["fairness"], d["convergence"]
+    gl = "\n".join(f"| {p['rate']} | {p['path']} | {p['completed'] / 3.0:.0f} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f} | {p['errors']} |"
+                   f" {'yes' if p['valid'] else 'no (generator behind)'} |" for p in g["points"])
+    ag = "\n".join(f"| {r['proxy']} | {r['policy']} | {r['mean_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} | {r['backlog_rejected']} |"
+                   f" {' '.join(f'{x:.2f}' for x in a['shares'][r['proxy'] + ' ' + r['policy']])} |" for r in a["runs"])
+    cap = " ".join(f"{x / sum(a['cores']):.2f}" for x in a["cores"])
+    fr = "\n".join(f"| {k} | {v['busy_jain']:.3f} | {v['served_jain']:.4f} | {v['runs']} |" for k, v in sorted((f or {}).items()))
+    cv = "\n".join(f"| {p} | {c['runs'][p]['completed']} | {c['runs'][p]['errors']} | "
+                   + " | ".join("—" if x["seen_after_s"] is None else f"{x['seen_after_s']:.2f}" for x in c["detect"][p]) + " |"
+                   for p in c["detect"])
+    return f"""# ELB benchmark categories (seed 001) through the real proxies
+
+`python3 bench/elb.py{' --quick' if quick else ''}` on {machine()}. Every process on loopback on one
+2-core machine; the hunting fronts are the committed example configs.
+
+![ELB categories](elb.png)
+
+## Gain/loss: throughput with and without the proxy
+
+Tiny page (zero-demand apps, 4 backends with agents), open-loop Poisson for 3 s per rate.
+"Direct" spreads requests over the 4 agents itself. A point the generator could not keep
+up with is not a result.
+
+| offered req/s | path | served req/s | p50 ms | p99 ms | errors | valid |
+|--------------:|------|-------------:|-------:|-------:|-------:|-------|
+{gl}
+
+## Agility: does traffic follow capacity?
+
+8 backends with {', '.join(str(x) for x in a['cores'])} emulated cores (32 workers, backlog 128, exp(10 ms)),
+Poisson at {a['rate']:.0f} req/s = 70% of their total capacity, {a['seconds']:.0f} s per run. Capacity shares:
+{cap}.
+
+| proxy | policy | mean ms | p99 ms | client errors | backlog rejected | request share per backend |
+|-------|--------|--------:|-------:|--------------:|-----------------:|---------------------------|
+{ag}
+
+## Fairness: Jain's index over homogeneous backends
+
+From the SRLB sweep's runs at ρ = 0.88 (12 identical backends). Busy: the mean over time
+of Jain's index of busy workers (1 = every server equally busy at every instant);
+served: of requests served per backend over the run.
+
+| front | busy workers | requests served | runs |
+|-------|-------------:|----------------:|-----:|
+{fr}
+
+## Convergence: backends killed and restored
+
+4 backends (2 cores, exp(10 ms)), Poisson at 20% of their total capacity (one backend alone
+can serve it), through the hunting front. Backends 0, 1, 2 are killed (SIGKILL of app and
+agent) at 5, 10, 15 s, then restored in reverse at 20, 25, 30 s. Seconds until the front's
+health view changed after each event (checks every 0.5 s, down after 2 failures, up after 2
+successes):
+
+| proxy | requests | client errors | kill 0 | kill 1 | kill 2 | revive 2 | revive 1 | revive 0 |
+|-------|---------:|--------------:|-------:|-------:|-------:|---------:|---------:|---------:|
+{cv}
+
+A client error here is a request that was in flight on a backend when it was killed: the
+proxy cannot know whether the app processed it, so it does not replay it.
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="huntlb-elb-"))
+    d = {"machine": machine(), "quick": a.quick}
+    print("gain/loss", flush=True)
+    d["gain_loss"] = gain_loss(work, a.quick)
+    print("agility", flush=True)
+    d["agility"] = agility(work, a.quick)
+    d["fairness"] = fairness()
+    print("convergence", flush=True)
+    d["convergence"] = convergence(work, a.quick)
+    plots.elb(d, RESULTS)
+    write_result("elb", d, report(d, a.quick))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""A fleet of workload apps with agents, the fronts that balance over them, and
+one open-loop drive: what the SRLB and ELB scenarios share.
+
+Everything runs the committed example configs through tests/testkit.py (the
+integration tests' launcher), on loopback, and is stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testkit import (Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, envoy_host_health, front_config,
+                     haproxy_front_text, haproxy_server_states, start_envoy, start_haproxy, wait_tcp, wait_until)
+
+# How each named balancing strategy is set up: (proxy, hunting?, lb setting).
+# RR is the paper's baseline: random, no hunting. SR_* hunt with that agent policy,
+# the second candidate drawn at random as in the paper. HAProxy's plain `random`
+# means random(2), two draws and the less loaded (its manual: "The default value
+# is 2"), so the paper's RR and random second candidate are random(1) there.
+STRATEGIES = {
+    "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "LEAST_REQUEST": (False, "LEAST_REQUEST")},
+    "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random(1)"), "leastconn": (False, "leastconn"),
+                "random(2)": (False, "random(2)")},
+}
+
+# The acceptance policy each hunting strategy asks of the agents.
+HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "SR_dyn": "dynamic"}
+
+
+@dataclass
+class Fleet:
+    """n workload apps, each behind an agent on its own 127.x.y.z."""
+
+    procs: Procs
+    addrs: Addrs
+    cores: list[float]
+    workers: int = 32
+    backlog: int = 128
+    mean_ms: float = 10.0
+    policy: str = "always"
+    backends: list[Backend] = field(default_factory=list)
+
+    def start(self) -> "Fleet":
+        for i, k in enumerate(self.cores):
+            host = self.addrs.host()
+            app_proc, app = self.procs.workload(host, workers=self.workers, cores=k, backlog=self.backlog,
+                                                demand=f"exp:{self.mean_ms}", seed=1000 + i)
+            agent_proc, agent, admin = self.procs.agent(host, app, policy=self.policy, workers=self.workers,
+                                                        drain_grace_ms=0)
+            self.backends.append(Backend(host, app, agent, admin, app_proc, agent_proc))
+        return self
+
+    @property
+    def capacity(self) -> float:
+        """Requests/s the apps can serve: sum of cores / mean demand."""
+        return sum(self.cores) / (self.mean_ms / 1000)
+
+    def set_policy(self, policy: str) -> None:
+        """Restart every agent in place with this acceptance policy (fresh state)."""
+        for b in self.backends:
+            b.agent_proc.stop()
+        for b in self.backends:
+            b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=policy, workers=self.workers, drain_grace_ms=0)
+        self.policy = policy
+
+    def kill(self, i: int) -> None:
+        """Stop backend i's app and agent (a dead host)."""
+        b = self.backends[i]
+        b.agent_proc.stop()
+        b.app_proc.stop()
+
+    def revive(self, i: int) -> None:
+        b = self.backends[i]
+        b.app_proc, _ = self.procs.workload(b.host, workers=self.workers, cores=self.cores[i], backlog=self.backlog,
+                                            demand=f"exp:{self.mean_ms}", seed=2000 + i)
+        b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=self.policy, workers=self.workers, drain_grace_ms=0)
+
+    def stats(self) -> list[dict | None]:
+        out = []
+        for b in self.backends:
+            try:
+                out.append(app_stats(b.app) if b.app_proc.alive() else None)
+            except OSError:
+                out.append(None)
+        return out
+
+    def refused(self) -> float:
+        return sum(b.refused() for b in self.backends if b.agent_proc.alive())
+
+
+@dataclass
+class Front:
+    """One proxy instance over the fleet."""
+
+    proxy: str  # envoy | haproxy
+    url: str
+    health: object  # () -> {backend addr or name: healthy?}
+    pid: int
+
+
+def start_front(procs: Procs, addrs: Addrs, fleet: Fleet, proxy: str, hunting: bool, lb: str,
+                hr: HaproxyRoot | None = None, name: str = "front", no_smart: bool = False) -> Front:
+    """A front from the committed example config. no_smart (HAProxy): turn off
+    tcp-smart-accept and tcp-smart-connect, to measure what they save."""
+    host = addrs.host()
+    listen = f"{host}:10000"
+    if proxy == "envoy":
+        admin = f"{host}:9902"
+        p = start_envoy(procs, f"envoy-{name}", front_config(listen, admin, [b.agent for b in fleet.backends],
+                                                              lb_policy=lb, hunting=hunting), concurrency=1)
+        health = lambda: {k: v == "healthy" for k, v in envoy_host_health(admin).items()}  # noqa: E731
+    else:
+        stats = f"{host}:9999"
+        text = haproxy_front_text(hr, listen, stats, fleet.backends, hunting=hunting, balance=lb)
+        if no_smart:
+            text = text.replace("    option tcp-smart-", "    no option tcp-smart-")
+        p = start_haproxy(procs, hr, f"haproxy-{name}", text)
+        wait_tcp(stats, p)
+        health = lambda: {k: v.startswith("UP") for k, v in haproxy_server_states(stats).items()}  # noqa: E731
+    f = Front(proxy, f"http://{listen}/", health, p.pid)
+    wait_all_up(f, len(fleet.backends))
+    return f
+
+
+def wait_all_up(front: Front, n: int, timeout: float = 20) -> None:
+    wait_until(lambda: (h := front.health()) and len(h) == n and all(h.values()), timeout=timeout,
+               what=f"{front.proxy} sees all {n} backends up")
+
+
+def drive(urls: list[str], rate: float, seconds: float, out: Path, seed: int = 1) -> dict:
+    """One open-loop Poisson run (huntlb-loadgen); returns its JSON report."""
+    argv = [binary("huntlb-loadgen"), "--rate", f"{rate:.2f}", "--duration", f"{seconds}", "--arrival", "poisson",
+            "--max-inflight", "8192", "--seed", str(seed), "--json", str(out)]
+    for u in urls:
+        argv += ["--target", u]
+    subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 180)
+    return json.loads(out.read_text())
+
+
+class Sampler:
+    """Polls each app's busy workers and served count every `every` seconds."""
+
+    def __init__(self, fleet: Fleet, every: float = 0.2):
+        self.fleet, self.every = fleet, every
+        self.rows: list[tuple[float, list[int | None], list[int | None]]] = []  # (t, busy, served)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Sampler":
+        self.t0 = time.monotonic()
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join(timeout=10)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 3600  # bounded, whatever happens
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            s = self.fleet.stats()
+            self.rows.append((time.monotonic() - self.t0, [x and x["busy"] for x in s], [x and x["served"] for x in s]))
+            self._stop.wait(self.every)
+
+    def fairness(self) -> float | None:
+        """Jain's index of busy workers, averaged over samples where any were busy."""
+        vals = [jain([b or 0 for b in busy]) for _, busy, _ in self.rows]
+        vals = [v for v in vals if v is not None]
+        return sum(vals) / len(vals) if vals else None
+
+
+def jain(xs: list[float]) -> float | None:
+    s, s2 = sum(xs), sum(x * x for x in xs)
+    return s * s / (len(xs) * s2) if s2 > 0 else None
+
+
+def summary(rep: dict) -> dict:
+    """The numbers a scenario keeps from one loadgen report (times in ms)."""
+    pct = dict((p, v) for p, v in rep["latency"]["percentiles"])
+    non2xx = sum(n for s, n in rep["status"].items() if not 200 <= int(s) < 300)
+    return {"completed": rep["completed"], "errors": rep["errors"] + non2xx, "achieved_rate": rep["achieved_rate"],
+            "mean_ms": rep["latency"]["mean_us"] / 1e3, "p50_ms": pct[50.0] / 1e3, "p90_ms": pct[90.0] / 1e3,
+            "p99_ms": pct[99.0] / 1e3, "served_by": rep["served_by"], "valid": rep["valid"],
+            "invalid_reason": rep["invalid_reason"], "lateness_p99_us": dict(rep["send_lateness"]["percentiles"])[99.0]}
+
+
+def cdf(rep: dict, points: int = 200) -> list[tuple[float, float]]:
+    """(ms, fraction) from the loadgen's full histogram, thinned to ~points."""
+    hist = rep["histogram"]
+    total = sum(c for _, c in hist) or 1
+    out, acc = [], 0
+    step = max(1, len(hist) // points)
+    for i, (us, c) in enumerate(hist):
+        acc += c
+        if i % step == 0 or i == len(hist) - 1:
+            out.append((us / 1e3, acc / total))
+    return out

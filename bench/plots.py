@@ -1,0 +1,238 @@
+"""The bench's plots (matplotlib, PNG). Each function takes a scenario's JSON
+data as written to docs/results/ and draws its figures next to it, so a plot can
+be redrawn from committed data: python3 bench/plots.py srlb-poisson."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+STYLE = {"RR": ("tab:red", "o"), "SR_4": ("tab:blue", "s"), "SR_8": ("tab:cyan", "^"), "SR_16": ("tab:purple", "v"),
+         "SR_dyn": ("tab:green", "D"), "LEAST_REQUEST": ("tab:orange", "x"), "leastconn": ("tab:orange", "x"),
+         "random(2)": ("tab:brown", "+"), "JSQ": ("black", None)}
+
+
+def _style(name: str):
+    return STYLE.get(name, ("gray", "."))
+
+
+def _save(fig, out: Path, name: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+
+
+def _med(xs):
+    return statistics.median(xs) if xs else math.nan
+
+
+def srlb(data: dict, out: Path) -> None:
+    runs = data["runs"]
+    proxies = sorted({r["proxy"] for r in runs})
+    # Fig. 2: mean response time vs rho.
+    fig, axes = plt.subplots(1, len(proxies), figsize=(6 * len(proxies), 4.2), squeeze=False, sharey=True)
+    for ax, proxy in zip(axes[0], proxies):
+        for name in dict.fromkeys(r["policy"] for r in runs if r["proxy"] == proxy):
+            rhos = sorted({r["rho"] for r in runs if r["proxy"] == proxy and r["policy"] == name})
+            ys = [_med([r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == x]) for x in rhos]
+            c, m = _style(name)
+            ax.plot(rhos, ys, marker=m, color=c, label=name)
+        ax.set_title(f"through {proxy}")
+        ax.set_xlabel("normalized request rate ρ = λ/λ0")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("mean response time (ms, log)")
+    fig.suptitle(f"SRLB Poisson workload, {data['setup']['servers']} servers, exp({data['setup']['mean_ms']:.0f} ms)")
+    _save(fig, out, "srlb-mean-vs-rho.png")
+    # Figs. 3 and 5: CDFs.
+    for rho, name in ((0.88, "srlb-cdf-088.png"), (0.61, "srlb-cdf-061.png")):
+        fig, axes = plt.subplots(1, len(proxies), figsize=(6 * len(proxies), 4), squeeze=False, sharey=True)
+        for ax, proxy in zip(axes[0], proxies):
+            for r in runs:
+                if r["proxy"] == proxy and r["rho"] == rho and r["rep"] == 0 and r.get("cdf"):
+                    xs, ys = zip(*r["cdf"])
+                    ax.plot(xs, ys, color=_style(r["policy"])[0], label=r["policy"])
+            ax.set_xscale("log")
+            ax.set_xlabel("response time (ms, log)")
+            ax.set_title(f"{proxy}, ρ = {rho}")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        axes[0][0].set_ylabel("CDF")
+        _save(fig, out, name)
+    # Fig. 4: mean instantaneous load and fairness over time, RR vs SR_4 (EWMA as in the paper).
+    sampled = [r for r in runs if r.get("samples")]
+    if sampled:
+        fig, axes = plt.subplots(2, len(proxies), figsize=(6 * len(proxies), 5.5), squeeze=False, sharex="col")
+        for col, proxy in enumerate(proxies):
+            for r in [x for x in sampled if x["proxy"] == proxy]:
+                t, load, fair = _ewma_load(r["samples"])
+                c = _style(r["policy"])[0]
+                axes[0][col].plot(t, load, color=c, label=r["policy"])
+                axes[1][col].plot(t, fair, color=c, label=r["policy"])
+            axes[0][col].set_title(f"{proxy}, ρ = 0.88")
+            axes[0][col].set_ylabel("mean busy workers")
+            axes[1][col].set_ylabel("fairness index")
+            axes[1][col].set_xlabel("time (s)")
+            axes[1][col].set_ylim(0, 1.05)
+            for ax in axes[:, col]:
+                ax.grid(True, alpha=0.3)
+                ax.legend(fontsize=8)
+        _save(fig, out, "srlb-load-fairness.png")
+    # Acceptance ratio vs rho.
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for proxy, ls in zip(proxies, ("-", "--")):
+        for name in dict.fromkeys(r["policy"] for r in runs if r["acceptance"] is not None):
+            pts = sorted((r["rho"], r["acceptance"]) for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rep"] == 0
+                         and r["acceptance"] is not None)
+            if pts:
+                ax.plot(*zip(*pts), ls, marker=_style(name)[1], color=_style(name)[0], label=f"{proxy} {name}")
+    ax.set_xlabel("ρ")
+    ax.set_ylabel("offers accepted by the first candidate")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    _save(fig, out, "srlb-acceptance.png")
+
+
+def _ewma_load(samples):
+    """(t, mean busy, fairness) with the paper's EWMA, alpha = 1 - exp(-dt)."""
+    t_out, load, fair = [], [], []
+    l_s = f_s = None
+    prev = None
+    for t, busy in samples:
+        xs = [b or 0 for b in busy]
+        s, s2 = sum(xs), sum(x * x for x in xs)
+        m = s / len(xs)
+        f = s * s / (len(xs) * s2) if s2 else 1.0
+        if prev is None:
+            l_s, f_s = m, f
+        else:
+            a = 1 - math.exp(-(t - prev))
+            l_s, f_s = l_s + a * (m - l_s), f_s + a * (f - f_s)
+        prev = t
+        t_out.append(t)
+        load.append(l_s)
+        fair.append(f_s)
+    return t_out, load, fair
+
+
+def many(runs: list[dict], out: Path) -> None:
+    proxies = sorted({r["proxy"] for r in runs})
+    fig, axes = plt.subplots(1, len(proxies), figsize=(6 * len(proxies), 4), squeeze=False, sharey=True)
+    for ax, proxy in zip(axes[0], proxies):
+        for name in dict.fromkeys(r["policy"] for r in runs if r["proxy"] == proxy):
+            ns = sorted({r["instances"] for r in runs})
+            ys = [_med([r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n]) for n in ns]
+            c, m = _style(name)
+            ax.plot(ns, ys, marker=m, color=c, label=name)
+        ax.set_xticks(sorted({r["instances"] for r in runs}))
+        ax.set_xlabel("independent proxy instances")
+        ax.set_title(f"{proxy}, ρ = 0.88")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("mean response time (ms)")
+    _save(fig, out, "many-proxies.png")
+
+
+def simulation(data: dict, out: Path) -> None:
+    curves = data["curves"]
+    sizes = sorted({c["servers"] for c in curves})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False, sharey=True)
+    for ax, n in zip(axes[0], sizes):
+        for name in dict.fromkeys(c["policy"] for c in curves):
+            pts = sorted((c["rho"], c["mean_ms"]) for c in curves if c["servers"] == n and c["policy"] == name)
+            if pts:
+                c, m = _style(name)
+                ax.plot(*zip(*pts), marker=m, color=c, label=f"sim {name}", lw=1)
+        for name, pts in data.get("real", {}).get(str(n), {}).items():
+            c, m = _style(name)
+            ax.plot(*zip(*sorted(pts)), ls="none", marker=m or "o", mfc="none", color=c, ms=8, label=f"real {name}")
+        ax.set_yscale("log")
+        ax.set_xlabel("ρ = λ/λ0")
+        ax.set_title(f"{n} servers")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("mean response time (ms, log)")
+    _save(fig, out, "simulation.png")
+
+
+def elb(data: dict, out: Path) -> None:
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    g = data.get("gain_loss")
+    if g:
+        ax = axes[0][0]
+        for name, pts in g["curves"].items():
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("offered req/s")
+        ax.set_ylabel("served req/s")
+        ax.set_title("gain/loss: throughput with and without the proxy")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    a = data.get("agility")
+    if a:
+        ax = axes[0][1]
+        cores = a["cores"]
+        width = 0.8 / (len(a["shares"]) + 1)
+        xs = range(len(cores))
+        ax.bar([x - 0.4 + width / 2 for x in xs], [c / sum(cores) for c in cores], width, color="lightgray", label="capacity share")
+        for i, (name, share) in enumerate(a["shares"].items()):
+            ax.bar([x - 0.4 + width * (i + 1.5) for x in xs], share, width, label=name, color=_style(name.split()[-1])[0])
+        ax.set_xticks(list(xs), [f"{c:g} cores" for c in cores], fontsize=7, rotation=45)
+        ax.set_ylabel("share of requests")
+        ax.set_title("agility: heterogeneous backends")
+        ax.legend(fontsize=7)
+    f = data.get("fairness")
+    if f:
+        ax = axes[1][0]
+        names = list(f)
+        ax.bar(range(len(names)), [f[n]["busy_jain"] for n in names], color=[_style(n.split()[-1])[0] for n in names])
+        ax.set_xticks(range(len(names)), names, fontsize=7, rotation=45)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("Jain's index of busy workers")
+        ax.set_title("fairness: homogeneous backends, ρ = 0.88")
+    c = data.get("convergence")
+    if c:
+        ax = axes[1][1]
+        for name, series in c["throughput"].items():
+            ax.plot([p[0] for p in series], [p[1] for p in series], label=name, drawstyle="steps-post")
+        for ev in c["events"]:
+            ax.axvline(ev["t"], color="gray", ls=":", lw=0.8)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("served req/s")
+        ax.set_title("convergence: backends killed then restored")
+        ax.legend(fontsize=6, ncol=2)
+    _save(fig, out, "elb.png")
+
+
+def throughput(data: dict, out: Path) -> None:
+    rows = data["summary"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    names = list(rows)
+    ax.bar(range(len(names)), [rows[n]["rps_median"] for n in names], yerr=[rows[n]["rps_ci95"] for n in names],
+           color=["tab:blue" if "hunting" in n else "tab:gray" for n in names], capsize=3)
+    ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=7)
+    ax.set_ylabel("req/s (median, 95% CI of mean)")
+    ax.set_title("tiny page through the proxy")
+    _save(fig, out, "proxy-throughput.png")
+
+
+if __name__ == "__main__":
+    # Redraw from committed data: python3 bench/plots.py srlb-poisson | many-proxies | simulation | elb | proxy-throughput
+    results = Path(__file__).resolve().parent.parent / "docs" / "results"
+    which = sys.argv[1]
+    d = json.loads((results / f"{which}.json").read_text())
+    {"srlb-poisson": lambda: srlb(d, results), "many-proxies": lambda: many(d["runs"], results),
+     "simulation": lambda: simulation(d, results), "elb": lambda: elb(d, results),
+     "proxy-throughput": lambda: throughput(d, results)}[which]()

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""SRLB's Poisson experiment (seed 002, Section V) through the real proxies.
+
+12 workload apps (32 workers, 2 emulated cores, backlog 128, exponential demand
+scaled from the paper's 100 ms to 20 ms so a sweep fits on a 2-core machine),
+each behind a huntlb agent. λ0 is measured first as in the paper: the smallest
+Poisson rate at which a 20000-query RR run drops requests (a full backlog).
+Then ρ = λ/λ0 is swept through Envoy and HAProxy with RR (random, no hunting),
+SR_4, SR_8, SR_16, SR_dyn (hunting), and the proxies' own baselines (Envoy
+LEAST_REQUEST; HAProxy leastconn, random(2)). ρ = 0.88 is repeated for
+confidence intervals. Scenario 2 ("many proxies") runs ρ = 0.88 with 1, 2 and
+4 independent instances of each front sharing the backends.
+
+Usage: make bench-quick | make bench  (or python3 bench/srlb.py [--quick] [--only sweep|many])
+Writes docs/results/srlb-poisson.{md,json,*.png} and many-proxies.{md,json,png};
+--quick writes the same files to bench/out/quick/ and leaves docs/results/ alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import plots
+from benchlib import RESULTS, ROOT, ci95, machine, median, write_result
+from fleet import HUNT_POLICIES, STRATEGIES, Fleet, Sampler, cdf, drive, start_front, summary, wait_all_up
+from testkit import Addrs, HaproxyRoot, Procs
+
+SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
+PROBE_QUERIES = 20000  # the paper's run length
+QUICK_OUT = ROOT / "bench" / "out" / "quick"
+
+
+def plan(quick: bool) -> dict:
+    if quick:
+        return {"rhos": [0.3, 0.61, 0.88], "policies": ["RR", "SR_4", "SR_dyn"], "reps": 3, "max_s": 5.0,
+                "probe_steps": [1.0, 1.05, 1.1], "many": [1, 2], "many_reps": 1}
+    return {"rhos": [0.1, 0.25, 0.4, 0.5, 0.61, 0.7, 0.8, 0.88, 0.95],
+            "policies": ["RR", "SR_4", "SR_8", "SR_16", "SR_dyn"], "reps": 5, "max_s": 10.0,
+            "probe_steps": [0.95, 1.0, 1.025, 1.05, 1.075, 1.1, 1.125, 1.15], "many": [1, 2, 4], "many_reps": 2}
+
+
+def seconds_for(rate: float, max_s: float) -> float:
+    return max(4.0, min(max_s, PROBE_QUERIES / rate))
+
+
+class Bench:
+    def __init__(self, work: Path, proxies: list[str], quick: bool):
+        self.work, self.proxies, self.quick = work, proxies, quick
+        self.procs, self.addrs = Procs(work), Addrs()
+        self.hr = HaproxyRoot("2.6") if "haproxy" in proxies else None
+        self.fleet = Fleet(self.procs, self.addrs, [CORES] * SERVERS, WORKERS, BACKLOG, MEAN_MS).start()
+        self.fronts: dict[tuple[str, str, int], object] = {}  # (proxy, strategy, instance) -> Front
+        self.seq = 0
+
+    def close(self):
+        self.procs.stop_all()
+        if self.hr:
+            self.hr.cleanup()
+
+    def front(self, proxy: str, strategy: str, instance: int = 0):
+        key = (proxy, strategy, instance)
+        if key not in self.fronts:
+            hunting, lb = STRATEGIES[proxy][strategy]
+            self.fronts[key] = start_front(self.procs, self.addrs, self.fleet, proxy, hunting, lb, self.hr,
+                                           name=f"{strategy.replace('(', '').replace(')', '')}-{instance}")
+        return self.fronts[key]
+
+    def policy_for(self, name: str) -> tuple[str, str]:
+        """(front strategy, agent policy) of a named strategy."""
+        if name in HUNT_POLICIES:
+            return "hunt", HUNT_POLICIES[name]
+        return name, "always"
+
+    def run(self, proxy: str, name: str, rate: float, seconds: float, instances: int = 1, sample: bool = False) -> dict:
+        strategy, policy = self.policy_for(name)
+        # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
+        # from c0), as a separate experiment would, and as the simulator does.
+        if strategy == "hunt":
+            self.fleet.set_policy(policy)
+        fronts = [self.front(proxy, strategy, i) for i in range(instances)]
+        for f in fronts:
+            wait_all_up(f, SERVERS)
+        before = self.fleet.stats()
+        refused0 = self.fleet.refused()
+        self.seq += 1
+        out = self.work / f"run-{self.seq}.json"
+        with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
+            rep = drive([f.url for f in fronts], rate, seconds, out, seed=self.seq)
+        after = self.fleet.stats()
+        refused = self.fleet.refused() - refused0
+        res = summary(rep)
+        res.update({"proxy": proxy, "policy": name, "rate": rate, "seconds": seconds, "instances": instances,
+                    "refused": refused, "acceptance": (1 - refused / max(rep["completed"], 1)) if strategy == "hunt" else None,
+                    "backlog_rejected": sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before)),
+                    "load_per_server": [(a["busy_integral_s"] - b["busy_integral_s"]) / seconds for a, b in zip(after, before)],
+                    "fairness": s.fairness(), "cdf": cdf(rep)})
+        if sample:
+            res["samples"] = [(t, busy) for t, busy, _ in s.rows]
+        flag = "" if res["valid"] else f"  INVALID: {res['invalid_reason']}"
+        acc = f" acc {res['acceptance']:.2f}" if res["acceptance"] is not None else ""
+        print(f"  {proxy:7s} {name:13s} x{instances} rate {rate:7.1f}: mean {res['mean_ms']:7.1f} ms p99 {res['p99_ms']:8.1f} ms"
+              f" errors {res['errors']}{acc}{flag}", flush=True)
+        return res
+
+    def probe_lambda0(self, steps: list[float]) -> dict:
+        """The paper's bootstrap: the smallest rate at which an RR run drops requests."""
+        proxy = "haproxy" if "haproxy" in self.proxies else self.proxies[0]
+        tried = []
+        for k in steps:
+            rate = k * self.fleet.capacity
+            r = self.run(proxy, "RR", rate, seconds_for(rate, 60.0))
+            tried.append({"rate": rate, "dropped": r["backlog_rejected"] + r["errors"]})
+            if tried[-1]["dropped"] > 0:
+                return {"lambda0": rate, "nominal": self.fleet.capacity, "tried": tried, "via": proxy}
+        return {"lambda0": tried[-1]["rate"], "nominal": self.fleet.capacity, "tried": tried, "via": proxy,
+                "note": "no drop up to the last step"}
+
+
+def strategies(proxy: str, policies: list[str]) -> list[str]:
+    base = [s for s in STRATEGIES[proxy] if s not in ("RR", "hunt")]
+    return policies + base
+
+
+def sweep(b: Bench, p: dict) -> dict:
+    print(f"probing lambda0 (capacity {b.fleet.capacity:.0f} req/s nominal)", flush=True)
+    probe = b.probe_lambda0(p["probe_steps"])
+    lam0 = probe["lambda0"]
+    print(f"lambda0 = {lam0:.0f} req/s ({lam0 / b.fleet.capacity:.3f} x nominal)", flush=True)
+    runs = []
+    for rho in p["rhos"]:
+        for proxy in b.proxies:
+            for name in strategies(proxy, p["policies"]):
+                rate = rho * lam0
+                r = b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), sample=(rho == 0.88 and name in ("RR", "SR_4")))
+                r.update({"rho": rho, "rep": 0})
+                runs.append(r)
+    # Repetitions at rho 0.88, policies back to back in each repetition.
+    for rep in range(1, p["reps"]):
+        for proxy in b.proxies:
+            for name in p["policies"]:
+                rate = 0.88 * lam0
+                r = b.run(proxy, name, rate, seconds_for(rate, p["max_s"]))
+                r.update({"rho": 0.88, "rep": rep})
+                runs.append(r)
+    return {"probe": probe, "runs": runs}
+
+
+def many(b: Bench, p: dict, lam0: float) -> list[dict]:
+    runs = []
+    rate = 0.88 * lam0
+    for rep in range(p["many_reps"]):
+        for n in p["many"]:
+            for proxy in b.proxies:
+                for name in ["RR", "SR_dyn"] + [s for s in STRATEGIES[proxy] if s not in ("RR", "hunt")]:
+                    r = b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), instances=n)
+                    r.update({"rho": 0.88, "rep": rep})
+                    r.pop("cdf", None)
+                    runs.append(r)
+    return runs
+
+
+def ratio_stats(runs: list[dict], proxy: str, num: str, den: str, key: str) -> dict:
+    """num/den of `key` over paired repetitions at rho 0.88."""
+    at = lambda name: {r["rep"]: r[key] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == 0.88  # noqa: E731
+                       and r["instances"] == 1}
+    a, d = at(num), at(den)
+    xs = [a[k] / d[k] for k in sorted(a) if k in d and d[k] > 0]
+    m, h = ci95(xs) if xs else (float("nan"), float("nan"))
+    return {"ratios": xs, "mean": m, "ci95": h, "median": median(xs) if xs else float("nan"), "n": len(xs)}
+
+
+def report_sweep(data: dict, p: dict, quick: bool) -> str:
+    runs, probe = data["runs"], data["probe"]
+    lam0 = probe["lambda0"]
+    lines = []
+    headline = {}
+    for proxy in sorted({r["proxy"] for r in runs}):
+        srcs = [n for n in p["policies"] if n.startswith("SR_") and n != "SR_dyn"]
+        at88 = lambda n: [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == n and r["rho"] == 0.88]  # noqa: E731
+        best = min(srcs, key=lambda n: median(at88(n))) if srcs else None
+        h = {"RR/SR_dyn mean": ratio_stats(runs, proxy, "RR", "SR_dyn", "mean_ms"),
+             "RR/SR_dyn p99": ratio_stats(runs, proxy, "RR", "SR_dyn", "p99_ms")}
+        if best:
+            h[f"RR/{best} mean"] = ratio_stats(runs, proxy, "RR", best, "mean_ms")
+            h[f"RR/{best} p99"] = ratio_stats(runs, proxy, "RR", best, "p99_ms")
+        headline[proxy] = h
+        for k, v in h.items():
+            lines.append(f"| {proxy} | {k} | **{v['median']:.2f}×** | {v['mean']:.2f} ± {v['ci95']:.2f} | {v['n']} |")
+    data["headline"] = headline
+    table = []
+    names = sorted({(r["proxy"], r["policy"]) for r in runs}, key=lambda x: (x[0], x[1]))
+    rhos = sorted({r["rho"] for r in runs})
+    for proxy, name in names:
+        cells = []
+        for rho in rhos:
+            xs = [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == rho]
+            cells.append(f"{median(xs):.1f}" if xs else "")
+        table.append(f"| {proxy} | {name} | " + " | ".join(cells) + " |")
+    invalid = sum(not r["valid"] for r in runs)
+    errors = sum(r["errors"] for r in runs)
+    acc = [f"{r['proxy']} {r['policy']} {r['acceptance']:.2f}" for r in runs
+           if r["acceptance"] is not None and r["rho"] == 0.88 and r["rep"] == 0]
+    return f"""# SRLB Poisson experiment through the real proxies
+
+`{'make bench-quick' if quick else 'make bench'}` on {machine()}. Seed 002, Section V, scaled: {SERVERS} workload
+apps × {WORKERS} workers × {CORES:.0f} emulated cores, backlog {BACKLOG}, exponential demand of mean
+{MEAN_MS:.0f} ms (the paper: 100 ms; scaled so the sweep fits), each app behind a huntlb agent
+(in-flight load, `--workers {WORKERS}`). Poisson arrivals from `huntlb-loadgen` (open loop,
+CO-corrected), all on loopback on one 2-core machine, so proxies, agents, apps and the
+generator share the cores.
+
+**λ0**, measured first as in the paper (the smallest rate at which a {PROBE_QUERIES}-query RR run
+through {probe['via']} drops a request): **{lam0:.0f} req/s**, {lam0 / probe['nominal']:.3f}× the nominal
+capacity of {probe['nominal']:.0f} req/s (sum of cores / mean demand). ρ = λ/λ0; each point runs
+min({PROBE_QUERIES} queries, {p['max_s']:.0f} s). RR is random with no hunting; SR_c/SR_dyn hunt with the agents'
+policy; LEAST_REQUEST / leastconn / random(2) are the proxies' own state-aware baselines.
+ρ = 0.88 is repeated {p['reps']} times (policies back to back in each repetition).
+
+![mean response time vs rho](srlb-mean-vs-rho.png)
+
+## At ρ = 0.88: how much hunting gains (paper: RR/SR_4 = 2.3× on mean)
+
+Ratios of paired repetitions (RR run and hunting run back to back); median, and mean ± 95% CI.
+
+| proxy | ratio | median | mean ± 95% CI | n |
+|-------|-------|-------:|--------------:|--:|
+{chr(10).join(lines)}
+
+## Mean response time (ms) by ρ (median over repetitions)
+
+| proxy | policy | {' | '.join(f'ρ {x}' for x in rhos)} |
+|-------|--------|{'|'.join('---:' for _ in rhos)}|
+{chr(10).join(table)}
+
+Acceptance at ρ = 0.88 (offers accepted by the first candidate): {', '.join(acc)}.
+Runs flagged invalid by the generator: {invalid}; client errors over all runs: {errors}.
+
+![CDF at rho 0.88](srlb-cdf-088.png)
+![CDF at rho 0.61](srlb-cdf-061.png)
+![load and fairness over time](srlb-load-fairness.png)
+![acceptance vs rho](srlb-acceptance.png)
+"""
+
+
+def report_many(runs: list[dict], quick: bool) -> str:
+    rows = []
+    for proxy in sorted({r["proxy"] for r in runs}):
+        for name in sorted({r["policy"] for r in runs if r["proxy"] == proxy}):
+            cells = []
+            for n in sorted({r["instances"] for r in runs}):
+                xs = [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n]
+                ps = [r["p99_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n]
+                cells.append(f"{median(xs):.1f} / {median(ps):.0f}" if xs else "")
+            rows.append(f"| {proxy} | {name} | " + " | ".join(cells) + " |")
+    ns = sorted({r["instances"] for r in runs})
+    reps = max(r["rep"] for r in runs) + 1
+    return f"""# Many proxies: hunting vs proxy-local least-request
+
+`{'make bench-quick' if quick else 'make bench'}` on {machine()}. The SRLB setup at ρ = 0.88, with 1, 2 and 4
+independent instances of each front sharing the same {SERVERS} backends; the generator sends
+requests to the instances in turn. Each least-request instance only counts its own
+requests; hunting asks the backend. {reps} repetition(s); medians.
+
+![many proxies](many-proxies.png)
+
+Mean / p99 response time (ms):
+
+| proxy | policy | {' | '.join(f'{n} instance(s)' for n in ns)} |
+|-------|--------|{'|'.join('---:' for _ in ns)}|
+{chr(10).join(rows)}
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="3 rho points, 3 policies, short runs (~6 min)")
+    ap.add_argument("--only", choices=["sweep", "many"], help="one scenario (many reuses the last sweep's lambda0)")
+    ap.add_argument("--proxies", default="envoy,haproxy")
+    a = ap.parse_args()
+    p = plan(a.quick)
+    out = QUICK_OUT if a.quick else RESULTS
+    work = Path(tempfile.mkdtemp(prefix="huntlb-srlb-"))
+    b = Bench(work, a.proxies.split(","), a.quick)
+    t0 = time.monotonic()
+    try:
+        if a.only != "many":
+            data = sweep(b, p)
+            data.update({"machine": machine(), "plan": p, "quick": a.quick, "setup": {
+                "servers": SERVERS, "workers": WORKERS, "cores": CORES, "backlog": BACKLOG, "mean_ms": MEAN_MS}})
+            md = report_sweep(data, p, a.quick)
+            plots.srlb(data, out)
+            write_result("srlb-poisson", data, md, out)
+            lam0 = data["probe"]["lambda0"]
+        else:
+            lam0 = json.loads((out / "srlb-poisson.json").read_text())["probe"]["lambda0"]
+        if a.only != "sweep":
+            runs = many(b, p, lam0)
+            plots.many(runs, out)
+            write_result("many-proxies", {"machine": machine(), "lambda0": lam0, "runs": runs}, report_many(runs, a.quick), out)
+    finally:
+        b.close()
+    print(f"done in {time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
