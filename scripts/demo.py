@@ -48,7 +48,8 @@ def main() -> int:
             start_envoy(procs, name.replace(" ", "-"), front_config(listen, admin, [b.agent for b in bs], **kw))
             fronts.append((name, listen))
         hr = HaproxyRoot("2.6")
-        for name, kw in (("haproxy hunting", {}), ("haproxy random", {"hunting": False})):
+        # random(1): HAProxy's plain `random` is two draws and the less loaded.
+        for name, kw in (("haproxy hunting", {}), ("haproxy random", {"hunting": False, "balance": "random(1)"})):
             host = addrs.host()
             listen, stats = f"{host}:10000", f"{host}:9999"
             p = start_haproxy(procs, hr, name.replace(" ", "-"), haproxy_front_text(hr, listen, stats, bs, **kw))
