@@ -107,8 +107,9 @@ class Bench:
         return res
 
     def probe_lambda0(self, steps: list[float]) -> dict:
-        """The paper's bootstrap: the smallest rate at which an RR run drops requests."""
-        proxy = "haproxy" if "haproxy" in self.proxies else self.proxies[0]
+        """The paper's bootstrap: the smallest rate at which an RR run drops requests
+        (through Envoy when there is one: its RANDOM is uniform)."""
+        proxy = "envoy" if "envoy" in self.proxies else self.proxies[0]
         tried = []
         for k in steps:
             rate = k * self.fleet.capacity

@@ -496,14 +496,14 @@ def start_haproxy(procs: Procs, hr: HaproxyRoot, name: str, cfg_text: str, wait_
     return p
 
 
-def servers_section(backends: list, prefix: str = "web") -> str:
-    return "\n".join(f"    server {prefix}{i + 1} {b.agent}" for i, b in enumerate(backends))
+def servers_section(backends: list, prefix: str = "web", opts: str = "") -> str:
+    return "\n".join(f"    server {prefix}{i + 1} {b.agent}{' ' + opts if opts else ''}" for i, b in enumerate(backends))
 
 
-def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list, **kw) -> str:
+def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list, server_opts: str = "", **kw) -> str:
     text = haproxy_config(hr, "front.cfg", {"127.0.2.254:10000": listen, "127.0.0.1:9999": stats}, **kw)
     lines = [l for l in text.splitlines() if not _re.match(r"\s*server web\d+ ", l)]
-    return "\n".join(lines) + "\n" + servers_section(backends) + "\n"
+    return "\n".join(lines) + "\n" + servers_section(backends, opts=server_opts) + "\n"
 
 
 def haproxy_runtime(stats: str, command: str) -> str:
