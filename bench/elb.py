@@ -78,7 +78,7 @@ def agility(work: Path, quick: bool) -> dict:
                 f = start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name=f"agility-{strategy}".replace("(", "").replace(")", ""))
                 wait_all_up(f, len(cores))
                 before = fleet.stats()
-                rep = summary(drive([f.url], rate, seconds, work / f"agility-{proxy}-{name}.json"))
+                rep = summary(drive([f.url], rate, seconds, work / f"agility-{proxy}-{name}.json", max_lateness_us=2500))
                 after = fleet.stats()
                 served = [a["served"] - b["served"] for a, b in zip(after, before)]
                 rejected = sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before))
@@ -145,7 +145,7 @@ def convergence(work: Path, quick: bool) -> dict:
                 t0 = time.monotonic()
                 t_watch.start()
                 t_load = threading.Thread(target=lambda: result.update(
-                    summary(drive([front.url], rate, total, work / f"conv-{proxy}.json"))), daemon=True)
+                    summary(drive([front.url], rate, total, work / f"conv-{proxy}.json", max_lateness_us=2500))), daemon=True)
                 t_load.start()
                 events = []
                 for at, what, i in plan:

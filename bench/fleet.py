@@ -135,10 +135,11 @@ def wait_all_up(front: Front, n: int, timeout: float = 20) -> None:
                what=f"{front.proxy} sees all {n} backends up")
 
 
-def drive(urls: list[str], rate: float, seconds: float, out: Path, seed: int = 1) -> dict:
-    """One open-loop Poisson run (huntlb-loadgen); returns its JSON report."""
+def drive(urls: list[str], rate: float, seconds: float, out: Path, seed: int = 1, max_lateness_us: int = 2000) -> dict:
+    """One open-loop Poisson run (huntlb-loadgen); returns its JSON report. A run
+    whose p99 send lateness exceeds max_lateness_us is marked invalid."""
     argv = [binary("huntlb-loadgen"), "--rate", f"{rate:.2f}", "--duration", f"{seconds}", "--arrival", "poisson",
-            "--max-inflight", "8192", "--seed", str(seed), "--json", str(out)]
+            "--max-inflight", "8192", "--seed", str(seed), "--json", str(out), "--max-lateness-us", str(max_lateness_us)]
     for u in urls:
         argv += ["--target", u]
     subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 180)

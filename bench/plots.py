@@ -43,7 +43,8 @@ def srlb(data: dict, out: Path) -> None:
     for ax, proxy in zip(axes[0], proxies):
         for name in dict.fromkeys(r["policy"] for r in runs if r["proxy"] == proxy):
             rhos = sorted({r["rho"] for r in runs if r["proxy"] == proxy and r["policy"] == name})
-            ys = [_med([r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == x]) for x in rhos]
+            ys = [_med([r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == x and r["valid"]])
+                  for x in rhos]
             c, m = _style(name)
             ax.plot(rhos, ys, marker=m, color=c, label=name)
         ax.set_title(f"through {proxy}")
@@ -132,7 +133,8 @@ def many(runs: list[dict], out: Path) -> None:
     for ax, proxy in zip(axes[0], proxies):
         for name in dict.fromkeys(r["policy"] for r in runs if r["proxy"] == proxy):
             ns = sorted({r["instances"] for r in runs})
-            ys = [_med([r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n]) for n in ns]
+            ys = [_med([r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n and r["valid"]])
+                  for n in ns]
             c, m = _style(name)
             ax.plot(ns, ys, marker=m, color=c, label=name)
         ax.set_xticks(sorted({r["instances"] for r in runs}))

@@ -57,7 +57,7 @@ def main():
     # Agreement with the real 12-server runs: mean response time, rho <= 0.9.
     agree, real_pts = [], {}
     for r in real["runs"]:
-        if r.get("instances", 1) != 1:
+        if r.get("instances", 1) != 1 or not r["valid"]:
             continue
         real_pts.setdefault(f"{r['proxy']} {r['policy']}", {}).setdefault(r["rho"], []).append(r["mean_ms"])
     overlay = {}

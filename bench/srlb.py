@@ -31,6 +31,9 @@ from testkit import Addrs, HaproxyRoot, Procs
 
 SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
 PROBE_QUERIES = 20000  # the paper's run length
+# Latency counts from the intended send time, so a late send is in the result;
+# a run is invalid when its p99 send lateness exceeds a quarter of the mean demand.
+MAX_LATENESS_US = int(MEAN_MS * 1000 / 4)
 QUICK_OUT = ROOT / "bench" / "out" / "quick"
 
 
@@ -89,7 +92,7 @@ class Bench:
         self.seq += 1
         out = self.work / f"run-{self.seq}.json"
         with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
-            rep = drive([f.url for f in fronts], rate, seconds, out, seed=self.seq)
+            rep = drive([f.url for f in fronts], rate, seconds, out, seed=self.seq, max_lateness_us=MAX_LATENESS_US)
         after = self.fleet.stats()
         refused = self.fleet.refused() - refused0
         res = summary(rep)
@@ -167,7 +170,7 @@ def many(b: Bench, p: dict, lam0: float) -> list[dict]:
 def ratio_stats(runs: list[dict], proxy: str, num: str, den: str, key: str) -> dict:
     """num/den of `key` over paired repetitions at rho 0.88."""
     at = lambda name: {r["rep"]: r[key] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == 0.88  # noqa: E731
-                       and r["instances"] == 1}
+                       and r["instances"] == 1 and r["valid"]}
     a, d = at(num), at(den)
     xs = [a[k] / d[k] for k in sorted(a) if k in d and d[k] > 0]
     m, h = ci95(xs) if xs else (float("nan"), float("nan"))
@@ -181,7 +184,7 @@ def report_sweep(data: dict, p: dict, quick: bool) -> str:
     headline = {}
     for proxy in sorted({r["proxy"] for r in runs}):
         srcs = [n for n in p["policies"] if n.startswith("SR_") and n != "SR_dyn"]
-        at88 = lambda n: [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == n and r["rho"] == 0.88]  # noqa: E731
+        at88 = lambda n: [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == n and r["rho"] == 0.88 and r["valid"]]  # noqa: E731
         best = min(srcs, key=lambda n: median(at88(n))) if srcs else None
         h = {"RR/SR_dyn mean": ratio_stats(runs, proxy, "RR", "SR_dyn", "mean_ms"),
              "RR/SR_dyn p99": ratio_stats(runs, proxy, "RR", "SR_dyn", "p99_ms")}
@@ -198,8 +201,8 @@ def report_sweep(data: dict, p: dict, quick: bool) -> str:
     for proxy, name in names:
         cells = []
         for rho in rhos:
-            xs = [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == rho]
-            cells.append(f"{median(xs):.1f}" if xs else "")
+            xs = [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == rho and r["valid"]]
+            cells.append(f"{median(xs):.1f}" if xs else "invalid")
         table.append(f"| {proxy} | {name} | " + " | ".join(cells) + " |")
     invalid = sum(not r["valid"] for r in runs)
     errors = sum(r["errors"] for r in runs)
@@ -238,7 +241,9 @@ Ratios of paired repetitions (RR run and hunting run back to back); median, and 
 {chr(10).join(table)}
 
 Acceptance at ρ = 0.88 (offers accepted by the first candidate): {', '.join(acc)}.
-Runs flagged invalid by the generator: {invalid}; client errors over all runs: {errors}.
+Runs flagged invalid by the generator (p99 send lateness over {MAX_LATENESS_US / 1000:.0f} ms, a quarter of the
+mean demand; they are left out of every number above): {invalid} of {len(runs)}; client errors over
+all runs: {errors}.
 
 ![CDF at rho 0.88](srlb-cdf-088.png)
 ![CDF at rho 0.61](srlb-cdf-061.png)
@@ -253,8 +258,8 @@ def report_many(runs: list[dict], quick: bool) -> str:
         for name in sorted({r["policy"] for r in runs if r["proxy"] == proxy}):
             cells = []
             for n in sorted({r["instances"] for r in runs}):
-                xs = [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n]
-                ps = [r["p99_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n]
+                xs = [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n and r["valid"]]
+                ps = [r["p99_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n and r["valid"]]
                 cells.append(f"{median(xs):.1f} / {median(ps):.0f}" if xs else "")
             rows.append(f"| {proxy} | {name} | " + " | ".join(cells) + " |")
     ns = sorted({r["instances"] for r in runs})
