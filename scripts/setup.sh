@@ -31,6 +31,9 @@ if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('envoy-
 fi
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
 python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
+# A WASI runtime: the policy's vector suite also runs as a wasm32-wasip1 binary,
+# the target the Envoy filter ships (tests/test_policy_wasm.py).
+python3 -c 'import wasmtime' 2>/dev/null || python3 -m pip install -q wasmtime
 
 # HAProxy 3.0 with Lua 5.4 only exists in Debian trixie, whose libc is newer
 # than bookworm's: run it from a debootstrapped trixie root (chroot, host loopback).
