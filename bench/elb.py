@@ -13,7 +13,7 @@
   throughput over time, client errors, and how long the front took to mark each
   one down and back up (health checks: 0.5 s interval, 2 failures / 2 successes).
 
-Usage: python3 bench/elb.py [--quick]   Writes docs/results/elb.{md,json,png}.
+Usage: python3 bench/elb.py [--quick | --report-only]   Writes docs/results/elb.{md,json,png}.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def fairness() -> dict | None:
     runs = json.loads(path.read_text())["runs"]
     out = {}
     for r in runs:
-        if r["rho"] == 0.88 and r.get("fairness") is not None and r.get("instances", 1) == 1:
+        if r["rho"] == 0.88 and r.get("fairness") is not None and r.get("instances", 1) == 1 and r["valid"]:
             key = f"{r['proxy']} {r['policy']}"
             out.setdefault(key, []).append((r["fairness"], _jain(list(r["served_by"].values()))))
     return {k: {"busy_jain": sum(x for x, _ in v) / len(v), "served_jain": sum(y for _, y in v) / len(v), "runs": len(v)}
@@ -260,7 +260,15 @@ proxy cannot know whether the app processed it, so it does not replay it.
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="measure nothing: refresh the fairness section from the SRLB sweep, redraw, rewrite the report")
     a = ap.parse_args()
+    if a.report_only:
+        d = json.loads((RESULTS / "elb.json").read_text())
+        d["fairness"] = fairness()
+        plots.elb(d, RESULTS)
+        write_result("elb", d, report(d, d.get("quick", False)))
+        return
     work = Path(tempfile.mkdtemp(prefix="huntlb-elb-"))
     d = {"machine": machine(), "quick": a.quick}
     print("gain/loss", flush=True)
