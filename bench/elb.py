@@ -5,7 +5,7 @@
   hunting front, offered rate swept in powers of two (tiny page: the proxy's
   cost, not the apps', is what shows).
 * agility: 8 backends with 1, 1, 2, 2, 4, 4, 8, 8 emulated cores at 70% of their
-  total capacity: does traffic follow capacity? RR vs SR_dyn vs least-request.
+  total capacity: does traffic follow capacity? RR vs SR_4 vs SR_dyn vs least-request.
 * fairness: Jain's index of busy workers over the 12 homogeneous backends of the
   SRLB sweep at ρ = 0.88 (read from docs/results/srlb-poisson.json).
 * convergence: 4 backends under steady load; one is killed (SIGKILL, app and
@@ -71,9 +71,10 @@ def agility(work: Path, quick: bool) -> dict:
         rate, seconds = 0.7 * fleet.capacity, 5.0 if quick else 10.0
         shares, runs = {}, []
         for proxy in PROXIES:
-            for name, strategy in (("RR", "RR"), ("SR_dyn", "hunt"), (LEAST[proxy], LEAST[proxy])):
-                if strategy == "hunt":
-                    fleet.set_policy("dynamic")
+            for name, strategy, policy in (("RR", "RR", None), ("SR_4", "hunt", "static:4"), ("SR_dyn", "hunt", "dynamic"),
+                                           (LEAST[proxy], LEAST[proxy], None)):
+                if policy:
+                    fleet.set_policy(policy)
                 hunting, lb = STRATEGIES[proxy][strategy]
                 f = start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name=f"agility-{strategy}".replace("(", "").replace(")", ""))
                 wait_all_up(f, len(cores))

@@ -89,6 +89,9 @@ pub struct Report {
     pub scheduled: u64,
     pub completed: u64,
     pub errors: u64,
+    /// Errors by kind (`timeout`, `connect`, or the innermost error's message), so
+    /// a run's failures can be explained, not only counted.
+    pub error_kinds: BTreeMap<String, u64>,
     pub achieved_rate: f64,
     pub latency: Summary,
     /// The whole latency distribution: (microseconds, count) per recorded bucket.
@@ -110,6 +113,20 @@ struct Tally {
     status: BTreeMap<u16, u64>,
     served_by: BTreeMap<String, u64>,
     errors: u64,
+    error_kinds: BTreeMap<String, u64>,
+}
+
+/// Distinct error kinds kept by name; beyond that they count as `other`.
+const MAX_ERROR_KINDS: usize = 16;
+
+/// A short name for why a request failed.
+fn error_kind(e: &anyhow::Error) -> String {
+    if let Some(c) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+        if c.is_connect() {
+            return "connect".into();
+        }
+    }
+    e.chain().last().map_or_else(|| e.to_string(), |root| root.to_string())
 }
 
 fn histogram() -> Histogram<u64> {
@@ -141,6 +158,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         status: BTreeMap::new(),
         served_by: BTreeMap::new(),
         errors: 0,
+        error_kinds: BTreeMap::new(),
     }));
     let slots = Arc::new(Semaphore::new(plan.max_inflight));
     let served_by = http::HeaderName::from_bytes(plan.served_by_header.as_bytes())?;
@@ -213,7 +231,16 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
                         *t.served_by.entry(by).or_default() += 1;
                     }
                 }
-                _ => t.errors += 1,
+                Ok(Err(e)) => {
+                    t.errors += 1;
+                    let kind = error_kind(&e);
+                    let kind = if t.error_kinds.len() < MAX_ERROR_KINDS || t.error_kinds.contains_key(&kind) { kind } else { "other".into() };
+                    *t.error_kinds.entry(kind).or_default() += 1;
+                }
+                Err(_) => {
+                    t.errors += 1;
+                    *t.error_kinds.entry("timeout".into()).or_default() += 1;
+                }
             }
         }));
     }
@@ -247,6 +274,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         scheduled,
         completed,
         errors: t.errors,
+        error_kinds: t.error_kinds.clone(),
         achieved_rate: completed as f64 / wall.max(1e-9),
         latency: Summary::of(&t.latency),
         histogram: t.latency.iter_recorded().map(|v| (v.value_iterated_to(), v.count_at_value())).collect(),
@@ -287,7 +315,10 @@ pub fn wrk2_text(r: &Report) -> String {
         o.push_str(&format!("  Non-2xx or 3xx responses: {non2xx}\n"));
     }
     if r.errors > 0 {
-        o.push_str(&format!("  Socket errors: timeout {}\n", r.errors));
+        // wrk2's line counts connect/read/write/timeout; we know timeouts and connects apart.
+        let timeout = r.error_kinds.get("timeout").copied().unwrap_or(0);
+        let connect = r.error_kinds.get("connect").copied().unwrap_or(0);
+        o.push_str(&format!("  Socket errors: connect {connect}, read {}, write 0, timeout {timeout}\n", r.errors - timeout - connect));
     }
     o.push_str(&format!("Requests/sec: {:>10.2}\n", r.achieved_rate));
     if !r.valid {
@@ -373,6 +404,7 @@ mod tests {
             scheduled: 3,
             completed: 3,
             errors: 0,
+            error_kinds: BTreeMap::new(),
             achieved_rate: 3.0,
             latency: Summary::of(&h),
             histogram: vec![],
