@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import tempfile
 import threading
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import plots
 from benchlib import RESULTS, machine, write_result
-from fleet import STRATEGIES, Fleet, Sampler, drive, start_front, summary, wait_all_up
+from fleet import STRATEGIES, Fleet, Sampler, drive, jain, start_front, summary, wait_all_up
 from testkit import Addrs, HaproxyRoot, Procs
 
 PROXIES = ("envoy", "haproxy")
@@ -104,14 +103,9 @@ def fairness() -> dict | None:
     for r in runs:
         if r["rho"] == 0.88 and r.get("fairness") is not None and r.get("instances", 1) == 1 and r["valid"]:
             key = f"{r['proxy']} {r['policy']}"
-            out.setdefault(key, []).append((r["fairness"], _jain(list(r["served_by"].values()))))
+            out.setdefault(key, []).append((r["fairness"], jain(list(r["served_by"].values()))))
     return {k: {"busy_jain": sum(x for x, _ in v) / len(v), "served_jain": sum(y for _, y in v) / len(v), "runs": len(v)}
             for k, v in out.items()}
-
-
-def _jain(xs):
-    s, s2 = sum(xs), sum(x * x for x in xs)
-    return s * s / (len(xs) * s2) if s2 else None
 
 
 def convergence(work: Path, quick: bool) -> dict:
@@ -152,8 +146,7 @@ def convergence(work: Path, quick: bool) -> dict:
                 for at, what, i in plan:
                     time.sleep(max(0.0, t0 + at - time.monotonic()))
                     if what == "kill":
-                        for p in (fleet.backends[i].agent_proc, fleet.backends[i].app_proc):
-                            p.signal(signal.SIGKILL)
+                        fleet.kill(i)
                     else:
                         fleet.revive(i)
                     events.append({"t": time.monotonic() - t0, "what": what, "backend": i})

@@ -8,6 +8,7 @@ integration tests' launcher), on loopback, and is stopped by PID at the end.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -72,10 +73,10 @@ class Fleet:
         self.policy = policy
 
     def kill(self, i: int) -> None:
-        """Stop backend i's app and agent (a dead host)."""
+        """SIGKILL backend i's agent and app: a host that dies, with no drain."""
         b = self.backends[i]
-        b.agent_proc.stop()
-        b.app_proc.stop()
+        for p in (b.agent_proc, b.app_proc):
+            p.signal(signal.SIGKILL)
 
     def revive(self, i: int) -> None:
         b = self.backends[i]
