@@ -48,7 +48,7 @@ release: wasm
 bench-quick: bench-setup release
 	$(BENCH) bench/srlb.py --quick
 
-# Every scenario of the seeds, regenerating docs/results/ (about 75 minutes on 2 cores).
+# Every scenario of the seeds, regenerating docs/results/ (about 60 minutes on 2 cores).
 bench: bench-srlb bench-sim bench-elb bench-throughput
 
 bench-srlb: bench-setup release
