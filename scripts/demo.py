@@ -52,7 +52,9 @@ def main() -> int:
         for name, kw in (("haproxy hunting", {}), ("haproxy random", {"hunting": False, "balance": "random(1)"})):
             host = addrs.host()
             listen, stats = f"{host}:10000", f"{host}:9999"
-            p = start_haproxy(procs, hr, name.replace(" ", "-"), haproxy_front_text(hr, listen, stats, bs, **kw))
+            # weight 100: HAProxy's random hashes onto a ring of 16 points per unit of
+            # weight, visibly uneven over a few weight-1 servers (docs/bench.md).
+            p = start_haproxy(procs, hr, name.replace(" ", "-"), haproxy_front_text(hr, listen, stats, bs, server_opts="weight 100", **kw))
             wait_tcp(stats, p)
             wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
             fronts.append((name, listen))
