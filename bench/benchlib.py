@@ -50,6 +50,13 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def paired_ratio(num: list[dict], den: list[dict], key: str = "rps") -> dict:
+    """num/den of `key` per repetition (runs side by side): median, mean, 95% CI."""
+    xs = [a[key] / b[key] for a, b in zip(num, den)]
+    m, h = ci95(xs)
+    return {"median": median(xs), "mean": m, "ci95": h, "ratios": xs}
+
+
 _dur = re.compile(r"^([\d.]+)(us|ms|s)$")
 
 

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import plots
-from benchlib import ci95, machine, median, proc_cpu_seconds, wrk, write_result
+from benchlib import ci95, machine, median, paired_ratio, proc_cpu_seconds, wrk, write_result
 from fleet import Fleet, start_front
 from testkit import Addrs, HaproxyRoot, Procs
 
@@ -73,16 +73,12 @@ def main():
         ratios = {}
         for proxy in ("envoy", "haproxy"):
             for ka in ("on", "off"):
-                p, h = runs[f"{proxy} plain, keep-alive {ka}"], runs[f"{proxy} hunting, keep-alive {ka}"]
-                xs = [y["rps"] / x["rps"] for x, y in zip(p, h)]
-                m, ci = ci95(xs)
-                ratios[f"{proxy} hunting/plain, keep-alive {ka}"] = {"median": median(xs), "mean": m, "ci95": ci, "ratios": xs}
+                ratios[f"{proxy} hunting/plain, keep-alive {ka}"] = paired_ratio(
+                    runs[f"{proxy} hunting, keep-alive {ka}"], runs[f"{proxy} plain, keep-alive {ka}"])
         for label in ("plain", "hunting"):
             for ka in ("on", "off"):
-                s, n = runs[f"haproxy {label}, keep-alive {ka}"], runs[f"haproxy {label}, no smart-accept/connect, keep-alive {ka}"]
-                xs = [x["rps"] / y["rps"] for x, y in zip(s, n)]
-                m, ci = ci95(xs)
-                ratios[f"haproxy {label} smart/no smart, keep-alive {ka}"] = {"median": median(xs), "mean": m, "ci95": ci, "ratios": xs}
+                ratios[f"haproxy {label} smart/no smart, keep-alive {ka}"] = paired_ratio(
+                    runs[f"haproxy {label}, keep-alive {ka}"], runs[f"haproxy {label}, no smart-accept/connect, keep-alive {ka}"])
         data = {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "runs": runs, "summary": summary, "ratios": ratios}
         plots.throughput(data, Path(__file__).resolve().parent.parent / "docs" / "results")
         write_result("proxy-throughput", data, report(data))
