@@ -18,8 +18,11 @@ def test_reports_the_servers_fixed_delay(procs, addrs, tmp_path):
     # 5% of 50 ms; at 20 ms it did not.)
     _, app = procs.workload(host, cores=1000, workers=1000, demand="const:50")
     out = tmp_path / "r.json"
+    # Lateness allowed up to 10% of the delay under test (the 2 ms default is for
+    # scaled-down workloads; a stall of a slow shared VM passed it at 200 req/s).
+    # Falling behind is tested on its own below.
     r = loadgen("--target", f"http://{app}/", "--rate", "200", "--duration", "3", "--arrival", "constant",
-                "--served-by-header", "workload-id", "--json", str(out))
+                "--served-by-header", "workload-id", "--json", str(out), "--max-lateness-us", "5000")
     assert r.returncode == 0, r.stdout + r.stderr
     rep = json.loads(out.read_text())
     p50_ms = dict((p, v) for p, v in rep["latency"]["percentiles"])[50.0] / 1000
