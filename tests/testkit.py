@@ -277,7 +277,7 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str = 
 
     def fix(d):
         if d.get("@type", "").endswith("filters.http.wasm.v3.Wasm"):
-            d["config"]["vm_config"]["code"]["local"]["filename"] = os.environ.get("HUNTLB_WASM", str(WASM))
+            d["config"]["vm_config"]["code"]["local"]["filename"] = str(WASM)
             d["config"]["configuration"]["value"] = json.dumps(fconf)
 
     _walk(cfg, fix)
@@ -397,7 +397,7 @@ def sidecar_config(listen: str, admin: str, app: str, policy: str, workers: int 
 
     def fix(d):
         if d.get("@type", "").endswith("filters.http.wasm.v3.Wasm"):
-            d["config"]["vm_config"]["code"]["local"]["filename"] = os.environ.get("HUNTLB_WASM", str(WASM))
+            d["config"]["vm_config"]["code"]["local"]["filename"] = str(WASM)
             d["config"]["configuration"]["value"] = json.dumps({"role": "sidecar", "policy": policy, "workers": workers, "id": id})
 
     _walk(cfg, fix)

@@ -146,8 +146,8 @@ impl Context for Front {}
 impl HttpContext for Front {
     fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
         let Role::Front { max_offer_body, .. } = *self.role else { return Action::Continue };
-        // One host call for the whole header map: it serves the strip and the
-        // body-size check (a host call per header costs more than the copy).
+        // The header list serves the strip and the body-size check alike: no
+        // separate host calls for content-length and transfer-encoding.
         let (mut cl, mut te) = (None, None);
         for (name, value) in self.get_http_request_headers() {
             if config::strip_from_client(&name) {
