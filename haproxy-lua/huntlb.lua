@@ -11,18 +11,20 @@
 --
 -- role=front  backend=NAME map=FILE [every_ms=100]
 --   A background task keeps FILE current with the usable servers of backend
---   NAME: keys 0..5039, key i -> the (i mod n)-th usable server. The config
---   picks the first candidate with native fetches and no per-request Lua:
---     rand,mod(5040),map_str(FILE)
---   5040 = lcm(1..10): the pick is exactly uniform up to 10 servers (and within
---   0.2% for a few more). With fewer than 2 usable servers the map is emptied,
---   the lookup fails and the request is not offered (a retry would come back).
+--   NAME: keys 0..839, each naming a usable server, every server owning an
+--   equal share (huntlb/slots.lua; a change rewrites only the slots that must
+--   move). The config picks the first candidate with native fetches and no
+--   per-request Lua:
+--     rand,mod(840),map_str(FILE)
+--   With fewer than 2 usable servers the map is emptied, the lookup fails and
+--   the request is not offered (a retry would come back).
 -- role=sidecar  [policy=dynamic] [workers=32] [id=sidecar]
 --   Registers the action `lua.huntlb-sidecar`: classifies the try, and for an
 --   offer applies the policy to txn.hunt_busy (set natively from srv_conn and
 --   srv_queue), setting txn.hunt_refuse. Also the service `lua.huntlb-metrics`.
 
 local policy = require "huntlb.policy"
+local slots = require "huntlb.slots"
 
 local core = core
 local tonumber = tonumber
@@ -110,11 +112,12 @@ local function usable_servers(be)
     return up
 end
 
---- Keys of the front's map; see the header for why 5040.
-_M.SLOTS = 5040
+--- Slots in the front's map (huntlb.slots says why 840).
+_M.SLOTS = slots.COUNT
 
 local function start_front(args)
     local published = nil
+    local owner = {}   -- slot -> server name, as written to the map
     core.register_task(function()
         while true do
             local be = core.backends[args.backend]
@@ -122,16 +125,18 @@ local function start_front(args)
                 local up = usable_servers(be)
                 local key = tbl_concat(up, ",")
                 if key ~= published then
-                    local n = #up
-                    for i = 0, _M.SLOTS - 1 do
-                        if n >= 2 then
-                            core.set_map(args.map, tostring(i), up[i % n + 1])
+                    local changed = slots.assign(owner, up, _M.SLOTS)
+                    for _, i in ipairs(changed) do
+                        if owner[i] then
+                            core.set_map(args.map, tostring(i), owner[i])
                         else
                             core.del_map(args.map, tostring(i))
                         end
                     end
-                    core.Info(str_format("huntlb: %d usable in backend %s: %s%s", n, args.backend, key,
-                        n < 2 and " (not offering: fewer than 2)" or ""))
+                    local n = #up
+                    core.Info(str_format("huntlb: %d usable in backend %s: %s%s; %d slots rewritten",
+                        n, args.backend, key, n < 2 and " (not offering: fewer than 2)" or "",
+                        #changed))
                     published = key
                 end
             end

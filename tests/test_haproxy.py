@@ -52,9 +52,21 @@ def test_post_processed_once_with_body_intact(procs, addrs, front, size, offered
     assert sum(b.refused() for b in bs) == (1 if offered else 0)
 
 
-def test_killed_backend_is_marked_down_and_back_without_client_errors(procs, addrs, front):
+def front_map(hroot, stats) -> dict[int, str]:
+    """The module's slot -> first-candidate map, read back through the runtime API."""
+    out = haproxy_runtime(stats, f"show map {hroot.inside(hroot.dir / 'huntlb-up.map')}")
+    return {int(k): v for _, k, v in (line.split() for line in out.splitlines() if line.strip())}
+
+
+def shares(slots: dict[int, str]) -> dict[str, int]:
+    return {name: list(slots.values()).count(name) for name in set(slots.values())}
+
+
+def test_killed_backend_is_marked_down_and_back_without_client_errors(procs, addrs, front, hroot):
     bs = start_backends(procs, addrs, 3, "always")
     listen, stats = front(bs)
+    wait_until(lambda: shares(front_map(hroot, stats)) == {"web1": 280, "web2": 280, "web3": 280}, timeout=5, what="840 slots shared")
+    before = front_map(hroot, stats)
     failures, done = [], threading.Event()
 
     def steady_load():
@@ -75,10 +87,17 @@ def test_killed_backend_is_marked_down_and_back_without_client_errors(procs, add
         wait_until(lambda: haproxy_server_states(stats)["web1"].startswith("DOWN"), timeout=5, what="web1 DOWN")
         down_after = time.monotonic() - killed
         assert down_after < 2.0, f"marked down after {down_after:.2f}s (inter 500 fall 2)"
+        # first candidates: the dead server's slots go to the others; theirs stay put
+        wait_until(lambda: shares(front_map(hroot, stats)) == {"web2": 420, "web3": 420}, timeout=2, what="web1 out of the map")
+        after = front_map(hroot, stats)
+        assert all(after[i] == v for i, v in before.items() if v != "web1")
         procs.agent(bs[0].host, bs[0].app, policy="always")
         restarted = time.monotonic()
         wait_until(lambda: haproxy_server_states(stats)["web1"] == "UP", timeout=5, what="web1 UP")
         assert time.monotonic() - restarted < 2.5
+        wait_until(lambda: shares(front_map(hroot, stats)) == {"web1": 280, "web2": 280, "web3": 280}, timeout=2, what="web1 back in the map")
+        back = front_map(hroot, stats)
+        assert sum(back[i] != after[i] for i in back) == 280, "only web1's new share moved"
         time.sleep(0.5)
     finally:
         done.set()
