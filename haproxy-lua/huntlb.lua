@@ -15,7 +15,7 @@
 --   equal share (huntlb/slots.lua; a change rewrites only the slots that must
 --   move). The config picks the first candidate with native fetches and no
 --   per-request Lua:
---     rand,mod(840),map_str(FILE)
+--     rand(840),map_str(FILE)
 --   With fewer than 2 usable servers the map is emptied, the lookup fails and
 --   the request is not offered (a retry would come back).
 -- role=sidecar  [policy=dynamic] [workers=32] [id=sidecar]

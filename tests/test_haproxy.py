@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from dnsserver import DnsServer
-from testkit import (HAPROXY_VERSIONS, HaproxyRoot, haproxy_config, haproxy_front_text, haproxy_runtime,
+from testkit import (HAPROXY_EXAMPLES, HAPROXY_VERSIONS, HaproxyRoot, haproxy_config, haproxy_front_text, haproxy_runtime,
                      haproxy_server_states, path_count, request, start_backends, start_haproxy, wait_tcp, wait_until)
 from workload_hash import fnv64
 
@@ -66,6 +66,8 @@ def test_killed_backend_is_marked_down_and_back_without_client_errors(procs, add
     bs = start_backends(procs, addrs, 3, "always")
     listen, stats = front(bs)
     wait_until(lambda: shares(front_map(hroot, stats)) == {"web1": 280, "web2": 280, "web3": 280}, timeout=5, what="840 slots shared")
+    # the config draws from exactly the slots the module fills
+    assert "rand(840),map_str(" in (HAPROXY_EXAMPLES / "front.cfg").read_text()
     before = front_map(hroot, stats)
     failures, done = [], threading.Event()
 

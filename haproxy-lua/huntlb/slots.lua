@@ -1,6 +1,6 @@
 -- huntlb.slots: which usable server each slot of the front's map names.
 --
--- The front picks its first candidate with `rand,mod(N),map_str(FILE)`: N
+-- The front picks its first candidate with `rand(N),map_str(FILE)`: N
 -- slots, each naming a usable server, every server owning floor(N/n) or
 -- ceil(N/n) of them. When the usable set changes, only the slots that must
 -- change do: a server that leaves gives up just its own slots, one that joins
