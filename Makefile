@@ -68,7 +68,7 @@ bench-throughput: bench-setup release
 bench-agent: setup release
 	$(BENCH) bench/agent_overhead.py
 
-bench-proxies: setup release
+bench-proxies: bench-setup release
 	$(BENCH) bench/proxy_overhead.py
 
 clean:

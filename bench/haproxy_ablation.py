@@ -1,99 +1,117 @@
 #!/usr/bin/env python3
-"""Where the HAProxy hunting front's cost goes: the committed front.cfg on one
-thread, with one hunting feature taken out at a time, side by side with plain.
+"""Where the HAProxy hunting front's cost goes, line by line, in instructions.
 
-Variants: hunting (all of it); without the per-try `http-send-name-header`;
-without `retry-on 425` (retry buffer); without the offer (map pick, hunt-offer
-header, use-server), and without each of use-server and the header alone; plain. Tiny page, keep-alive, wrk with 32 connections on
-CPU 1, variants alternated in each repetition; req/s and HAProxy's own CPU per
-request.
+The committed front.cfg on one thread, with one hunting line taken out at a
+time, next to plain (every hunting line out). Each variant serves the same
+keep-alive requests (`ab -k`, 4 connections) from static backends (a HAProxy
+answering 200: every offer accepted) while callgrind counts HAProxy's
+user-space instructions. Instruction counts do not depend on this machine's
+noise, so one run per variant is enough and differences of 100 are real.
+The module's background task runs once a minute here (valgrind stretches
+time); bench/proxy_overhead.py measures it separately.
 
-Usage: python3 bench/haproxy_ablation.py [--reps 5]   Writes docs/results/haproxy-ablation.{md,json}.
+Usage: python3 bench/haproxy_ablation.py [--requests 3000]   (make bench-setup first: valgrind)
+Writes docs/results/haproxy-ablation.{md,json}.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
-from benchlib import ci95, machine, median, paired_ratio, proc_cpu_seconds, wrk, write_result
-from fleet import Fleet
-from testkit import Addrs, HaproxyRoot, Procs, haproxy_front_text, haproxy_server_states, start_haproxy, wait_tcp, wait_until
-
-OFFER_LINES = ("hunt_offer",)
+from benchlib import machine, write_result
+from proxy_overhead import BACKENDS, callgrind_totals, start_front, static_backends
+from testkit import Addrs, HaproxyRoot, Procs
 
 
-def variants(text: str) -> dict[str, str]:
-    drop = lambda t, words: "\n".join(l for l in t.splitlines() if not any(w in l for w in words)) + "\n"  # noqa: E731
-    return {
-        "hunting": text,
-        "without http-send-name-header": drop(text, ("http-send-name-header",)),
-        "without retry-on 425": text.replace("retry-on conn-failure empty-response 425", "retry-on conn-failure empty-response"),
-        "without the offer (pick, header, use-server)": drop(text, OFFER_LINES),
-        "without use-server (pick and header kept)": drop(text, ("use-server",)),
-        "without the hunt-offer header (pick and use-server kept)": drop(text, ("set-header hunt-offer",)),
-    }
+def drop(text: str, *words: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not any(w in line for w in words)) + "\n"
+
+
+# (variant, what it takes out of the hunting front, how)
+VARIANTS = [
+    ("hunting", "nothing: the committed front", lambda t: t),
+    ("- the offer", "the pick, the hunt-offer header and use-server",
+     lambda t: drop(t, "hunt_offer", "hunt_big_body")),
+    ("- the hunt-offer header", "`http-request add-header hunt-offer`", lambda t: drop(t, "add-header hunt-offer")),
+    ("- use-server", "`use-server %[var(txn.hunt_offer)]`", lambda t: drop(t, "use-server")),
+    ("- the big-body check", "`acl hunt_big_body` and its `unless`",
+     lambda t: drop(t, "acl hunt_big_body").replace(" unless hunt_big_body", "")),
+    ("- http-send-name-header", "`http-send-name-header hunt-target`", lambda t: drop(t, "http-send-name-header")),
+    ("- request del-header", "`http-request del-header hunt -m beg`", lambda t: drop(t, "http-request del-header hunt")),
+    ("- response set-status", "`http-response set-status 503 if { status 425 } ...`", lambda t: drop(t, "set-status 503")),
+    ("- response del-header", "`http-response del-header hunt -m beg`", lambda t: drop(t, "http-response del-header hunt")),
+    ("- retry-on 425", "425 from `retry-on`",
+     lambda t: t.replace("retry-on conn-failure empty-response 425", "retry-on conn-failure empty-response")),
+]
+
+
+def count(procs, addrs, hr, work: Path, backends, name: str, edit, requests: int) -> float:
+    """HAProxy's user-space instructions per request: the hunting front rewritten
+    by `edit`, or plain when `edit` is None."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+    prefix = str(work / f"callgrind.{slug}")
+    url, p = start_front(procs, addrs, hr, "haproxy", backends, edit is not None, slug, every_ms=60000,
+                         argv_prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}"], edit=edit)
+    try:
+        subprocess.run(["ab", "-q", "-k", "-n", "300", "-c", "4", url], capture_output=True, timeout=300)  # warm up
+        subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True, timeout=60)
+        r = subprocess.run(["ab", "-q", "-k", "-n", str(requests), "-c", "4", url], capture_output=True, text=True, timeout=600)
+        subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True, timeout=60)
+    finally:
+        p.stop()
+    if "Non-2xx" in r.stdout or f"Complete requests:      {requests}" not in r.stdout:
+        raise RuntimeError(f"{name}: not every request was answered 200:\n{r.stdout}")
+    return callgrind_totals(prefix + ".") / requests
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--seconds", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=3000)
     a = ap.parse_args()
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind missing: make bench-setup")
     work = Path(tempfile.mkdtemp(prefix="huntlb-ablation-"))
     procs, addrs = Procs(work), Addrs()
     hr = HaproxyRoot("2.6")
     try:
-        fleet = Fleet(procs, addrs, [1000.0] * 2, workers=1000, backlog=10000, mean_ms=0.0001, policy="always").start()
-        fronts = {}
-        for hunting in (True, False):
-            host = addrs.host()
-            listen, stats = f"{host}:10000", f"{host}:9999"
-            base = haproxy_front_text(hr, listen, stats, fleet.backends, hunting=hunting, keep_served_by=False)
-            base = base.replace("defaults\n", "    nbthread 1\ndefaults\n", 1)
-            for name, text in (variants(base) if hunting else {"plain": base}).items():
-                if name != "hunting" and name != "plain":
-                    host = addrs.host()
-                    text = text.replace(listen, f"{host}:10000").replace(stats, f"{host}:9999")
-                    l2, s2 = f"{host}:10000", f"{host}:9999"
-                else:
-                    l2, s2 = listen, stats
-                p = start_haproxy(procs, hr, f"haproxy-{len(fronts)}", text)
-                wait_tcp(s2, p)
-                wait_until(lambda: all(v == "UP" for v in haproxy_server_states(s2).values()), timeout=15, what="UP")
-                fronts[name] = (f"http://{l2}/", p.pid)
-        runs = {k: [] for k in fronts}
-        for rep in range(a.reps):
-            for name, (url, pid) in fronts.items():
-                c0 = proc_cpu_seconds(pid)
-                r = wrk(url, 32, a.seconds)
-                r["cpu_us_per_req"] = (proc_cpu_seconds(pid) - c0) / max(r["rps"] * a.seconds, 1) * 1e6
-                runs[name].append(r)
-            print(f"rep {rep + 1}/{a.reps}: " + ", ".join(f"{n}: {runs[n][-1]['rps']:.0f}" for n in fronts), flush=True)
-        rows = []
-        for name, rs in runs.items():
-            ratio = paired_ratio(rs, runs["plain"])
-            cpu, h = ci95([r["cpu_us_per_req"] for r in rs])
-            rows.append(f"| {name} | {median([r['rps'] for r in rs]):.0f} | {ratio['median']:.3f} ({ratio['mean']:.3f} ± {ratio['ci95']:.3f}) "
-                        f"| {cpu:.1f} ± {h:.1f} | {sum(r['non2xx'] + r['socket_errors'] for r in rs)} |")
-        md = f"""# HAProxy hunting front: where the cost goes
-
-`python3 bench/haproxy_ablation.py` on {machine()}. The committed `front.cfg` on one thread
-(`nbthread 1`: HAProxy is the bottleneck), tiny page through agents that accept every offer,
-keep-alive, `wrk` 32 connections on CPU 1, {a.seconds} s per run, {a.reps} repetitions with the variants
-alternated. Each row takes one hunting feature out; the ratio is to plain, paired per repetition
-(median, and mean ± 95% CI); CPU is HAProxy's own per request (mean ± 95% CI).
-
-| variant | req/s | / plain | HAProxy CPU µs/request | errors |
-|---------|------:|--------:|-----------------------:|-------:|
-{chr(10).join(rows)}
-"""
-        write_result("haproxy-ablation", {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "runs": runs}, md)
-        print(md)
+        backends = static_backends(procs, hr, addrs, BACKENDS)
+        counts = {"plain": count(procs, addrs, hr, work, backends, "plain", None, a.requests)}
+        print(f"plain: {counts['plain']:.0f}", flush=True)
+        for name, _, how in VARIANTS:
+            counts[name] = count(procs, addrs, hr, work, backends, name, how, a.requests)
+            print(f"{name}: {counts[name]:.0f}", flush=True)
     finally:
         procs.stop_all()
         hr.cleanup()
+    plain, hunt = counts["plain"], counts["hunting"]
+    rows = [f"| plain | every hunting line | {plain:.0f} | | |",
+            f"| **hunting** | nothing | **{hunt:.0f}** | **+{hunt - plain:.0f} ({(hunt / plain - 1) * 100:+.1f}%) over plain** | |"]
+    for name, what, _ in VARIANTS[1:]:
+        saved = hunt - counts[name]
+        rows.append(f"| {name} | {what} | {counts[name]:.0f} | | {saved:.0f} ({saved / (hunt - plain) * 100:.0f}% of hunting's cost) |")
+    md = f"""# HAProxy hunting front: where the cost goes, line by line
+
+`python3 bench/haproxy_ablation.py` on {machine()}, HAProxy 2.6. The committed
+`front.cfg` on one thread with one hunting line taken out at a time; `plain` has
+every hunting line out. {a.requests} keep-alive requests (`ab -k -c 4`, bare `GET /`) to
+{BACKENDS} static backends; callgrind counts HAProxy's user-space instructions per
+request (kernel time, the same number of syscalls in every variant, is not in it).
+A count is exact, not a sample: differences of about 100 instructions are real.
+
+| variant | takes out | instructions / request | | saves |
+|---------|-----------|----------------------:|-|------:|
+{chr(10).join(rows)}
+
+The parts overlap (a header rule costs less when another one already walked the
+headers), so the savings do not add up exactly to the total.
+"""
+    write_result("haproxy-ablation", {"machine": machine(), "requests": a.requests, "instructions_per_request": counts}, md)
+    print(md)
 
 
 if __name__ == "__main__":

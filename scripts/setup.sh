@@ -49,9 +49,15 @@ if [ ! -x "$TRIXIE/usr/sbin/haproxy" ]; then
     chroot "$TRIXIE" apt-get install -y -qq --no-install-recommends haproxy >/dev/null
 fi
 
-# The benchmarks' plots (make bench, make bench-quick); the tests do not need it.
+# The benchmarks' plots (make bench, make bench-quick) and valgrind's instruction
+# counts (make bench-proxies); the tests need neither.
 if [ "${1:-}" = "--bench" ]; then
     python3 -c 'import matplotlib' 2>/dev/null || { echo "setup: pip install matplotlib"; python3 -m pip install -q matplotlib; }
+    if ! command -v valgrind >/dev/null; then
+        echo "setup: apt-get install valgrind"
+        SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends valgrind >/dev/null
+    fi
 fi
 
 echo "setup: ok ($(haproxy -v | head -1 | cut -d' ' -f1-3); $(chroot "$TRIXIE" haproxy -v | head -1 | cut -d' ' -f1-3); envoy $ENVOY_VERSION; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"
