@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from testkit import (envoy_host_health, envoy_stats, front_config, path_count, request, start_backends,
-                     start_envoy, wait_until)
+                     start_envoy, wait_envoy_hosts_healthy, wait_until)
 
 from workload_hash import fnv64
 
@@ -20,6 +20,7 @@ def front(procs, addrs):
         host = addrs.host()
         listen, admin = f"{host}:10000", f"{host}:9902"
         start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends], **kw))
+        wait_envoy_hosts_healthy(admin, len(backends))
         return listen, admin
     return start
 

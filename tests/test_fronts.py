@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import testkit
-from testkit import (HaproxyRoot, envoy_host_health, envoy_stats, front_config, haproxy_front_text, haproxy_server_states,
-                     path_count, request, start_backends, start_envoy, start_haproxy, wait_tcp, wait_until)
+from testkit import (HaproxyRoot, envoy_stats, front_config, haproxy_front_text, haproxy_server_states, path_count,
+                     request, start_backends, start_envoy, start_haproxy, wait_envoy_hosts_healthy, wait_tcp, wait_until)
 
 FRONTS = ["envoy", "haproxy-2.6", "haproxy-3.0"]
 
@@ -34,10 +34,7 @@ def front(request, procs, addrs):
         if kind == "envoy":
             admin = f"{host}:9902"
             start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends]))
-            # /ready does not mean every host passed its first health check; on a
-            # loaded machine one may not have yet, and the test would meet a 503
-            wait_until(lambda: (h := envoy_host_health(admin)) and len(h) == len(backends)
-                       and all(v == "healthy" for v in h.values()), timeout=15, what="hosts healthy")
+            wait_envoy_hosts_healthy(admin, len(backends))
             return Front(listen, admin)
         hr = HaproxyRoot(kind.split("-")[1])
         procs.cleanups.append(hr.cleanup)

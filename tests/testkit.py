@@ -326,6 +326,14 @@ def envoy_host_health(admin: str, cluster: str = "backends") -> dict[str, str]:
     return out
 
 
+def wait_envoy_hosts_healthy(admin: str, n: int, timeout: float = 15) -> None:
+    """Every one of n hosts passed a health check. Envoy's /ready does not wait
+    for the first checks; on a loaded machine a host may not have passed yet,
+    and a request sent then meets a 503 (no healthy upstream)."""
+    wait_until(lambda: (h := envoy_host_health(admin)) and len(h) == n and all(v == "healthy" for v in h.values()),
+               timeout=timeout, what=f"{n} hosts healthy")
+
+
 # ---- backend fleets ----------------------------------------------------------
 
 class Backend:
