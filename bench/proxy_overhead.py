@@ -118,8 +118,7 @@ def no_l7_retries(text: str) -> str:
     return "\n".join(l for l in text.splitlines() if "retry-on" not in l and "http-buffer-request" not in l) + "\n"
 
 
-def bottleneck(procs, addrs, hr, reps: int, seconds: int) -> dict:
-    backends = static_backends(procs, hr, addrs, BACKENDS)
+def bottleneck(procs, addrs, hr, backends: list, reps: int, seconds: int) -> dict:
     fronts = {}
     for proxy, label, hunting, edit in (("envoy", "plain", False, None), ("envoy", "hunting", True, None),
                                         ("haproxy", "plain, no L7 retries", False, no_l7_retries),
@@ -156,12 +155,11 @@ def callgrind_totals(prefix: str) -> int:
     return total
 
 
-def instructions(procs, addrs, hr, work: Path, requests: int) -> dict:
+def instructions(procs, addrs, hr, backends: list, work: Path, requests: int) -> dict:
     """User-space instructions per request of HAProxy plain vs hunting (callgrind)."""
     if not shutil.which("valgrind") or not shutil.which("ab"):
         print("instructions: valgrind or ab missing (make bench-setup); skipped")
         return {}
-    backends = static_backends(procs, hr, addrs, BACKENDS)
     out = {}
     for label, hunting, edit in (("plain, no L7 retries", False, no_l7_retries), ("plain", False, None), ("hunting", True, None)):
         name = "haproxy-" + re.sub(r"[^a-z0-9]+", "-", label) + "-callgrind"
@@ -179,10 +177,9 @@ def instructions(procs, addrs, hr, work: Path, requests: int) -> dict:
     return out
 
 
-def idle_task_cost(procs, addrs, hr, seconds: int = 10) -> dict:
+def idle_task_cost(procs, addrs, hr, backends: list, seconds: int = 10) -> dict:
     """CPU per second of an idle HAProxy front, plain vs hunting: the module's
     background task (and the same health checks in both)."""
-    backends = static_backends(procs, hr, addrs, BACKENDS)
     out = {}
     for hunting in (False, True):
         name = "haproxy-idle-" + ("hunting" if hunting else "plain")
@@ -227,9 +224,10 @@ def main():
     hr = HaproxyRoot("2.6")
     try:
         data = {"machine": machine(), "reps": a.reps, "agent_reps": a.agent_reps, "seconds": a.seconds}
-        data["bottleneck"] = bottleneck(procs, addrs, hr, a.reps, a.seconds)
-        data["instructions"] = instructions(procs, addrs, hr, work, a.requests)
-        data["idle_cpu_ms_per_s"] = idle_task_cost(procs, addrs, hr)
+        backends = static_backends(procs, hr, addrs, BACKENDS)
+        data["bottleneck"] = bottleneck(procs, addrs, hr, backends, a.reps, a.seconds)
+        data["instructions"] = instructions(procs, addrs, hr, backends, work, a.requests)
+        data["idle_cpu_ms_per_s"] = idle_task_cost(procs, addrs, hr, backends)
         data["through_agents"] = through_agents(procs, addrs, hr, a.agent_reps, a.seconds)
         report(data)
     finally:

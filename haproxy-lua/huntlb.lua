@@ -117,7 +117,10 @@ _M.SLOTS = slots.COUNT
 
 local function start_front(args)
     local published = nil
-    local owner = {}   -- slot -> server name, as written to the map
+    -- slot -> server name as written to the map; false: not known yet, so the
+    -- first publish writes (or deletes) every slot, whatever the file held
+    local owner = {}
+    for i = 0, _M.SLOTS - 1 do owner[i] = false end
     core.register_task(function()
         while true do
             local be = core.backends[args.backend]

@@ -20,8 +20,9 @@ local _M = { _VERSION = "1" }
 --- pick), and within 1.5% of uniform for any n up to 16.
 _M.COUNT = 840
 
---- Reassign `owner` (slot 0..count-1 -> server name or nil) to the usable
---- servers `up` (a list of distinct names). Returns the list of slots whose
+--- Reassign `owner` (slot 0..count-1 -> server name, nil for empty, false for
+--- not known: rewritten either way) to the usable servers `up` (a list of
+--- distinct names). Returns the list of slots whose
 --- owner changed; `owner` is updated in place. With fewer than 2 usable
 --- servers every slot is emptied (the front must not offer: the retry would
 --- come back to the same server).

@@ -56,6 +56,15 @@ check_invariants(owner, names(12), "12 from empty")
 local c = counts(owner)
 check(c.web1 == 70 and c.web12 == 70, "840 slots over 12 servers: 70 each")
 
+-- Slots not known yet (false: what the map file held at start) are all
+-- rewritten, or all deleted when there is nothing to offer.
+local unknown = {}
+for i = 0, COUNT - 1 do unknown[i] = false end
+check(#slots.assign(unknown, names(3), COUNT) == COUNT, "unknown slots are all written")
+for i = 0, COUNT - 1 do unknown[i] = false end
+check(#slots.assign(unknown, { "web1" }, COUNT) == COUNT and next(counts(unknown)) == nil,
+    "unknown slots are all deleted with fewer than 2 usable")
+
 -- One server leaves: only its own slots change.
 local before = counts(owner).web5
 local up11 = names(12); table.remove(up11, 5)
