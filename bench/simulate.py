@@ -8,6 +8,7 @@ checks the simulator against the real 12-server runs (mean response time at
 ρ <= 0.9), then shows 100 and 1000 servers at the same per-server load.
 
 Usage: python3 bench/simulate.py [--reps 5]   (after bench/srlb.py)
+       python3 bench/simulate.py --report-only   (rewrite the report from the committed JSON)
 Writes docs/results/simulation.{md,json,png}.
 """
 
@@ -17,6 +18,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 
 import plots
 from benchlib import RESULTS, ci95, machine, median, write_result
@@ -171,5 +173,4 @@ def rewrite_report() -> None:
 
 
 if __name__ == "__main__":
-    import sys
     rewrite_report() if sys.argv[1:] == ["--report-only"] else main()

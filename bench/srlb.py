@@ -346,7 +346,7 @@ def main():
     ap.add_argument("--only", choices=["sweep", "many"], help="one scenario (many reuses the last sweep's lambda0)")
     ap.add_argument("--proxies", default="envoy,haproxy")
     ap.add_argument("--refill", action="store_true", help="re-run the invalid runs of the last sweep, rewrite its report")
-    ap.add_argument("--mid-reps", type=int, help="add runs at rho 0.5-0.8 to the last sweep up to this many per point, rewrite its report")
+    ap.add_argument("--mid-reps", type=int, help="add runs at rho <= 0.8 to the last sweep, up to this many per point; rewrite its report")
     a = ap.parse_args()
     p = plan(a.quick)
     out = QUICK_OUT if a.quick else RESULTS
