@@ -17,14 +17,12 @@ Writes docs/results/haproxy-ablation.{md,json}.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 from benchlib import machine, write_result
-from proxy_overhead import BACKENDS, callgrind_totals, start_front, static_backends
+from proxy_overhead import BACKENDS, instructions_per_request, static_backends
 from testkit import Addrs, HaproxyRoot, Procs
 
 
@@ -50,25 +48,6 @@ VARIANTS = [
 ]
 
 
-def count(procs, addrs, hr, work: Path, backends, name: str, edit, requests: int) -> float:
-    """HAProxy's user-space instructions per request: the hunting front rewritten
-    by `edit`, or plain when `edit` is None."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name).strip("-")
-    prefix = str(work / f"callgrind.{slug}")
-    url, p = start_front(procs, addrs, hr, "haproxy", backends, edit is not None, slug, every_ms=60000,
-                         argv_prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}"], edit=edit)
-    try:
-        subprocess.run(["ab", "-q", "-k", "-n", "300", "-c", "4", url], capture_output=True, timeout=300)  # warm up
-        subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True, timeout=60)
-        r = subprocess.run(["ab", "-q", "-k", "-n", str(requests), "-c", "4", url], capture_output=True, text=True, timeout=600)
-        subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True, timeout=60)
-    finally:
-        p.stop()
-    if "Non-2xx" in r.stdout or f"Complete requests:      {requests}" not in r.stdout:
-        raise RuntimeError(f"{name}: not every request was answered 200:\n{r.stdout}")
-    return callgrind_totals(prefix + ".") / requests
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000)
@@ -80,11 +59,9 @@ def main():
     hr = HaproxyRoot("2.6")
     try:
         backends = static_backends(procs, hr, addrs, BACKENDS)
-        counts = {"plain": count(procs, addrs, hr, work, backends, "plain", None, a.requests)}
-        print(f"plain: {counts['plain']:.0f}", flush=True)
+        counts = {"plain": instructions_per_request(procs, addrs, hr, backends, work, "plain", False, None, a.requests)}
         for name, _, how in VARIANTS:
-            counts[name] = count(procs, addrs, hr, work, backends, name, how, a.requests)
-            print(f"{name}: {counts[name]:.0f}", flush=True)
+            counts[name] = instructions_per_request(procs, addrs, hr, backends, work, name, True, how, a.requests)
     finally:
         procs.stop_all()
         hr.cleanup()

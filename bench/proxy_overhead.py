@@ -155,6 +155,28 @@ def callgrind_totals(prefix: str) -> int:
     return total
 
 
+def instructions_per_request(procs, addrs, hr, backends: list, work: Path, label: str, hunting: bool, edit,
+                             requests: int) -> float:
+    """HAProxy's user-space instructions per request (callgrind) for one front:
+    `requests` keep-alive requests after a warm-up, every one answered 200."""
+    name = "haproxy-" + re.sub(r"[^a-z0-9]+", "-", label).strip("-") + "-callgrind"
+    prefix = str(work / f"callgrind.{name}")
+    url, p = start_front(procs, addrs, hr, "haproxy", backends, hunting, name, every_ms=60000, edit=edit,
+                         argv_prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}"])
+    try:
+        subprocess.run(["ab", "-q", "-k", "-n", "300", "-c", "4", url], capture_output=True, timeout=300)  # warm up
+        subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True, timeout=60)
+        r = subprocess.run(["ab", "-q", "-k", "-n", str(requests), "-c", "4", url], capture_output=True, text=True, timeout=600)
+        subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True, timeout=60)
+    finally:
+        p.stop()
+    if "Non-2xx" in r.stdout or f"Complete requests:      {requests}" not in r.stdout:
+        raise RuntimeError(f"{label}: not every request was answered 200:\n{r.stdout}")
+    per_request = callgrind_totals(prefix + ".") / requests
+    print(f"instructions: {label}: {per_request:.0f} per request", flush=True)
+    return per_request
+
+
 def instructions(procs, addrs, hr, backends: list, work: Path, requests: int) -> dict:
     """User-space instructions per request of HAProxy plain vs hunting (callgrind)."""
     if not shutil.which("valgrind") or not shutil.which("ab"):
@@ -162,18 +184,8 @@ def instructions(procs, addrs, hr, backends: list, work: Path, requests: int) ->
         return {}
     out = {}
     for label, hunting, edit in (("plain, no L7 retries", False, no_l7_retries), ("plain", False, None), ("hunting", True, None)):
-        name = "haproxy-" + re.sub(r"[^a-z0-9]+", "-", label) + "-callgrind"
-        prefix = str(work / f"callgrind.{name}")
-        url, p = start_front(procs, addrs, hr, "haproxy", backends, hunting, name, every_ms=60000, edit=edit,
-                             argv_prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}"])
-        subprocess.run(["ab", "-q", "-k", "-n", "300", "-c", "4", url], capture_output=True, timeout=300)  # warm up
-        subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True, timeout=60)
-        r = subprocess.run(["ab", "-q", "-k", "-n", str(requests), "-c", "4", url], capture_output=True, text=True, timeout=600)
-        subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True, timeout=60)
-        p.stop()
-        bad = int(re.search(r"Non-2xx responses:\s+(\d+)", r.stdout).group(1)) if "Non-2xx" in r.stdout else 0
-        out[label] = {"instructions_per_request": callgrind_totals(prefix + ".") / requests, "requests": requests, "non2xx": bad}
-        print(f"instructions: {label}: {out[label]['instructions_per_request']:.0f} per request", flush=True)
+        out[label] = {"instructions_per_request": instructions_per_request(procs, addrs, hr, backends, work, label, hunting,
+                                                                           edit, requests), "requests": requests}
     return out
 
 
