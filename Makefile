@@ -30,8 +30,8 @@ test-rust:
 test-lua:
 	lua5.3 haproxy-lua/test/run_vectors.lua
 	lua5.4 haproxy-lua/test/run_vectors.lua
-	lua5.3 haproxy-lua/test/test_slots.lua
-	lua5.4 haproxy-lua/test/test_slots.lua
+	lua5.3 haproxy-lua/test/test_upmap.lua
+	lua5.4 haproxy-lua/test/test_upmap.lua
 
 test-integration: build
 	$(PYTEST) -q tests

@@ -11,20 +11,21 @@
 --
 -- role=front  backend=NAME map=FILE [every_ms=100]
 --   A background task keeps FILE current with the usable servers of backend
---   NAME: keys 0..839, each naming a usable server, every server owning an
---   equal share (huntlb/slots.lua; a change rewrites only the slots that must
---   move). The config picks the first candidate with native fetches and no
---   per-request Lua:
---     rand(840),map_str(FILE)
---   With fewer than 2 usable servers the map is emptied, the lookup fails and
---   the request is not offered (a retry would come back).
+--   NAME: keys 0..n-1, each naming one of the n usable servers (huntlb/upmap.lua;
+--   a change rewrites only the keys whose server changed). The config picks the
+--   first candidate with native fetches and no per-request Lua, n being
+--   HAProxy's own count of usable servers:
+--     http-request set-var(txn.hunt_n) nbsrv
+--     http-request set-var(txn.hunt_offer) rand,mod(txn.hunt_n),map_str(FILE) if { var(txn.hunt_n) -m int ge 2 } ...
+--   With fewer than 2 usable servers the map is emptied and the request is not
+--   offered (a retry would come back).
 -- role=sidecar  [policy=dynamic] [workers=32] [id=sidecar]
 --   Registers the action `lua.huntlb-sidecar`: classifies the try, and for an
 --   offer applies the policy to txn.hunt_busy (set natively from srv_conn and
 --   srv_queue), setting txn.hunt_refuse. Also the service `lua.huntlb-metrics`.
 
 local policy = require "huntlb.policy"
-local slots = require "huntlb.slots"
+local upmap = require "huntlb.upmap"
 
 local core = core
 local tonumber = tonumber
@@ -38,6 +39,7 @@ local str_match = string.match
 local tbl_sort = table.sort
 local tbl_concat = table.concat
 local os_getenv = os.getenv
+local io_open = io.open
 
 local _M = { _VERSION = "1" }
 
@@ -98,13 +100,16 @@ end
 
 -- front ----------------------------------------------------------------------
 
---- Names of the servers of `be` that can take traffic, sorted.
+--- Names of the servers of `be` that can take traffic, sorted: the servers
+--- HAProxy's `nbsrv` counts (active, not backup, weight above 0, up).
 local function usable_servers(be)
     local up = {}
     for name, srv in pairs(be.servers) do
-        local status = srv:get_stats().status or ""
+        local st = srv:get_stats()
+        local status = st.status or ""
         -- "UP", "UP 1/2" (going down), "no check"; not DOWN, MAINT, DRAIN, NOLB
-        if str_match(status, "^UP") or status == "no check" then
+        if (str_match(status, "^UP") or status == "no check")
+            and tonumber(st.bck) ~= 1 and (tonumber(st.weight) or 0) > 0 then
             up[#up + 1] = name
         end
     end
@@ -112,15 +117,20 @@ local function usable_servers(be)
     return up
 end
 
---- Slots in the front's map (huntlb.slots says why 840).
-_M.SLOTS = slots.COUNT
+--- What HAProxy loaded from the map file at start (key -> value).
+local function read_map(path)
+    local f = io_open(path, "r")
+    if not f then return {} end -- HAProxy itself names a missing map file
+    local text = f:read("a")
+    f:close()
+    return upmap.parse(text)
+end
 
 local function start_front(args)
     local published = nil
-    -- slot -> server name as written to the map; false: not known yet, so the
-    -- first publish writes (or deletes) every slot, whatever the file held
-    local owner = {}
-    for i = 0, _M.SLOTS - 1 do owner[i] = false end
+    -- key -> server name as HAProxy holds it: the file as loaded, so the first
+    -- refresh deletes whatever it held that is not wanted
+    local held = read_map(args.map)
     core.register_task(function()
         while true do
             local be = core.backends[args.backend]
@@ -128,18 +138,19 @@ local function start_front(args)
                 local up = usable_servers(be)
                 local key = tbl_concat(up, ",")
                 if key ~= published then
-                    local changed = slots.assign(owner, up, _M.SLOTS)
-                    for _, i in ipairs(changed) do
-                        if owner[i] then
-                            core.set_map(args.map, tostring(i), owner[i])
-                        else
-                            core.del_map(args.map, tostring(i))
-                        end
+                    local sets, dels = upmap.diff(held, upmap.wanted(up))
+                    for _, kv in ipairs(sets) do
+                        core.set_map(args.map, kv[1], kv[2])
+                        held[kv[1]] = kv[2]
+                    end
+                    for _, k in ipairs(dels) do
+                        core.del_map(args.map, k)
+                        held[k] = nil
                     end
                     local n = #up
-                    core.Info(str_format("huntlb: %d usable in backend %s: %s%s; %d slots rewritten",
+                    core.Info(str_format("huntlb: %d usable in backend %s: %s%s; %d keys written, %d deleted",
                         n, args.backend, key, n < 2 and " (not offering: fewer than 2)" or "",
-                        #changed))
+                        #sets, #dels))
                     published = key
                 end
             end

@@ -53,22 +53,18 @@ def test_post_processed_once_with_body_intact(procs, addrs, front, size, offered
 
 
 def front_map(hroot, stats) -> dict[int, str]:
-    """The module's slot -> first-candidate map, read back through the runtime API."""
+    """The module's index -> usable-server map, read back through the runtime API."""
     out = haproxy_runtime(stats, f"show map {hroot.inside(hroot.dir / 'huntlb-up.map')}")
     return {int(k): v for _, k, v in (line.split() for line in out.splitlines() if line.strip())}
-
-
-def shares(slots: dict[int, str]) -> dict[str, int]:
-    return {name: list(slots.values()).count(name) for name in set(slots.values())}
 
 
 def test_killed_backend_is_marked_down_and_back_without_client_errors(procs, addrs, front, hroot):
     bs = start_backends(procs, addrs, 3, "always")
     listen, stats = front(bs)
-    wait_until(lambda: shares(front_map(hroot, stats)) == {"web1": 280, "web2": 280, "web3": 280}, timeout=5, what="840 slots shared")
-    # the config draws from exactly the slots the module fills
-    assert "rand(840),map_str(" in (HAPROXY_EXAMPLES / "front.cfg").read_text()
-    before = front_map(hroot, stats)
+    wait_until(lambda: front_map(hroot, stats) == {0: "web1", 1: "web2", 2: "web3"}, timeout=5, what="map of 3 usable")
+    # the config draws an index below HAProxy's own count of usable servers
+    cfg = (HAPROXY_EXAMPLES / "front.cfg").read_text()
+    assert "set-var(txn.hunt_n) nbsrv\n" in cfg and "rand,mod(txn.hunt_n),map_str(" in cfg
     failures, done = [], threading.Event()
 
     def steady_load():
@@ -89,22 +85,42 @@ def test_killed_backend_is_marked_down_and_back_without_client_errors(procs, add
         wait_until(lambda: haproxy_server_states(stats)["web1"].startswith("DOWN"), timeout=5, what="web1 DOWN")
         down_after = time.monotonic() - killed
         assert down_after < 2.0, f"marked down after {down_after:.2f}s (inter 500 fall 2)"
-        # first candidates: the dead server's slots go to the others; theirs stay put
-        wait_until(lambda: shares(front_map(hroot, stats)) == {"web2": 420, "web3": 420}, timeout=2, what="web1 out of the map")
-        after = front_map(hroot, stats)
-        assert all(after[i] == v for i, v in before.items() if v != "web1")
+        # first candidates: only the live servers
+        wait_until(lambda: front_map(hroot, stats) == {0: "web2", 1: "web3"}, timeout=2, what="web1 out of the map")
         procs.agent(bs[0].host, bs[0].app, policy="always")
         restarted = time.monotonic()
         wait_until(lambda: haproxy_server_states(stats)["web1"] == "UP", timeout=5, what="web1 UP")
         assert time.monotonic() - restarted < 2.5
-        wait_until(lambda: shares(front_map(hroot, stats)) == {"web1": 280, "web2": 280, "web3": 280}, timeout=2, what="web1 back in the map")
-        back = front_map(hroot, stats)
-        assert sum(back[i] != after[i] for i in back) == 280, "only web1's new share moved"
+        wait_until(lambda: front_map(hroot, stats) == {0: "web1", 1: "web2", 2: "web3"}, timeout=2, what="web1 back in the map")
         time.sleep(0.5)
     finally:
         done.set()
         t.join(timeout=20)
     assert failures == [], f"clients saw {failures}"
+
+
+def test_not_offered_with_one_usable_server_before_the_map_catches_up(procs, addrs, front, hroot):
+    # Agents refuse every offer. With one usable server an offer's retry would
+    # come back to it, refused again: the config must not offer, from HAProxy's
+    # own count, even while the module's map still names two servers.
+    bs = start_backends(procs, addrs, 2, "static:0")
+    mapfile = hroot.inside(hroot.dir / "huntlb-up.map")
+    listen, stats = front(bs, env_args=f"role=front backend=hunt map={mapfile} every_ms=60000")
+    wait_until(lambda: front_map(hroot, stats) == {0: "web1", 1: "web2"}, timeout=5, what="map of 2 usable")
+    for i in range(20):
+        assert request(listen, "GET", f"/two/{i}")[0] == 200
+    refused_with_two = sum(b.refused() for b in bs)
+    assert refused_with_two == 20, "with two usable servers every request is offered (and refused once)"
+    haproxy_runtime(stats, "set server hunt/web2 state maint")
+    wait_until(lambda: haproxy_server_states(stats)["web2"] == "MAINT", timeout=5, what="web2 MAINT")
+    assert front_map(hroot, stats) == {0: "web1", 1: "web2"}, "the module's next refresh is a minute away"
+    served = []
+    for i in range(50):
+        status, headers, _ = request(listen, "GET", f"/one/{i}")
+        assert status == 200
+        served.append(headers.get("hunt-served-by"))
+    assert served == [bs[0].id] * 50
+    assert sum(b.refused() for b in bs) == refused_with_two, "an offer was made with one usable server"
 
 
 def test_runtime_api_adds_a_backend_live(procs, addrs, hroot):

@@ -490,7 +490,7 @@ def haproxy_config(hr: HaproxyRoot, example: str, addr_map: dict[str, str], keep
         text = _re.sub(r"^(\s*)balance \S+.*$", rf"\1balance {balance}", text, flags=_re.M)
     if not hunting:
         # plain HAProxy: every hunting line out, the hunt-header hygiene too
-        drop = ("http-send-name-header", "hunt_offer", "hunt_big_body", "lua-load", "lua-prepend-path", "HUNTLB_ARGS",
+        drop = ("http-send-name-header", "hunt_offer", "txn.hunt_n", "hunt_big_body", "lua-load", "lua-prepend-path", "HUNTLB_ARGS",
                 "del-header hunt", "set-status 503 if { status 425 }")
         text = "\n".join(l for l in text.splitlines() if not any(d in l for d in drop))
         text = text.replace("retry-on conn-failure empty-response 425", "retry-on conn-failure empty-response")
