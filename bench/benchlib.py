@@ -50,11 +50,29 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def median_ci95(xs: list[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval for the median: the order
+    statistics k and n-1-k with k the largest such that P(Binomial(n, 1/2) < k)
+    <= 2.5%. (nan, nan) below 6 values, where no such k exists."""
+    n, s = len(xs), sorted(xs)
+    k, cum = -1, 0.0
+    while True:
+        cum += math.comb(n, k + 1) / 2 ** n
+        if cum > 0.025:
+            break
+        k += 1
+    if k < 0:
+        return float("nan"), float("nan")
+    return s[k], s[n - 1 - k]
+
+
 def paired_ratio(num: list[dict], den: list[dict], key: str = "rps") -> dict:
-    """num/den of `key` per repetition (runs side by side): median, mean, 95% CI."""
+    """num/den of `key` per repetition (runs side by side): median with its
+    95% CI, and mean with its 95% CI."""
     xs = [a[key] / b[key] for a, b in zip(num, den)]
     m, h = ci95(xs)
-    return {"median": median(xs), "mean": m, "ci95": h, "ratios": xs}
+    lo, hi = median_ci95(xs)
+    return {"median": median(xs), "median_ci95": [lo, hi], "mean": m, "ci95": h, "ratios": xs}
 
 
 _dur = re.compile(r"^([\d.]+)(us|ms|s)$")

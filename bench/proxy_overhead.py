@@ -226,21 +226,24 @@ def through_agents(procs, addrs, hr, reps: int, seconds: int) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=10, help="repetitions of the bottleneck runs")
+    ap.add_argument("--reps", type=int, default=30, help="repetitions of the bottleneck runs")
+    ap.add_argument("--seconds", type=int, default=1, help="seconds per bottleneck run (short: the variants "
+                    "alternate faster than this VM's speed drifts)")
     ap.add_argument("--agent-reps", type=int, default=5, help="repetitions of the through-agents runs")
-    ap.add_argument("--seconds", type=int, default=4)
+    ap.add_argument("--agent-seconds", type=int, default=4, help="seconds per through-agents run")
     ap.add_argument("--requests", type=int, default=3000, help="requests counted under callgrind")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="huntlb-bench-"))
     procs, addrs = Procs(work), Addrs()
     hr = HaproxyRoot("2.6")
     try:
-        data = {"machine": machine(), "reps": a.reps, "agent_reps": a.agent_reps, "seconds": a.seconds}
+        data = {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "agent_reps": a.agent_reps,
+                "agent_seconds": a.agent_seconds}
         backends = static_backends(procs, hr, addrs, BACKENDS)
         data["bottleneck"] = bottleneck(procs, addrs, hr, backends, a.reps, a.seconds)
         data["instructions"] = instructions(procs, addrs, hr, backends, work, a.requests)
         data["idle_cpu_ms_per_s"] = idle_task_cost(procs, addrs, hr, backends)
-        data["through_agents"] = through_agents(procs, addrs, hr, a.agent_reps, a.seconds)
+        data["through_agents"] = through_agents(procs, addrs, hr, a.agent_reps, a.agent_seconds)
         report(data)
     finally:
         procs.stop_all()
@@ -259,8 +262,10 @@ def report(data: dict) -> None:
         for kind in REQUESTS:
             pr = paired_ratio(b[f"{proxy} hunting, {kind}"], b[f"{proxy} {base}, {kind}"])
             data.setdefault("ratios", {})[f"{proxy} hunting / {base}, {kind}"] = pr
+            lo, hi = pr["median_ci95"]
             summary.append(f"* **{proxy}**, {kind} request: hunting / {base} req/s **{pr['median']:.3f}** (median of "
-                           f"{len(pr['ratios'])} paired repetitions; mean {pr['mean']:.3f} ± {pr['ci95']:.3f}).")
+                           f"{len(pr['ratios'])} paired repetitions, 95% CI {lo:.3f}-{hi:.3f}; mean {pr['mean']:.3f} ± "
+                           f"{pr['ci95']:.3f}).")
     ins = data["instructions"]
     if ins:
         p0, p, h = (ins[k]["instructions_per_request"] for k in ("plain, no L7 retries", "plain", "hunting"))
@@ -298,13 +303,15 @@ as it comes: no `retry-on` and no `http-buffer-request`. Hunting cannot do witho
 them (a refused offer is re-sent from HAProxy's copy of the request), and the copy
 is not free: HAProxy keeps a whole buffer (`tune.bufsize`, 16 KB) per request.
 Repetitions run the variants in turn, in reverse order every other repetition;
-ratios are paired per repetition.
+ratios are paired per repetition. The median's 95% CI is distribution-free (order
+statistics), so one stalled repetition cannot move it.
 
 ## 1. The proxy alone is the bottleneck
 
 The proxy pinned to CPU 0 with nothing else on it; {BACKENDS} backends (one static
 HAProxy answering 200 on {BACKENDS} addresses: no agent, so every offer is
-accepted) and wrk on CPU 1. {data['reps']} repetitions of {data['seconds']} s. "Proxy CPU"
+accepted) and wrk on CPU 1. {data['reps']} repetitions of {data['seconds']} s: short runs, so that
+the variants alternate faster than this shared VM's speed drifts. "Proxy CPU"
 is the share of CPU 0 the proxy used: near 1.00 means the proxy was the limit.
 Two requests: wrk's bare `GET /` with only `Host` (the worst case for a fixed
 per-request cost), and the same with {len(BROWSER_HEADERS)} browser-like headers
@@ -319,7 +326,7 @@ per-request cost), and the same with {len(BROWSER_HEADERS)} browser-like headers
 ## 2. Instructions per request (HAProxy)
 
 {ins_line} The module's background task (every 100 ms: the servers' state,
-and the map slots that must move) is not per request; idle, the hunting front
+and the map keys that must change) is not per request; idle, the hunting front
 used {idle['hunting']:.1f} ms of CPU per second against plain's {idle['plain']:.1f} (same
 health checks), over {BACKENDS} servers.
 
@@ -328,7 +335,7 @@ health checks), over {BACKENDS} servers.
 Backends are workload apps (zero demand) behind agents that accept every offer
 (or, for "refused first", refuse every offer); everything shares the 2 cores,
 so req/s here is the whole chain's, the agents' offer handling included.
-{data['agent_reps']} repetitions of {data['seconds']} s; latency with 1 connection.
+{data['agent_reps']} repetitions of {data.get('agent_seconds', data['seconds'])} s; latency with 1 connection.
 
 | variant | req/s | p50 µs | p99 µs | proxy CPU µs/req | errors |
 |---------|------:|-------:|-------:|-----------------:|-------:|

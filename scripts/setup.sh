@@ -49,15 +49,18 @@ if [ ! -x "$TRIXIE/usr/sbin/haproxy" ]; then
     chroot "$TRIXIE" apt-get install -y -qq --no-install-recommends haproxy >/dev/null
 fi
 
-# The benchmarks' plots (make bench, make bench-quick) and valgrind's instruction
-# counts (make bench-proxies); the tests need neither.
+# The benchmarks' plots (make bench, make bench-quick), valgrind's instruction
+# counts (make bench-proxies) and perf's profiles (bench/haproxy_profile.py);
+# the tests need none of them.
 if [ "${1:-}" = "--bench" ]; then
     python3 -c 'import matplotlib' 2>/dev/null || { echo "setup: pip install matplotlib"; python3 -m pip install -q matplotlib; }
-    if ! command -v valgrind >/dev/null; then
-        echo "setup: apt-get install valgrind"
-        SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends valgrind >/dev/null
-    fi
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    for tool in valgrind:valgrind perf:linux-perf; do
+        if ! command -v "${tool%%:*}" >/dev/null; then
+            echo "setup: apt-get install ${tool#*:}"
+            DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${tool#*:}" >/dev/null
+        fi
+    done
 fi
 
 echo "setup: ok ($(haproxy -v | head -1 | cut -d' ' -f1-3); $(chroot "$TRIXIE" haproxy -v | head -1 | cut -d' ' -f1-3); envoy $ENVOY_VERSION; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"
