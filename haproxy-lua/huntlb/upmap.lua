@@ -8,13 +8,12 @@
 --
 -- `nbsrv` is HAProxy's own count of usable servers, so the map only has to
 -- name them: keys "0".."n-1", the usable servers sorted by name. A pick is then
--- exactly uniform for any n, and the lookup is a tree of n keys (an earlier
--- design drew from 840 fixed slots: the same instructions, but a tree too big
--- for the CPU's cache behind HAProxy's 16 KB retry-buffer copy, and it cost
--- about 0.8 us of CPU per request more).
+-- exactly uniform for any n (an earlier design drew from 840 fixed slots,
+-- uniform only when n divides 840), and the map is small enough to rewrite on
+-- 2.6, whose `core.set_map` scans the whole map for its key.
 --
--- With fewer than 2 usable servers the map is empty (and the config checks
--- n >= 2 too): an offer's retry would come back to the same server.
+-- With fewer than 2 usable servers the map is empty, and the config checks
+-- n >= 2 itself, at once: an offer's retry would come back to the same server.
 --
 -- Pure functions, no HAProxy: tested standalone on Lua 5.3 and 5.4.
 
