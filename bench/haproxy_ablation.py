@@ -46,7 +46,8 @@ VARIANTS = [
     ("- response set-status", "`http-response set-status 503 if { status 425 } ...`", lambda t: drop(t, "set-status 503")),
     ("- response del-header", "`http-response del-header hunt -m beg`", lambda t: drop(t, "http-response del-header hunt")),
     ("- retry-on 425", "425 from `retry-on`",
-     lambda t: t.replace("retry-on conn-failure empty-response 425", "retry-on conn-failure empty-response")),
+     lambda t: t.replace("retry-on conn-failure 425", "retry-on conn-failure")),
+    ("- app-425 restore", "`http-response set-status 425 if { status 400 } ...`", lambda t: drop(t, "res.hdr(hunt-status)")),
 ]
 
 

@@ -298,7 +298,7 @@ proxy worker (Envoy `--concurrency 1`, HAProxy `nbthread 1`), Debian's `wrk`
 (closed loop, 32 connections) on CPU 1. `plain` is the same committed config with
 every hunting line removed (no filter or Lua, no marks, no busy retry, no
 hunt-header hygiene); HAProxy's plain balances with `random` like the front and
-keeps its `retry-on conn-failure empty-response`. `plain, no L7 retries` is HAProxy
+keeps its `retry-on conn-failure`. `plain, no L7 retries` is HAProxy
 as it comes: no `retry-on` and no `http-buffer-request`. Hunting cannot do without
 them (a refused offer is re-sent from HAProxy's copy of the request), and the copy
 is not free: HAProxy keeps a whole buffer (`tune.bufsize`, 16 KB) per request.

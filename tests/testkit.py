@@ -370,8 +370,8 @@ def path_count(backends: list[Backend], path: str) -> int:
 class Hunter:
     """Something that accepts or refuses offers in front of one app."""
 
-    def __init__(self, kind, addr, read, admin=None):
-        self.kind, self.addr, self._read, self.admin = kind, addr, read, admin
+    def __init__(self, kind, addr, read, proc, admin=None):
+        self.kind, self.addr, self._read, self.proc, self.admin = kind, addr, read, proc, admin
 
     def connections_per_worker(self) -> list[float]:
         """Sidecar only: downstream connections each Envoy worker thread took."""
@@ -417,19 +417,33 @@ def start_hunter(kind: str, procs: Procs, host: str, app: str, policy: str, work
         hr = HaproxyRoot(kind.split("-", 1)[1])
         procs.cleanups.append(hr.cleanup)
         addr, admin = f"{host}:8080", f"{host}:9901"
-        text = haproxy_config(hr, "sidecar.cfg", {"127.0.2.1:9000": app, "127.0.2.1": host},
+        text = haproxy_config(hr, "sidecar.cfg", {"127.0.2.1:9000": app, "127.0.2.1": host}, keep_served_by=False,
                               env_args=f"role=sidecar policy={policy} workers={workers} id=sidecar-{host}")
         text = text.replace("hunt-served-by web1", f"hunt-served-by sidecar-{host}")
         p = start_haproxy(procs, hr, f"haproxy-sidecar-{host}", text)
         wait_tcp(admin, p)
         names = {**_AGENT_NAMES, "inflight": "huntlb_busy"}
-        return Hunter(kind, addr, lambda k: metrics(admin).get(names[k], 0.0))
+        return Hunter(kind, addr, lambda k: metrics(admin).get(names[k], 0.0), p)
     if kind == "agent":
-        _, addr, admin = procs.agent(host, app, policy=policy, workers=workers)
-        return Hunter(kind, addr, lambda k: metrics(admin).get(_AGENT_NAMES[k], 0.0))
+        p, addr, admin = procs.agent(host, app, policy=policy, workers=workers)
+        return Hunter(kind, addr, lambda k: metrics(admin).get(_AGENT_NAMES[k], 0.0), p)
     addr, admin = f"{host}:8080", f"{host}:9901"
-    start_envoy(procs, f"sidecar-{host}", sidecar_config(addr, admin, app, policy, workers, id=f"sidecar-{host}"), concurrency=2)
-    return Hunter(kind, addr, lambda k: envoy_stats(admin).get(_SIDECAR_NAMES[k], 0.0), admin=admin)
+    p = start_envoy(procs, f"sidecar-{host}", sidecar_config(addr, admin, app, policy, workers, id=f"sidecar-{host}"), concurrency=2)
+    return Hunter(kind, addr, lambda k: envoy_stats(admin).get(_SIDECAR_NAMES[k], 0.0), p, admin=admin)
+
+
+def start_hunted_backends(procs: Procs, addrs: Addrs, n: int, hunter: str, policy: str, app_opts: dict | None = None) -> list[Backend]:
+    """n workload apps, each behind a hunter of kind `hunter` (agent, envoy,
+    haproxy-2.6, haproxy-3.0); `.agent` is the hunter's address, `.agent_proc` its process."""
+    out = []
+    for _ in range(n):
+        host = addrs.host()
+        app_proc, app = procs.workload(host, **{"demand": "const:0", **(app_opts or {})})
+        h = start_hunter(hunter, procs, host, app, policy)
+        b = Backend(host, app, h.addr, h.admin, app_proc, h.proc)
+        b.hunter = h
+        out.append(b)
+    return out
 
 
 # ---- HAProxy -----------------------------------------------------------------
@@ -491,9 +505,9 @@ def haproxy_config(hr: HaproxyRoot, example: str, addr_map: dict[str, str], keep
     if not hunting:
         # plain HAProxy: every hunting line out, the hunt-header hygiene too
         drop = ("http-send-name-header", "hunt_offer", "txn.hunt_n", "hunt_big_body", "lua-load", "lua-prepend-path", "HUNTLB_ARGS",
-                "del-header hunt", "set-status 503 if { status 425 }")
+                "del-header hunt", "set-status 503 if { status 425 }", "res.hdr(hunt-status)")
         text = "\n".join(l for l in text.splitlines() if not any(d in l for d in drop))
-        text = text.replace("retry-on conn-failure empty-response 425", "retry-on conn-failure empty-response")
+        text = text.replace("retry-on conn-failure 425", "retry-on conn-failure")
     return text
 
 
@@ -540,3 +554,36 @@ def haproxy_server_states(stats: str, backend: str = "hunt") -> dict[str, str]:
         if row.get("pxname") == backend and row.get("svname") not in ("FRONTEND", "BACKEND", None):
             res[row["svname"]] = row["status"]
     return res
+
+
+# ---- the hunting fronts, as the tests start them ------------------------------
+
+FRONTS = ["envoy", "haproxy-2.6", "haproxy-3.0"]
+
+
+class Front:
+    def __init__(self, kind, listen, envoy_admin=None, stats=None):
+        self.kind, self.listen, self.envoy_admin, self.stats = kind, listen, envoy_admin, stats
+
+    def leftover_refusals(self) -> float:
+        """Refusals that reached the front's last stage (Envoy's filter counts them)."""
+        return envoy_stats(self.envoy_admin)["wasmcustom.huntlb_front_leftover_refusals_total"] if self.envoy_admin else 0
+
+
+def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list) -> Front:
+    """The committed hunting front of `kind` (one of FRONTS) over `backends`,
+    returned once every backend passed its health checks and it serves."""
+    host = addrs.host()
+    listen = f"{host}:10000"
+    if kind == "envoy":
+        admin = f"{host}:9902"
+        start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends]))
+        wait_envoy_hosts_healthy(admin, len(backends))
+        return Front(kind, listen, envoy_admin=admin)
+    hr = HaproxyRoot(kind.split("-")[1])
+    procs.cleanups.append(hr.cleanup)
+    stats = f"{host}:9999"
+    wait_tcp(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends)))
+    wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
+    wait_until(lambda: request(listen, "GET", "/warmup")[0] == 200, what="front serving")
+    return Front(kind, listen, stats=stats)

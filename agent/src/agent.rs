@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  proxy ──► agent ──┬── offer & policy says busy ──► 425 `hunt: busy` (app never sees it)
-//!                    └── otherwise ──► app (hunt-* stripped) ──► response + hunt-served-by
+//!                    └── otherwise ──► app (hunt-* stripped) ──► response (its hunt-* stripped,
+//!                                                               an app 425 carried as 400) + hunt-served-by
 //! ```
 
 use crate::config::{Config, LoadSource};
@@ -213,6 +214,13 @@ impl Agent {
                 self.app_up.store(true, Ordering::Release);
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                // The refusal space is the agent's: no app response may look like
+                // one, or a front would re-send a request the app processed.
+                strip_hunt_headers(&mut parts.headers);
+                if let (carrier, Some(app_status)) = protocol::carry(parts.status.as_u16()) {
+                    parts.status = StatusCode::from_u16(carrier).expect("the carrier is a status");
+                    parts.headers.insert(protocol::APP_STATUS, HeaderValue::from_static(app_status));
+                }
                 if let Ok(v) = HeaderValue::from_str(&self.cfg.id) {
                     parts.headers.insert(protocol::SERVED_BY, v);
                 }
@@ -299,6 +307,10 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 
 fn strip_request_headers(h: &mut HeaderMap) {
     strip_hop_by_hop(h);
+    strip_hunt_headers(h);
+}
+
+fn strip_hunt_headers(h: &mut HeaderMap) {
     let hunt: Vec<_> = h.keys().filter(|k| protocol::is_hunt_header(k.as_str())).cloned().collect();
     for k in hunt {
         h.remove(k);

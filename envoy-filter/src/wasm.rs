@@ -144,7 +144,7 @@ struct Front {
 impl Context for Front {}
 
 impl HttpContext for Front {
-    fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
+    fn on_http_request_headers(&mut self, _n: usize, end_of_stream: bool) -> Action {
         let Role::Front { max_offer_body, .. } = *self.role else { return Action::Continue };
         // The header list serves the strip and the body-size check alike: no
         // separate host calls for content-length and transfer-encoding.
@@ -160,7 +160,7 @@ impl HttpContext for Front {
             }
         }
         // The offer mark, once per request (the upstream filter names each try).
-        if config::offerable(cl.as_deref(), te.as_deref(), max_offer_body) {
+        if config::offerable(end_of_stream, cl.as_deref(), te.as_deref(), max_offer_body) {
             self.set_http_request_header(protocol::OFFER, Some("1"));
             inc(self.metrics.requests);
         }
@@ -180,6 +180,16 @@ impl HttpContext for Front {
             inc(self.metrics.leftover);
             self.set_http_response_header(":status", Some("503"));
             self.set_http_response_header(protocol::BUSY_HEADER, None);
+        }
+        // An app's own 425, carried from the agent as 400 + hunt-status (Envoy
+        // would not retry it, but the HAProxy front would, so agents always carry).
+        if let Some(app_status) = self.get_http_response_header(protocol::APP_STATUS) {
+            let status = self.get_http_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+            let restored = protocol::restore(status, Some(app_status.as_bytes()));
+            if restored != status {
+                self.set_http_response_header(":status", Some(&restored.to_string()));
+            }
+            self.set_http_response_header(protocol::APP_STATUS, None);
         }
         if let Role::Front { keep_response_headers: false, .. } = *self.role {
             self.set_http_response_header(protocol::BUSY_HEADER, None);
@@ -303,9 +313,20 @@ impl HttpContext for Sidecar {
     }
 
     fn on_http_response_headers(&mut self, _n: usize, _eos: bool) -> Action {
-        if let (false, Role::Sidecar { id, .. }) = (self.refused, &*self.role) {
-            self.set_http_response_header(protocol::SERVED_BY, Some(id));
+        let (false, Role::Sidecar { id, .. }) = (self.refused, &*self.role) else { return Action::Continue };
+        // The refusal space is the sidecar's: no app response may look like a
+        // refusal, or the front would re-send a request the app processed.
+        for (name, _) in self.get_http_response_headers() {
+            if protocol::is_hunt_header(&name) {
+                self.set_http_response_header(&name, None);
+            }
         }
+        let status = self.get_http_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+        if let (carrier, Some(app_status)) = protocol::carry(status) {
+            self.set_http_response_header(":status", Some(&carrier.to_string()));
+            self.set_http_response_header(protocol::APP_STATUS, Some(app_status));
+        }
+        self.set_http_response_header(protocol::SERVED_BY, Some(id));
         Action::Continue
     }
 

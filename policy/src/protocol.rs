@@ -82,6 +82,37 @@ pub fn is_hunt_header(name: &str) -> bool {
     name.len() >= 4 && name[..4].eq_ignore_ascii_case("hunt") && (name.len() == 4 || name.as_bytes()[4] == b'-')
 }
 
+/// An app's own 425 travels from agent to front as this status, with
+/// `hunt-status: 425`: HAProxy's `retry-on 425` retries by status alone and
+/// cannot look at `hunt: busy`, so between agent and front 425 means only the
+/// refusal. A 4xx, like 425, so no proxy retries it and no 5xx outlier or
+/// layer-7 health check counts it.
+pub const CARRIER_STATUS: u16 = 400;
+/// On a carried response: the app's own status.
+pub const APP_STATUS: &str = "hunt-status";
+
+/// The agent's side of "the refusal space is the agent's": the status (and the
+/// `hunt-status` value, if any) an app response with this status goes upstream
+/// as. Every `hunt`/`hunt-*` header the app set is removed as well, so
+/// `hunt: busy` on the wire always comes from an agent.
+pub fn carry(app_status: u16) -> (u16, Option<&'static str>) {
+    if app_status == BUSY_STATUS {
+        (CARRIER_STATUS, Some("425"))
+    } else {
+        (app_status, None)
+    }
+}
+
+/// The front's side: the status the client gets for a response that arrived
+/// with `status` and `hunt-status` (absent: `None`). Only the exact carried
+/// form is restored; an app's own 400 stays 400.
+pub fn restore(status: u16, app_status: Option<&[u8]>) -> u16 {
+    match app_status {
+        Some(b"425") if status == CARRIER_STATUS => BUSY_STATUS,
+        _ => status,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +133,21 @@ mod tests {
         assert_eq!(classify(One(&[b'x'; 65]), One(&[b'x'; 65])), Mark::Malformed);
         assert_eq!(classify(One(b"1"), Repeated), Mark::Malformed);
         assert_eq!(Mark::Malformed.as_try(), Try::Final);
+    }
+
+    #[test]
+    fn an_apps_425_is_carried_and_restored() {
+        assert_eq!(carry(425), (400, Some("425")));
+        for s in [200, 400, 404, 500, 503] {
+            assert_eq!(carry(s), (s, None));
+            assert_eq!(restore(s, None), s);
+        }
+        let (status, app) = carry(425);
+        assert_eq!(restore(status, app.map(str::as_bytes)), 425);
+        // only the exact carried form comes back
+        assert_eq!(restore(400, Some(b"426")), 400);
+        assert_eq!(restore(200, Some(b"425")), 200);
+        assert!(is_hunt_header(APP_STATUS));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //!   full backlog answers 503 at once, like Apache with `tcp_abort_on_overflow`),
 //!   read the body, run the service demand on the emulated cores, answer JSON
 //!   describing what was received. Query `work_ms=F` (or header `x-work-ms`)
-//!   overrides the demand; query `status=N` sets the answer's status.
+//!   overrides the demand; query `status=N` sets the answer's status, and each
+//!   `hdr=NAME:VALUE` adds a response header (an app that sends what it should
+//!   not, such as `hunt: busy`, for the exactly-once tests).
 //! * `GET /.workload/stats`: counters, including the busy-worker time integral
 //!   (the bench derives per-server load and the fairness index from it).
 //! * `GET /.workload/health`: 200.
@@ -151,6 +153,11 @@ impl App {
         if let Ok(v) = HeaderValue::from_str(&self.cfg.id) {
             h.insert("workload-id", v);
         }
+        for (name, value) in query_all(&parts.uri, "hdr").filter_map(|kv| kv.split_once(':')) {
+            if let (Ok(n), Ok(v)) = (header::HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                h.append(n, v);
+            }
+        }
         Ok(r)
     }
 
@@ -215,11 +222,16 @@ fn text(status: StatusCode, body: &str) -> Response<Body> {
 }
 
 fn query(uri: &http::Uri, key: &str) -> Option<String> {
-    uri.query()?
+    query_all(uri, key).next().map(str::to_string)
+}
+
+fn query_all<'a>(uri: &'a http::Uri, key: &'a str) -> impl Iterator<Item = &'a str> {
+    uri.query()
+        .unwrap_or("")
         .split('&')
         .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v.to_string())
+        .filter(move |(k, _)| *k == key)
+        .map(|(_, v)| v)
 }
 
 /// FNV-1a, 64 bit: enough to tell a body arrived intact, no dependency.
