@@ -200,3 +200,47 @@ def raw_status(addr, payload):
     reply = raw_exchange(addr, payload)
     assert reply.startswith(b"HTTP/1.1 "), reply[:80]
     return int(reply[9:12])
+
+
+def test_frozen_app_is_reported_down_and_back(procs, addrs):
+    # A SIGSTOPped app still completes TCP handshakes (the kernel does), so a
+    # connect probe says "up" while every request hangs. The agent notices that
+    # requests wait with no answer (app_stall_ms), reports 503 and refuses
+    # offers; after SIGCONT the app answers and all is well again.
+    host = addrs.host()
+    app_proc, app = procs.workload(host, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="always", app_stall_ms=600, app_probe_ms=100)
+    assert request(agent, "GET", "/.hunt/health")[0] == 200
+    app_proc.signal(signal.SIGSTOP)
+    try:
+        stuck = hold(agent, 1, 0)
+        status, _, body = wait_until(lambda: (r := request(agent, "GET", "/.hunt/health", timeout=5))[0] == 503 and r,
+                                     timeout=5, what="health 503 for a frozen app")
+        assert b"stalled" in body
+        assert request(agent, "GET", "/offer", headers=OFFER, timeout=5)[0] == 425
+        m = metrics(admin)
+        assert m["huntlb_app_stalled"] == 1 and m['huntlb_refusals_total{reason="app_down"}'] == 1
+    finally:
+        app_proc.signal(signal.SIGCONT)
+    for t in stuck:
+        t.join(timeout=10)
+    assert app_stats(app)["paths"].get("/hold") == 1  # the held request was served once, late
+    wait_until(lambda: request(agent, "GET", "/.hunt/health")[0] == 200, timeout=5, what="health 200 again")
+    assert metrics(admin)["huntlb_app_stalled"] == 0
+    assert request(agent, "GET", "/after", headers=OFFER)[0] == 200
+
+
+def test_frozen_app_left_without_traffic_is_seen_coming_back(procs, addrs):
+    # Stalled, then every waiting request gave up (app_timeout): no answer will
+    # come on its own. The agent asks the app (OPTIONS *) until it answers.
+    host = addrs.host()
+    app_proc, app = procs.workload(host, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="always", app_stall_ms=300, app_probe_ms=100, app_timeout_ms=1000)
+    app_proc.signal(signal.SIGSTOP)
+    try:
+        assert request(agent, "GET", "/stuck", timeout=10)[0] == 504
+        wait_until(lambda: metrics(admin)["huntlb_inflight"] == 0, timeout=5, what="nothing in flight")
+        assert request(agent, "GET", "/.hunt/health")[0] == 503
+    finally:
+        app_proc.signal(signal.SIGCONT)
+    wait_until(lambda: request(agent, "GET", "/.hunt/health")[0] == 200, timeout=5, what="health 200 after SIGCONT")

@@ -157,3 +157,41 @@ def test_http10_client_is_served(procs, addrs, front, policy):
         out = testkit.raw_exchange(f.listen, f"GET {path} HTTP/1.0\r\n{host}\r\n".encode())
         assert out.split(b"\r\n", 1)[0].split(b" ")[1] == b"200", out[:300]
         assert path_count(bs, path) == 1
+
+
+def test_frozen_backend_is_ejected_and_its_requests_processed_once(procs, addrs, front):
+    # A SIGSTOPped app: the agent reports it stalled once requests have waited
+    # app_stall_ms, the front's health checks eject the backend, and new
+    # requests go to the other one. Requests already inside the frozen app are
+    # answered late, after SIGCONT, and never sent anywhere else.
+    import signal
+    import threading
+
+    from testkit import envoy_host_health, haproxy_server_states, wait_until
+
+    bs = start_backends(procs, addrs, 2, "always", agent_opts={"app_stall_ms": 1000, "app_probe_ms": 100})
+    f = front(bs)
+    frozen, live = bs
+    frozen.app_proc.signal(signal.SIGSTOP)
+    early, threads = {}, []
+    try:
+        for i in range(4):  # some of these land in the frozen app
+            t = threading.Thread(target=lambda i=i: early.__setitem__(i, request(f.listen, "GET", f"/early/{i}", timeout=60)[0]))
+            t.start()
+            threads.append(t)
+
+        def ejected():
+            if f.envoy_admin:
+                return "failed_active_hc" in envoy_host_health(f.envoy_admin).get(frozen.agent, "")
+            return haproxy_server_states(f.stats).get("web1", "").startswith("DOWN")
+
+        wait_until(ejected, timeout=10, what="the frozen backend ejected")
+        for i in range(20):
+            status, h, _ = request(f.listen, "GET", f"/after/{i}", timeout=5)
+            assert status == 200 and h["hunt-served-by"] == live.id, (i, status, h)
+    finally:
+        frozen.app_proc.signal(signal.SIGCONT)
+    for t in threads:
+        t.join(timeout=30)
+    assert early == {i: 200 for i in range(4)}, early
+    assert all(path_count(bs, f"/early/{i}") == 1 for i in range(4))

@@ -8,7 +8,7 @@
 //! ```
 
 use crate::config::{Config, LoadSource};
-use crate::load::{Inflight, InflightGuard, Scoreboard};
+use crate::load::{Inflight, InflightGuard, Progress, Scoreboard};
 use crate::metrics::{Gauges, Metrics, RefuseReason};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 pub type AgentBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
@@ -41,6 +41,10 @@ pub struct Agent {
     client: Client<HttpConnector, Incoming>,
     app_authority: http::uri::Authority,
     app_up: AtomicBool,
+    /// No sign of life from the app for `app_stall` while requests waited on it
+    /// (a frozen process still completes TCP handshakes). Cleared by any answer.
+    stalled: AtomicBool,
+    progress: Arc<Progress>,
     draining: AtomicBool,
 }
 
@@ -62,6 +66,8 @@ impl Agent {
             client,
             app_authority: cfg.app.to_string().parse().expect("a socket address is an authority"),
             app_up: AtomicBool::new(true),
+            stalled: AtomicBool::new(false),
+            progress: Arc::new(Progress::default()),
             draining: AtomicBool::new(false),
             cfg,
         })
@@ -97,6 +103,7 @@ impl Agent {
             },
             workers: self.cfg.workers,
             app_up: self.app_up.load(Ordering::Acquire),
+            stalled: self.stalled.load(Ordering::Acquire),
             draining: self.draining.load(Ordering::Acquire),
             apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),
         }
@@ -188,7 +195,9 @@ impl Agent {
         };
         parts.version = http::Version::HTTP_11;
         let start = Instant::now();
+        let waiting = self.progress.wait();
         let sent = tokio::time::timeout(self.cfg.app_timeout, self.client.request(Request::from_parts(parts, body))).await;
+        drop(waiting);
         let m = &self.metrics;
         match sent {
             Err(_) => {
@@ -211,7 +220,7 @@ impl Agent {
             }
             Ok(Ok(resp)) => {
                 m.observe(start.elapsed());
-                self.app_up.store(true, Ordering::Release);
+                self.app_answered();
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
                 // The refusal space is the agent's: no app response may look like
@@ -234,6 +243,10 @@ impl Agent {
         if self.draining.load(Ordering::Acquire) {
             return plain(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
         }
+        if self.stalled.load(Ordering::Acquire) {
+            let msg = format!("app at {} stalled: no answer for over {} ms while requests waited\n", self.cfg.app, self.cfg.app_stall.as_millis());
+            return plain(StatusCode::SERVICE_UNAVAILABLE, &msg);
+        }
         if self.probe_app().await {
             plain(StatusCode::OK, "ok\n")
         } else {
@@ -241,12 +254,13 @@ impl Agent {
         }
     }
 
-    /// Try a TCP connection to the app; record the answer.
+    /// Try a TCP connection to the app; record the answer. A stalled app stays
+    /// down whatever its TCP stack says.
     pub async fn probe_app(&self) -> bool {
         let up = matches!(
             tokio::time::timeout(HEALTH_CONNECT_TIMEOUT, tokio::net::TcpStream::connect(self.cfg.app)).await,
             Ok(Ok(_))
-        );
+        ) && !self.stalled.load(Ordering::Acquire);
         self.app_up.store(up, Ordering::Release);
         up
     }
@@ -254,6 +268,49 @@ impl Agent {
     pub fn app_is_up(&self) -> bool {
         self.app_up.load(Ordering::Acquire)
     }
+
+    /// The app answered: it is up, and not stalled.
+    fn app_answered(&self) {
+        self.progress.answered();
+        self.app_up.store(true, Ordering::Release);
+        if self.stalled.swap(false, Ordering::AcqRel) {
+            info!(app = %self.cfg.app, "app answering again");
+        }
+    }
+
+    /// One look at the app, every `app_probe_ms`: a stall starts when requests
+    /// have waited `app_stall` with no answer; while stalled, ask the app itself
+    /// (`OPTIONS *`, any HTTP answer will do) so that an app left without
+    /// traffic (its backend ejected) is seen when it comes back.
+    pub async fn watch_app(&self) {
+        let limit = self.cfg.app_stall;
+        if !limit.is_zero() && !self.stalled.load(Ordering::Acquire) && self.progress.stalled_for().is_some_and(|d| d > limit) {
+            self.stalled.store(true, Ordering::Release);
+            self.app_up.store(false, Ordering::Release);
+            warn!(app = %self.cfg.app, stall_ms = limit.as_millis() as u64, "app stalled: refusing offers and reporting unhealthy until it answers");
+        }
+        if self.stalled.load(Ordering::Acquire) {
+            if answers_http(self.cfg.app, self.cfg.app_probe.max(HEALTH_CONNECT_TIMEOUT)).await {
+                self.app_answered();
+            }
+        } else if !self.app_is_up() && self.probe_app().await {
+            info!(app = %self.cfg.app, "app reachable again");
+        }
+    }
+}
+
+/// Does an HTTP server answer at `addr` within `limit`? `OPTIONS *` asks the
+/// server itself, not a resource; any status line is an answer.
+async fn answers_http(addr: std::net::SocketAddr, limit: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"OPTIONS * HTTP/1.1\r\nhost: huntlb-agent\r\nconnection: close\r\n\r\n").await?;
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).await?;
+        Ok::<bool, std::io::Error>(&head == b"HTTP/")
+    };
+    matches!(tokio::time::timeout(limit, ask).await, Ok(Ok(true)))
 }
 
 /// A response body that holds its request's in-flight slot until it ends.

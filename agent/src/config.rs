@@ -46,7 +46,9 @@ pub struct Config {
     pub max_inflight: u32,
     pub max_header_bytes: usize,
     pub app_timeout: Duration,
+    pub app_stall: Duration,
     pub app_probe: Duration,
+    pub idle_timeout: Duration,
     pub pool_idle: Duration,
     pub drain_grace: Duration,
     pub drain_timeout: Duration,
@@ -107,9 +109,19 @@ pub struct Raw {
     /// Largest request head (line and headers) in bytes [default: 65536].
     #[arg(long)]
     pub max_header_bytes: Option<usize>,
-    /// Time the app has to answer, in ms [default: 60000].
+    /// Time the app has to answer, in ms; shorter than the fronts' (60 s), so
+    /// the client gets the agent's 504 naming the app [default: 55000].
     #[arg(long)]
     pub app_timeout_ms: Option<u64>,
+    /// The app is stalled (health 503, offers refused) when requests have waited
+    /// this long with no answer from it; 0 turns it off [default: 10000].
+    #[arg(long)]
+    pub app_stall_ms: Option<u64>,
+    /// Idle keep-alive connections from proxies are closed after this many ms
+    /// (also the time a request head may take); keep it above every front's
+    /// upstream idle timeout, so the proxy side closes first [default: 120000].
+    #[arg(long)]
+    pub idle_timeout_ms: Option<u64>,
     /// While the app is unreachable, probe it this often, in ms [default: 250].
     #[arg(long)]
     pub app_probe_ms: Option<u64>,
@@ -142,7 +154,7 @@ impl Raw {
         };
         overlay!(raw, flags, id, listen, admin, app, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, app_timeout_ms,
-            app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms);
+            app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms);
         raw.validate()
     }
 
@@ -222,8 +234,10 @@ impl Raw {
             max_connections,
             max_inflight,
             max_header_bytes,
-            app_timeout: ms("app_timeout_ms", self.app_timeout_ms, 60_000, 1)?,
+            app_timeout: ms("app_timeout_ms", self.app_timeout_ms, 55_000, 1)?,
+            app_stall: ms("app_stall_ms", self.app_stall_ms, 10_000, 0)?,
             app_probe: ms("app_probe_ms", self.app_probe_ms, 250, 10)?,
+            idle_timeout: ms("idle_timeout_ms", self.idle_timeout_ms, 120_000, 1_000)?,
             pool_idle: ms("pool_idle_ms", self.pool_idle_ms, 60_000, 100)?,
             drain_grace: ms("drain_grace_ms", self.drain_grace_ms, 2_000, 0)?,
             drain_timeout: ms("drain_timeout_ms", self.drain_timeout_ms, 30_000, 0)?,
@@ -266,6 +280,7 @@ mod tests {
         assert_eq!(key_of(raw(|r| r.id = Some("two words".into()))), "id");
         assert_eq!(key_of(raw(|r| r.health_path = Some("health".into()))), "health_path");
         assert_eq!(key_of(raw(|r| r.app_timeout_ms = Some(0))), "app_timeout_ms");
+        assert_eq!(key_of(raw(|r| r.idle_timeout_ms = Some(10))), "idle_timeout_ms");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The load `b` the policy compares with `c`.
+//! The load `b` the policy compares with `c`, and whether the app makes progress.
 //!
 //! * In-flight (default): requests this agent has forwarded and not finished.
 //!   Exact for an app reached only through the agent.
@@ -12,7 +12,7 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Requests in flight to the app, with a guard that counts one down on drop.
 #[derive(Default, Debug)]
@@ -34,6 +34,56 @@ pub struct InflightGuard(Arc<Inflight>);
 impl Drop for InflightGuard {
     fn drop(&mut self) {
         self.0 .0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Is the app making progress? Requests waiting for the app's response head,
+/// and when it last showed progress: a response head, or the moment something
+/// started waiting while nothing was. Response bodies do not count as waiting:
+/// a long stream (server-sent events) is progress, not a stall.
+#[derive(Debug)]
+pub struct Progress {
+    epoch: Instant,
+    waiting: AtomicU32,
+    mark_ms: AtomicU64,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress { epoch: Instant::now(), waiting: AtomicU32::new(0), mark_ms: AtomicU64::new(0) }
+    }
+}
+
+impl Progress {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// A request starts waiting for its response head; the guard ends the wait.
+    pub fn wait(self: &Arc<Self>) -> WaitGuard {
+        if self.waiting.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.answered();
+        }
+        WaitGuard(self.clone())
+    }
+
+    /// The app showed it is alive (a response head, an answer to a probe).
+    pub fn answered(&self) {
+        self.mark_ms.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// How long requests have waited with no sign of life from the app, if any wait.
+    pub fn stalled_for(&self) -> Option<Duration> {
+        (self.waiting.load(Ordering::Acquire) > 0)
+            .then(|| Duration::from_millis(self.now_ms().saturating_sub(self.mark_ms.load(Ordering::Acquire))))
+    }
+}
+
+pub struct WaitGuard(Arc<Progress>);
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

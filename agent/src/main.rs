@@ -60,7 +60,7 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
     if let (LoadSource::Apache { status_url, poll }, Some(board)) = (&c.load, &agent.scoreboard) {
         tokio::spawn(load::poll_apache(board.clone(), status_url.clone(), *poll));
     }
-    tokio::spawn(probe_while_down(agent.clone()));
+    tokio::spawn(watch_app(agent.clone()));
     if let Some(addr) = c.agent_check {
         let l = TcpListener::bind(addr).await.with_context(|| format!("config key `agent_check`: bind {addr}"))?;
         tokio::spawn(serve_agent_check(l, agent.clone()));
@@ -87,10 +87,14 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
         let agent = agent.clone();
         tokio::spawn(async move {
             let max_buf = agent.cfg.max_header_bytes;
+            let idle = agent.cfg.idle_timeout;
             let svc = service_fn(move |req| agent.clone().handle(req));
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
+                // hyper's header timer runs from the end of one response to the
+                // next request's head: it is the keep-alive idle timeout too,
+                // kept longer than every front's (the proxy side closes first).
+                .header_read_timeout(idle)
                 .max_buf_size(max_buf)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
@@ -142,14 +146,13 @@ async fn serve_agent_check(listener: TcpListener, agent: Arc<Agent>) {
     }
 }
 
-/// While the app is marked down, probe it so offers resume when it is back
-/// (offers are refused meanwhile, so no request would discover it).
-async fn probe_while_down(agent: Arc<Agent>) {
+/// Watch the app: notice a stall, and while it is down probe it so offers
+/// resume when it is back (offers are refused meanwhile, so no request would
+/// discover it).
+async fn watch_app(agent: Arc<Agent>) {
     loop {
         tokio::time::sleep(agent.cfg.app_probe).await;
-        if !agent.app_is_up() && agent.probe_app().await {
-            info!(app = %agent.cfg.app, "app reachable again");
-        }
+        agent.watch_app().await;
     }
 }
 

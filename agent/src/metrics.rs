@@ -47,6 +47,7 @@ pub struct Gauges {
     pub c: Option<u32>,
     pub workers: u32,
     pub app_up: bool,
+    pub stalled: bool,
     pub draining: bool,
     /// With load = apache: (polls, failed polls). A failing status page keeps
     /// the last BusyWorkers, so its failures must be visible.
@@ -100,6 +101,7 @@ impl Metrics {
             ("huntlb_busy", "The load b the policy sees (inflight, or Apache BusyWorkers).", g.busy as f64),
             ("huntlb_workers", "The app's worker count n.", f64::from(g.workers)),
             ("huntlb_app_up", "1 if the app was reachable at last contact.", f64::from(u8::from(g.app_up))),
+            ("huntlb_app_stalled", "1 while the app gives no answer to requests waiting on it (app_stall_ms).", f64::from(u8::from(g.stalled))),
             ("huntlb_draining", "1 after SIGTERM.", f64::from(u8::from(g.draining))),
         ];
         for (name, help, val) in gauges {
