@@ -43,6 +43,8 @@ local io_open = io.open
 
 local _M = { _VERSION = "1" }
 
+local NO_GATES = {}
+
 local KNOWN = {
     front = { role = true, backend = true, map = true, every_ms = true },
     sidecar = { role = true, policy = true, workers = true, id = true },
@@ -187,7 +189,8 @@ local function start_sidecar(args)
         local class = policy.classify(values(hdrs["hunt-offer"]), values(hdrs["hunt-target"]))
         if class == "offer" then
             local busy = tonumber(txn:get_var("txn.hunt_busy")) or 0
-            if p:decide("offer", busy, workers) then
+            -- no gates: HAProxy itself drains and health-checks this sidecar
+            if p:admit("offer", NO_GATES, busy, workers) == "accept" then
                 counts.offers_accept = counts.offers_accept + 1
             else
                 counts.offers_refuse = counts.offers_refuse + 1

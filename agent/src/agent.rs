@@ -9,12 +9,12 @@
 
 use crate::config::{Config, LoadSource};
 use crate::load::{Inflight, InflightGuard, Progress, Scoreboard};
-use crate::metrics::{Gauges, Metrics, RefuseReason};
+use crate::metrics::{Gauges, Metrics};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited};
 use huntlb_policy::protocol::{self, Field, Mark};
-use huntlb_policy::{Decision, Load, Policy, SharedPolicy, Try};
+use huntlb_policy::{Gates, Load, Policy, Reason, SharedPolicy, Verdict};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
@@ -114,53 +114,46 @@ impl Agent {
             return Ok(self.health().await);
         }
         let mark = protocol::classify(field(req.headers(), protocol::OFFER), field(req.headers(), protocol::TARGET));
+        let verdict = self.admit(mark);
         let m = &self.metrics;
-        match mark {
-            Mark::Offer => {
-                if let Some(why) = self.refusal(mark.as_try()) {
-                    return Ok(self.refuse(req, why).await);
-                }
-                m.offers_accepted.fetch_add(1, Ordering::Relaxed);
-            }
-            Mark::Final => {
-                m.finals.fetch_add(1, Ordering::Relaxed);
-            }
-            Mark::Plain => {
-                m.plain.fetch_add(1, Ordering::Relaxed);
-            }
+        let counter = match mark {
+            Mark::Offer => (verdict == Verdict::Accept).then_some(&m.offers_accepted), // refusals count in refuse()
+            Mark::Final => Some(&m.finals),
+            Mark::Plain => Some(&m.plain),
             Mark::Malformed => {
-                m.malformed.fetch_add(1, Ordering::Relaxed);
                 debug!(offer = ?req.headers().get(protocol::OFFER), target = ?req.headers().get(protocol::TARGET), "malformed hunt headers: treated as final");
+                Some(&m.malformed)
             }
+        };
+        if let Some(n) = counter {
+            n.fetch_add(1, Ordering::Relaxed);
         }
-        if mark != Mark::Offer && self.inflight.get() >= self.cfg.max_inflight {
-            return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"));
-        }
-        Ok(self.forward(req).await)
+        Ok(match verdict {
+            Verdict::Accept => self.forward(req).await,
+            Verdict::Refuse(why) => self.refuse(req, why).await,
+            Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
+        })
     }
 
-    /// Should this offer be refused, and why? `None` accepts.
-    fn refusal(&self, try_: Try) -> Option<RefuseReason> {
-        if self.draining.load(Ordering::Acquire) {
-            return Some(RefuseReason::Draining);
-        }
-        if !self.app_up.load(Ordering::Acquire) {
-            return Some(RefuseReason::AppDown);
-        }
-        let inflight = self.inflight.get();
-        if inflight >= self.cfg.max_inflight {
-            return Some(RefuseReason::Overload);
-        }
+    /// This try's verdict: the agent knows every gate (`huntlb_policy::admit`).
+    fn admit(&self, mark: Mark) -> Verdict {
+        let gates = Gates {
+            draining: self.draining.load(Ordering::Acquire),
+            app_down: !self.app_up.load(Ordering::Acquire),
+            at_capacity: self.inflight.get() >= self.cfg.max_inflight,
+        };
         let load = Load { busy: self.busy(), workers: self.cfg.workers };
-        let decision = self.policy.decide(try_, load);
-        debug!(busy = load.busy, workers = load.workers, c = self.policy.state().c, ?decision, "offer");
-        (decision == Decision::Refuse).then_some(RefuseReason::Policy)
+        let verdict = self.policy.admit(mark.as_try(), gates, load);
+        if mark == Mark::Offer {
+            debug!(busy = load.busy, workers = load.workers, c = self.policy.state().c, ?gates, ?verdict, "offer");
+        }
+        verdict
     }
 
     /// The busy refusal: 425, `hunt: busy`, empty body. A body up to `drain_limit`
     /// is read and dropped first so the connection can carry the next request;
     /// a larger or slower one gets the refusal with `connection: close`.
-    async fn refuse(&self, req: Request<Incoming>, why: RefuseReason) -> Response<AgentBody> {
+    async fn refuse(&self, req: Request<Incoming>, why: Reason) -> Response<AgentBody> {
         self.metrics.refused(why);
         let declared = req
             .headers()

@@ -2,22 +2,10 @@
 //! Prometheus text only when /metrics is scraped. Names are shared with the
 //! Envoy sidecar filter where they mean the same thing (`docs/protocol.md`).
 
+use huntlb_policy::Reason;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-
-/// Why an offer was refused.
-#[derive(Debug, Clone, Copy)]
-pub enum RefuseReason {
-    /// The policy said busy.
-    Policy,
-    /// The app is unreachable: better served elsewhere.
-    AppDown,
-    /// SIGTERM received: the agent is draining.
-    Draining,
-    /// `max_inflight` reached.
-    Overload,
-}
 
 /// Upper bounds of the latency histogram, in seconds.
 const BUCKETS: [f64; 16] =
@@ -26,7 +14,8 @@ const BUCKETS: [f64; 16] =
 #[derive(Default)]
 pub struct Metrics {
     pub offers_accepted: AtomicU64,
-    refused: [AtomicU64; 4],
+    /// By reason, in `Reason::ALL` order.
+    refused: [AtomicU64; Reason::ALL.len()],
     pub refusals_closed: AtomicU64,
     pub finals: AtomicU64,
     pub plain: AtomicU64,
@@ -55,8 +44,9 @@ pub struct Gauges {
 }
 
 impl Metrics {
-    pub fn refused(&self, why: RefuseReason) {
-        self.refused[why as usize].fetch_add(1, Relaxed);
+    pub fn refused(&self, why: Reason) {
+        let i = Reason::ALL.iter().position(|r| *r == why).expect("ALL holds every reason");
+        self.refused[i].fetch_add(1, Relaxed);
     }
 
     pub fn observe(&self, d: Duration) {
@@ -78,8 +68,8 @@ impl Metrics {
         let _ = writeln!(o, "huntlb_offers_total{{decision=\"refuse\"}} {refused_total}");
         let _ = writeln!(o, "# HELP huntlb_refusals_total Refused offers by reason.");
         let _ = writeln!(o, "# TYPE huntlb_refusals_total counter");
-        for (name, i) in [("policy", 0), ("app_down", 1), ("draining", 2), ("overload", 3)] {
-            let _ = writeln!(o, "huntlb_refusals_total{{reason=\"{name}\"}} {}", v(&self.refused[i]));
+        for (why, n) in Reason::ALL.iter().zip(&self.refused) {
+            let _ = writeln!(o, "huntlb_refusals_total{{reason=\"{}\"}} {}", why.name(), v(n));
         }
         let counters = [
             ("huntlb_refusals_closed_total", "Refusals whose body was over drain_limit, so the connection was closed.", &self.refusals_closed),

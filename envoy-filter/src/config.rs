@@ -75,23 +75,6 @@ pub fn parse(json: &[u8]) -> Result<Role, String> {
 /// body could not be replayed after a refusal, so it is not offered.
 pub const DEFAULT_MAX_OFFER_BODY: u64 = 1 << 20;
 
-/// Should a request be offered (may be refused)? Only if its whole body is
-/// known to fit the retry buffer: no body at all (the headers end the stream),
-/// or a Content-Length within the limit. "No length" is not "no body": Envoy's
-/// HTTP/1 codec removes `transfer-encoding: chunked` before filters see the
-/// request, and an HTTP/2 upload need not declare a length. Such a body could
-/// overflow the buffer while a refusal drains it, and then nothing can be
-/// re-sent (an empty 503): it goes to one candidate, as a final.
-pub fn offerable(end_of_stream: bool, content_length: Option<&str>, transfer_encoding: Option<&str>, max_offer_body: u64) -> bool {
-    if end_of_stream {
-        return true;
-    }
-    if transfer_encoding.is_some() {
-        return false; // chunked: length unknown until the end
-    }
-    content_length.is_some_and(|v| v.trim().parse::<u64>().is_ok_and(|n| n <= max_offer_body))
-}
-
 /// Request headers a front proxy removes from clients: every `hunt`/`hunt-*`
 /// header and every `x-envoy-*` control (a client `x-envoy-retry-on: 5xx` made
 /// Envoy replay a POST an app had processed).
@@ -125,19 +108,6 @@ mod tests {
             let e = parse(json.as_bytes()).unwrap_err();
             assert!(e.contains(field), "{json}: {e}");
         }
-    }
-
-    #[test]
-    fn only_bodies_that_fit_are_offered() {
-        // the headers end the stream: no body
-        assert!(offerable(true, None, None, 100));
-        assert!(offerable(false, Some("100"), None, 100));
-        assert!(!offerable(false, Some("101"), None, 100));
-        assert!(!offerable(false, Some("x"), None, 100));
-        assert!(!offerable(false, None, Some("chunked"), 100));
-        // a body follows and no length says how big (chunked with the header
-        // removed by Envoy's codec, or an HTTP/2 upload): not offered
-        assert!(!offerable(false, None, None, 100));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 
 use crate::config::{self, Role};
 use huntlb_policy::protocol::{self, Field, Mark};
-use huntlb_policy::{Load, Policy, State, Try};
+use huntlb_policy::admission::{self, StateCell, Write};
+use huntlb_policy::{Gates, Load, State, Try, Verdict};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel, MetricType, Status};
@@ -160,7 +161,7 @@ impl HttpContext for Front {
             }
         }
         // The offer mark, once per request (the upstream filter names each try).
-        if config::offerable(end_of_stream, cl.as_deref(), te.as_deref(), max_offer_body) {
+        if protocol::offerable(end_of_stream, cl.as_deref(), te.as_deref(), max_offer_body) {
             self.set_http_request_header(protocol::OFFER, Some("1"));
             inc(self.metrics.requests);
         }
@@ -200,6 +201,33 @@ impl HttpContext for Front {
     }
 }
 
+/// SR_dyn's state in proxy-wasm shared data: one word for every worker thread
+/// of this Envoy; a write presents the CAS token of its read.
+struct SharedState {
+    policy_c: u32,
+}
+
+impl StateCell for SharedState {
+    type Version = Option<u32>;
+
+    fn read(&self) -> Option<(State, Option<u32>)> {
+        let (bytes, cas) = hostcalls::get_shared_data(POLICY_KEY).ok()?;
+        let word = bytes?.try_into().ok().map(u64::from_le_bytes)?;
+        Some((State::from_bits(word), cas))
+    }
+
+    fn write(&self, state: State, cas: Option<u32>) -> Write {
+        match hostcalls::set_shared_data(POLICY_KEY, Some(&state.to_bits().to_le_bytes()), cas) {
+            Ok(()) => {
+                let _ = hostcalls::record_metric(self.policy_c, u64::from(state.c));
+                Write::Done
+            }
+            Err(Status::CasMismatch) => Write::Conflict,
+            Err(_) => Write::Failed,
+        }
+    }
+}
+
 struct Sidecar {
     role: Rc<Role>,
     metrics: Rc<Metrics>,
@@ -235,30 +263,6 @@ impl Sidecar {
         }
     }
 
-    /// One SR decision on the shared policy state, compare-and-swap across threads.
-    fn decide(&self, policy: &Policy, load: Load) -> bool {
-        if !matches!(policy, Policy::Dynamic(_)) {
-            return policy.decide(policy.initial_state(), Try::Offer, load).decision.is_accept();
-        }
-        for _ in 0..CAS_TRIES {
-            let (bytes, cas) = self.get_shared_data(POLICY_KEY);
-            let state = bytes
-                .and_then(|b| b.try_into().ok())
-                .map(|b| State::from_bits(u64::from_le_bytes(b)))
-                .unwrap_or_else(|| policy.initial_state());
-            let out = policy.decide(state, Try::Offer, load);
-            match self.set_shared_data(POLICY_KEY, Some(&out.state.to_bits().to_le_bytes()), cas) {
-                Ok(()) => {
-                    let _ = hostcalls::record_metric(self.metrics.policy_c, u64::from(out.state.c));
-                    return out.decision.is_accept();
-                }
-                Err(Status::CasMismatch) => continue,
-                Err(_) => break,
-            }
-        }
-        true // when unsure, never refuse
-    }
-
     fn field(&self, headers: &[(String, String)], name: &str) -> Option<(usize, String)> {
         let mut it = headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name));
         let first = it.next()?;
@@ -285,8 +289,10 @@ impl HttpContext for Sidecar {
         let mark = protocol::classify(as_field(&offer), as_field(&target));
         match mark {
             Mark::Offer => {
+                // The sidecar knows no gate: its Envoy drains and health-checks.
                 let load = Load { busy: self.inflight(), workers: *workers };
-                if !self.decide(policy, load) {
+                let cell = SharedState { policy_c: self.metrics.policy_c };
+                if let Verdict::Refuse(_) = admission::admit(policy, &cell, Try::Offer, Gates::OPEN, load) {
                     inc(self.metrics.offers_refuse);
                     self.refused = true;
                     self.send_http_response(

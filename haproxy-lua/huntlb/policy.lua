@@ -185,6 +185,26 @@ function _M.decide(self, try, busy, workers)
     return false
 end
 
+-- admission: the host's gates, then the policy (policy/src/admission.rs) -----
+
+--- Decide one try with the host's gates first. `gates` may hold draining,
+-- app_down, at_capacity (absent: open). Returns "accept", "overloaded" (a try
+-- that may not be refused, at capacity: an error, never a refusal), or
+-- "refuse" and the reason (policy, draining, app_down, overload). A gate that
+-- refuses does not advance the policy's state.
+function _M.admit(self, try, gates, busy, workers)
+    if try ~= "offer" then
+        return gates.at_capacity and "overloaded" or "accept"
+    end
+    if gates.draining then return "refuse", "draining" end
+    if gates.app_down then return "refuse", "app_down" end
+    if gates.at_capacity then return "refuse", "overload" end
+    if self:decide(try, busy, workers) then
+        return "accept"
+    end
+    return "refuse", "policy"
+end
+
 -- hunt/1 try classification (docs/protocol.md section 2) --------------------
 
 local MAX_MARK_LEN = 64

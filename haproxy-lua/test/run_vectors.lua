@@ -39,6 +39,22 @@ for _, file in ipairs({ "static.json", "dynamic.json" }) do
     end
 end
 
+for _, case in ipairs(load("admission.json").cases) do
+    local p = policy.new(case.policy)
+    local ok_case = true
+    for i, step in ipairs(case.steps) do
+        for r = 1, step["repeat"] or 1 do
+            local verdict, why = p:admit(step.try, step.gates, step.busy, case.workers)
+            local got = why and (verdict .. ":" .. why) or verdict
+            if got ~= step.expect or (step.c ~= nil and p:threshold() ~= step.c) then
+                ok_case = false
+                io.stderr:write(string.format("admission.json `%s` step %d repeat %d: got %s c=%s\n", case.name, i, r, got, tostring(p:threshold())))
+            end
+        end
+    end
+    check(ok_case, "admission.json " .. case.name)
+end
+
 local specs = load("specs.json")
 for _, v in ipairs(specs.valid) do
     local p, err = policy.parse(v.spec)

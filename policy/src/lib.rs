@@ -22,8 +22,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+
+pub mod admission;
 pub mod protocol;
 mod spec;
+pub use admission::{admit, Gates, Reason, Verdict};
 pub use spec::SpecError;
 
 /// Which try of a request the agent is looking at.
@@ -214,25 +217,15 @@ impl SharedPolicy {
         &self.policy
     }
 
-    /// Decide on one try, updating the shared state atomically.
+    /// Decide on one try, updating the shared state atomically
+    /// ([`admission::decide_in`]: the rule every host shares).
     pub fn decide(&self, try_: Try, load: Load) -> Decision {
-        if !matches!(self.policy, Policy::Dynamic(_)) || try_ == Try::Final {
-            let state = self.policy.initial_state();
-            return self.policy.decide(state, try_, load).decision;
-        }
-        let mut current = self.state.load(Ordering::Acquire);
-        loop {
-            let out = self.policy.decide(State::from_bits(current), try_, load);
-            match self.state.compare_exchange_weak(
-                current,
-                out.state.to_bits(),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return out.decision,
-                Err(seen) => current = seen,
-            }
-        }
+        admission::decide_in(&self.policy, &self.state, try_, load)
+    }
+
+    /// Decide on one try with the host's gates first ([`admission::admit`]).
+    pub fn admit(&self, try_: Try, gates: Gates, load: Load) -> Verdict {
+        admission::admit(&self.policy, &self.state, try_, gates, load)
     }
 
     /// The state as of now (for metrics: the current `c`).

@@ -113,6 +113,26 @@ pub fn restore(status: u16, app_status: Option<&[u8]>) -> u16 {
     }
 }
 
+/// "Why was this request not offered?", for a front: the Envoy front filter
+/// calls this; HAProxy's front.cfg states the same rule as native checks
+/// (`req.body_size`, and `nbsrv` >= 2: with one usable server a refusal would
+/// come back to it). Offered only if its whole body is
+/// known to fit the retry buffer: no body at all (the headers end the stream),
+/// or a Content-Length within the limit. "No length" is not "no body": Envoy's
+/// HTTP/1 codec removes `transfer-encoding: chunked` before filters see the
+/// request, and an HTTP/2 upload need not declare a length. Such a body could
+/// overflow the buffer while a refusal drains it, and then nothing can be
+/// re-sent (an empty 503): it goes to one candidate, as a final.
+pub fn offerable(end_of_stream: bool, content_length: Option<&str>, transfer_encoding: Option<&str>, max_offer_body: u64) -> bool {
+    if end_of_stream {
+        return true;
+    }
+    if transfer_encoding.is_some() {
+        return false; // chunked: length unknown until the end
+    }
+    content_length.is_some_and(|v| v.trim().parse::<u64>().is_ok_and(|n| n <= max_offer_body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +168,19 @@ mod tests {
         assert_eq!(restore(400, Some(b"426")), 400);
         assert_eq!(restore(200, Some(b"425")), 200);
         assert!(is_hunt_header(APP_STATUS));
+    }
+
+    #[test]
+    fn only_bodies_that_fit_are_offered() {
+        // the headers end the stream: no body
+        assert!(offerable(true, None, None, 100));
+        assert!(offerable(false, Some("100"), None, 100));
+        assert!(!offerable(false, Some("101"), None, 100));
+        assert!(!offerable(false, Some("x"), None, 100));
+        assert!(!offerable(false, None, Some("chunked"), 100));
+        // a body follows and no length says how big (chunked with the header
+        // removed by Envoy's codec, or an HTTP/2 upload): not offered
+        assert!(!offerable(false, None, None, 100));
     }
 
     #[test]

@@ -42,6 +42,41 @@ fn run_cases(file: &str) -> usize {
 }
 
 #[test]
+fn admission_vectors() {
+    use huntlb_policy::{admission, Gates, Verdict};
+    use std::sync::atomic::AtomicU64;
+    let doc = vectors("admission.json");
+    let mut steps_run = 0;
+    for case in doc["cases"].as_array().expect("cases") {
+        let name = case["name"].as_str().unwrap();
+        let policy: Policy = case["policy"].as_str().unwrap().parse().unwrap();
+        let workers = case["workers"].as_u64().unwrap() as u32;
+        let cell = AtomicU64::new(policy.initial_state().to_bits());
+        for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+            let g = &step["gates"];
+            let gate = |k: &str| g.get(k).and_then(Value::as_bool).unwrap_or(false);
+            let gates = Gates { draining: gate("draining"), app_down: gate("app_down"), at_capacity: gate("at_capacity") };
+            let try_ = if step["try"] == "offer" { Try::Offer } else { Try::Final };
+            let load = Load { busy: step["busy"].as_u64().unwrap() as u32, workers };
+            for r in 0..step["repeat"].as_u64().unwrap_or(1) {
+                let got = match admission::admit(&policy, &cell, try_, gates, load) {
+                    Verdict::Accept => "accept".to_string(),
+                    Verdict::Overloaded => "overloaded".to_string(),
+                    Verdict::Refuse(why) => format!("refuse:{}", why.name()),
+                };
+                assert_eq!(got, step["expect"].as_str().unwrap(), "admission `{name}` step {i} repeat {r}");
+                if let Some(c) = step.get("c") {
+                    let state = huntlb_policy::State::from_bits(cell.load(std::sync::atomic::Ordering::Acquire));
+                    assert_eq!(u64::from(state.c), c.as_u64().unwrap(), "admission `{name}` step {i} repeat {r}: c");
+                }
+                steps_run += 1;
+            }
+        }
+    }
+    assert!(steps_run > 15);
+}
+
+#[test]
 fn static_vectors() {
     assert!(run_cases("static.json") > 10);
 }

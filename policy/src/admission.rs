@@ -1,0 +1,227 @@
+//! "Why was this offer refused?" in one function: [`admit`].
+//!
+//! An offer passes the host's gates first, then the acceptance policy:
+//!
+//! ```text
+//!  try ──► final? ──yes──► at capacity? ──yes──► Overloaded (503, never a refusal)
+//!            │ no                  └─no──► Accept
+//!            ▼
+//!  draining? ──► app down? ──► at capacity? ──► policy busy? ──► Accept
+//!     │ yes         │ yes           │ yes            │ yes
+//!     ▼             ▼               ▼                ▼
+//!  Refuse(Draining) Refuse(AppDown) Refuse(Overload) Refuse(Policy)
+//! ```
+//!
+//! A gate that refuses spares the policy: its state does not advance, so SR_dyn's
+//! window counts only offers it was asked about. Each host passes the gates it
+//! can know: the agent knows all three; the Wasm and Lua sidecars know none
+//! (their proxy does the draining and health) and pass [`Gates::OPEN`].
+//! `policy/vectors/admission.json` holds the Rust and Lua answers together.
+
+use crate::{Decision, Load, Policy, State, Try};
+
+/// What a host knows about its backend besides the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Gates {
+    /// SIGTERM received: new work belongs elsewhere.
+    pub draining: bool,
+    /// The app is unreachable or stalled: an offer is better served elsewhere.
+    pub app_down: bool,
+    /// `max_inflight` reached: the host takes no more, offer or not.
+    pub at_capacity: bool,
+}
+
+impl Gates {
+    /// A host that knows no gate (the sidecars).
+    pub const OPEN: Gates = Gates { draining: false, app_down: false, at_capacity: false };
+}
+
+/// Why an offer was refused. [`Reason::name`] is the metric label and the vector name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The acceptance policy said busy.
+    Policy,
+    AppDown,
+    Draining,
+    /// `max_inflight` reached.
+    Overload,
+}
+
+impl Reason {
+    /// Every reason, in metric order.
+    pub const ALL: [Reason; 4] = [Reason::Policy, Reason::AppDown, Reason::Draining, Reason::Overload];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Policy => "policy",
+            Reason::AppDown => "app_down",
+            Reason::Draining => "draining",
+            Reason::Overload => "overload",
+        }
+    }
+}
+
+/// What happens to one try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward it to the app.
+    Accept,
+    /// The busy refusal (425 `hunt: busy`): the app never sees it, the proxy re-sends.
+    Refuse(Reason),
+    /// A try that may not be refused, at capacity: an error the client sees
+    /// (503), never a refusal, so it is not re-sent.
+    Overloaded,
+}
+
+/// Decide one try: the gates, then the policy on the state in `cell`.
+pub fn admit(policy: &Policy, cell: &impl StateCell, try_: Try, gates: Gates, load: Load) -> Verdict {
+    if try_ == Try::Final {
+        return if gates.at_capacity { Verdict::Overloaded } else { Verdict::Accept };
+    }
+    let gate = [(gates.draining, Reason::Draining), (gates.app_down, Reason::AppDown), (gates.at_capacity, Reason::Overload)];
+    if let Some(&(_, why)) = gate.iter().find(|(closed, _)| *closed) {
+        return Verdict::Refuse(why);
+    }
+    match decide_in(policy, cell, try_, load) {
+        Decision::Accept => Verdict::Accept,
+        Decision::Refuse => Verdict::Refuse(Reason::Policy),
+    }
+}
+
+/// Where a policy's state lives between decisions: one word that many threads
+/// (the agent's) or many Envoy workers (the Wasm sidecar's shared data) update.
+/// Only reading and a conditional write vary by host; the rule that uses them
+/// is [`decide_in`], written once.
+pub trait StateCell {
+    /// What a write must present to succeed: the version that was read.
+    type Version: Copy;
+    /// The state now, or `None` if it cannot be read.
+    fn read(&self) -> Option<(State, Self::Version)>;
+    /// Write `state` if nothing was written since `version` was read.
+    fn write(&self, state: State, version: Self::Version) -> Write;
+}
+
+/// How a conditional write went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    Done,
+    /// Someone wrote in between: read again and decide again.
+    Conflict,
+    /// The cell cannot be written.
+    Failed,
+}
+
+/// How often a decision is retried after write conflicts before giving up.
+/// A Wasm host call must not spin; 64 is far beyond what 2-8 workers contend.
+pub const MAX_CONFLICTS: usize = 64;
+
+/// The shared-state rule: read, decide, write back only if no one wrote in
+/// between, else decide again on what they wrote (so no offer is lost from
+/// SR_dyn's window); and when unsure, never refuse: a cell that fails or stays
+/// contended accepts. Stateless policies and finals never touch the cell.
+pub fn decide_in(policy: &Policy, cell: &impl StateCell, try_: Try, load: Load) -> Decision {
+    if !matches!(policy, Policy::Dynamic(_)) || try_ == Try::Final {
+        return policy.decide(policy.initial_state(), try_, load).decision;
+    }
+    for _ in 0..MAX_CONFLICTS {
+        let Some((state, version)) = cell.read() else { break };
+        let out = policy.decide(state, try_, load);
+        match cell.write(out.state, version) {
+            Write::Done => return out.decision,
+            Write::Conflict => continue,
+            Write::Failed => break,
+        }
+    }
+    Decision::Accept
+}
+
+/// The agent's cell: an `AtomicU64` holding [`State::to_bits`].
+impl StateCell for std::sync::atomic::AtomicU64 {
+    type Version = u64;
+
+    fn read(&self) -> Option<(State, u64)> {
+        let bits = self.load(std::sync::atomic::Ordering::Acquire);
+        Some((State::from_bits(bits), bits))
+    }
+
+    fn write(&self, state: State, version: u64) -> Write {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        match self.compare_exchange(version, state.to_bits(), AcqRel, Acquire) {
+            Ok(_) => Write::Done,
+            Err(_) => Write::Conflict,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicU64;
+
+    fn load(busy: u32) -> Load {
+        Load { busy, workers: 32 }
+    }
+
+    #[test]
+    fn gates_refuse_in_order_and_spare_the_policy() {
+        let p: Policy = "dynamic:window=2,c0=0".parse().unwrap();
+        let cell = AtomicU64::new(p.initial_state().to_bits());
+        let all = Gates { draining: true, app_down: true, at_capacity: true };
+        assert_eq!(admit(&p, &cell, Try::Offer, all, load(0)), Verdict::Refuse(Reason::Draining));
+        assert_eq!(admit(&p, &cell, Try::Offer, Gates { draining: false, ..all }, load(0)), Verdict::Refuse(Reason::AppDown));
+        assert_eq!(admit(&p, &cell, Try::Offer, Gates { at_capacity: true, ..Gates::OPEN }, load(0)), Verdict::Refuse(Reason::Overload));
+        // no gate asked the policy: its window has not moved
+        assert_eq!(cell.read().unwrap().0, p.initial_state());
+        assert_eq!(admit(&p, &cell, Try::Offer, Gates::OPEN, load(0)), Verdict::Refuse(Reason::Policy));
+        assert_eq!(cell.read().unwrap().0.attempt, 1);
+    }
+
+    #[test]
+    fn finals_are_accepted_unless_at_capacity() {
+        let p: Policy = "static:0".parse().unwrap();
+        let cell = AtomicU64::new(p.initial_state().to_bits());
+        let closed = Gates { draining: true, app_down: true, at_capacity: false };
+        assert_eq!(admit(&p, &cell, Try::Final, closed, load(99)), Verdict::Accept);
+        assert_eq!(admit(&p, &cell, Try::Final, Gates { at_capacity: true, ..closed }, load(0)), Verdict::Overloaded);
+    }
+
+    /// A cell that fails or conflicts on demand.
+    struct Flaky {
+        state: Cell<State>,
+        conflicts: Cell<usize>,
+        fail: bool,
+    }
+
+    impl StateCell for Flaky {
+        type Version = ();
+        fn read(&self) -> Option<(State, ())> {
+            Some((self.state.get(), ()))
+        }
+        fn write(&self, state: State, _: ()) -> Write {
+            if self.fail {
+                return Write::Failed;
+            }
+            if self.conflicts.get() > 0 {
+                self.conflicts.set(self.conflicts.get() - 1);
+                return Write::Conflict;
+            }
+            self.state.set(state);
+            Write::Done
+        }
+    }
+
+    #[test]
+    fn when_unsure_never_refuse() {
+        let p: Policy = "dynamic:c0=0".parse().unwrap();
+        let s = p.initial_state();
+        let failing = Flaky { state: Cell::new(s), conflicts: Cell::new(0), fail: true };
+        assert_eq!(decide_in(&p, &failing, Try::Offer, load(5)), Decision::Accept);
+        let contended = Flaky { state: Cell::new(s), conflicts: Cell::new(MAX_CONFLICTS), fail: false };
+        assert_eq!(decide_in(&p, &contended, Try::Offer, load(5)), Decision::Accept);
+        // a few conflicts are retried, and the decision is the policy's
+        let brief = Flaky { state: Cell::new(s), conflicts: Cell::new(3), fail: false };
+        assert_eq!(decide_in(&p, &brief, Try::Offer, load(5)), Decision::Refuse);
+        assert_eq!(brief.state.get().attempt, 1);
+    }
+}
