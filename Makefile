@@ -6,6 +6,8 @@ WASM := target/huntlb_filter.wasm
 
 CARGO ?= cargo
 PYTEST ?= python3 -m pytest
+# tests, benchmarks and the demo import the `harness` package from the repo root
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 setup:
 	./scripts/setup.sh

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib import ci95, machine, median, wrk, write_result
-from testkit import OFFER, Addrs, Procs
+from harness import OFFER, Addrs, Procs
 
 OFFER_HDRS = OFFER
 

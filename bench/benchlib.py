@@ -1,6 +1,6 @@
 """Helpers shared by huntlb's benchmark scripts: wrk runs, statistics, reports.
 
-Benchmarks reuse the integration tests' launch code (tests/testkit.py), so they
+Benchmarks reuse the integration tests' launch code (the `harness` package), so they
 run exactly the committed example configs.
 """
 
@@ -22,7 +22,6 @@ from pathlib import Path
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 RESULTS = ROOT / "docs" / "results"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import plots
 from benchlib import RESULTS, machine, write_result
 from fleet import STRATEGIES, Fleet, Sampler, drive, jain, start_front, summary, wait_all_up
-from testkit import Addrs, HaproxyRoot, Procs
+from harness import Addrs, HaproxyRoot, Procs
 
 PROXIES = ("envoy", "haproxy")
 LEAST = {"envoy": "LEAST_REQUEST", "haproxy": "leastconn"}

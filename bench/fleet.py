@@ -1,7 +1,7 @@
 """A fleet of workload apps with agents, the fronts that balance over them, and
 one open-loop drive: what the SRLB and ELB scenarios share.
 
-Everything runs the committed example configs through tests/testkit.py (the
+Everything runs the committed example configs through the `harness` package (the
 integration tests' launcher), on loopback, and is stopped by PID at the end.
 """
 
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testkit import (Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, envoy_host_health, front_config,
+from harness import (Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, envoy_host_health, front_config,
                      haproxy_front_text, haproxy_server_states, start_envoy, start_haproxy, wait_tcp, wait_until)
 
 # How each named balancing strategy is set up: (proxy, hunting?, lb setting).

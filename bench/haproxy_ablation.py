@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchlib import machine, write_result
 from proxy_overhead import BACKENDS, instructions_per_request, static_backends
-from testkit import Addrs, HaproxyRoot, Procs
+from harness import Addrs, HaproxyRoot, Procs
 
 
 def drop(text: str, *words: str) -> str:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from benchlib import machine, median, paired_ratio, proc_cpu_seconds, wrk, write_result
 from proxy_overhead import BACKENDS, pin, start_front, static_backends
-from testkit import Addrs, HaproxyRoot, Procs
+from harness import Addrs, HaproxyRoot, Procs
 
 HZ = 4999
 LOOKUP = ("haproxy:ebst_lookup", "haproxy:pat_match_str")

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from benchlib import ci95, machine, median, paired_ratio, proc_cpu_seconds, wrk, write_result
-from testkit import (Addrs, HaproxyRoot, Procs, front_config, haproxy_front_text, haproxy_server_states, start_backends,
+from harness import (Addrs, HaproxyRoot, Procs, front_config, haproxy_front_text, haproxy_server_states, start_backends,
                      start_envoy, start_haproxy, wait_tcp, wait_until)
 
 BACKENDS = 3

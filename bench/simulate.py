@@ -22,7 +22,7 @@ import sys
 
 import plots
 from benchlib import RESULTS, ci95, machine, median, write_result
-from testkit import binary
+from harness import binary
 
 POLICIES = {"RR": "random", "SR_4": "hunt:static:4", "SR_8": "hunt:static:8", "SR_16": "hunt:static:16",
             "SR_dyn": "hunt:dynamic", "LEAST_REQUEST": "p2c", "JSQ": "jsq"}

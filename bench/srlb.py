@@ -27,7 +27,7 @@ from pathlib import Path
 import plots
 from benchlib import RESULTS, ROOT, ci95, machine, median, write_result
 from fleet import HUNT_POLICIES, STRATEGIES, Fleet, Sampler, cdf, drive, start_front, summary, wait_all_up
-from testkit import Addrs, HaproxyRoot, Procs
+from harness import Addrs, HaproxyRoot, Procs
 
 SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
 PROBE_QUERIES = 20000  # the paper's run length

@@ -21,7 +21,7 @@ from pathlib import Path
 import plots
 from benchlib import ci95, machine, median, paired_ratio, proc_cpu_seconds, wrk, write_result
 from fleet import Fleet, start_front
-from testkit import Addrs, HaproxyRoot, Procs
+from harness import Addrs, HaproxyRoot, Procs
 
 CLOSE = {"Connection": "close"}
 

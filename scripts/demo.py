@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from testkit import (Addrs, HaproxyRoot, Procs, binary, front_config, haproxy_front_text,  # noqa: E402
+from harness import (Addrs, HaproxyRoot, Procs, binary, front_config, haproxy_front_text,
                      haproxy_server_states, start_backends, start_envoy, start_haproxy, wait_tcp, wait_until)
 
 BACKENDS, WORKERS, CORES, MEAN_MS = 4, 8, 2, 20.0

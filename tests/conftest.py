@@ -1,10 +1,5 @@
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from testkit import Addrs, Procs  # noqa: E402
+from harness import Addrs, Procs
 
 
 @pytest.fixture

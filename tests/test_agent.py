@@ -8,7 +8,7 @@ import threading
 import uuid
 
 import pytest
-from testkit import FINAL, OFFER, app_stats, metrics, request, wait_until
+from harness import FINAL, OFFER, app_stats, metrics, request, wait_until
 
 
 def hold(addr, n, work_ms, headers=None):
@@ -195,7 +195,7 @@ def test_malformed_and_huge_requests_get_clear_errors(procs, addrs):
 
 
 def raw_status(addr, payload):
-    from testkit import raw_exchange
+    from harness import raw_exchange
 
     reply = raw_exchange(addr, payload)
     assert reply.startswith(b"HTTP/1.1 "), reply[:80]

@@ -8,7 +8,7 @@ import tempfile
 import threading
 
 import pytest
-from testkit import OFFER, metrics, request, wait_http, wait_until
+from harness import OFFER, metrics, request, wait_http, wait_until
 
 APACHE = shutil.which("apache2") or "/usr/sbin/apache2"
 

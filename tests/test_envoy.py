@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from testkit import (envoy_host_health, envoy_stats, front_config, path_count, request, start_backends,
+from harness import (envoy_host_health, envoy_stats, front_config, path_count, request, start_backends,
                      start_envoy, wait_envoy_hosts_healthy, wait_until)
 
 from workload_hash import fnv64

@@ -6,7 +6,7 @@ from collections import Counter
 
 import yaml
 from dnsserver import DnsServer
-from testkit import EXAMPLES, _sock, front_config, request, start_backends, start_envoy, wait_until
+from harness import EXAMPLES, sock, front_config, request, start_backends, start_envoy, wait_until
 
 
 def served_by(listen, n=60):
@@ -24,7 +24,7 @@ def with_fragment(cfg, fragment: str, **subst):
 
 def write_eds(path, agents):
     doc = yaml.safe_load((EXAMPLES / "backends.eds.yaml").read_text())
-    doc["resources"][0]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": _sock(a)}} for a in agents]
+    doc["resources"][0]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(a)}} for a in agents]
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
         yaml.safe_dump(doc, f)
@@ -59,7 +59,7 @@ def test_backend_added_to_dns_gets_traffic(procs, addrs):
         listen, admin = f"{host}:10000", f"{host}:9902"
         cfg = front_config(listen, admin, [])
         cluster = with_fragment(cfg, "discovery-dns.yaml")
-        cluster["typed_dns_resolver_config"]["typed_config"]["resolvers"] = [_sock(f"{dns.addr[0]}:{dns.addr[1]}")]
+        cluster["typed_dns_resolver_config"]["typed_config"]["resolvers"] = [sock(f"{dns.addr[0]}:{dns.addr[1]}")]
         start_envoy(procs, "envoy-dns", cfg)
         wait_until(lambda: len(served_by(listen, 20)) == 2, timeout=10, what="two DNS backends serving")
         assert bs[2].id not in served_by(listen)

@@ -17,7 +17,7 @@ import time
 import uuid
 
 import pytest
-from testkit import app_stats, path_count, request, start_front, start_hunted_backends, wait_until
+from harness import app_stats, path_count, request, start_front, start_hunted_backends, wait_until
 
 # Every front over the agent; the two fronts' first versions over each sidecar.
 COMBOS = [("envoy", "agent"), ("haproxy-2.6", "agent"), ("haproxy-3.0", "agent"),

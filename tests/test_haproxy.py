@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from dnsserver import DnsServer
-from testkit import (HAPROXY_EXAMPLES, HAPROXY_VERSIONS, HaproxyRoot, haproxy_config, haproxy_front_text, haproxy_runtime,
+from harness import (HAPROXY_EXAMPLES, HAPROXY_VERSIONS, HaproxyRoot, haproxy_config, haproxy_front_text, haproxy_runtime,
                      haproxy_server_states, path_count, request, start_backends, start_haproxy, wait_tcp, wait_until)
 from workload_hash import fnv64
 

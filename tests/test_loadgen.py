@@ -4,7 +4,7 @@ a fixed rate it reports that delay, and it flags a run it could not keep up with
 import json
 import subprocess
 
-from testkit import binary
+from harness import binary
 
 
 def loadgen(*args, timeout=60):

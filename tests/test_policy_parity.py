@@ -7,7 +7,7 @@ counting and state handling around it."""
 import threading
 
 import pytest
-from testkit import FINAL, OFFER, app_stats, request, start_hunter, wait_until
+from harness import FINAL, OFFER, app_stats, request, start_hunter, wait_until
 
 KINDS = ["agent", "sidecar", "haproxy-2.6", "haproxy-3.0"]
 

@@ -9,7 +9,7 @@ held to the vectors too, not only the host build."""
 import json
 import subprocess
 
-from testkit import ROOT
+from harness import ROOT
 
 
 def wasm_test_binary() -> str:

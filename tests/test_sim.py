@@ -3,7 +3,7 @@
 import json
 import subprocess
 
-from testkit import binary
+from harness import binary
 
 
 def sim(*args):

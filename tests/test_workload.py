@@ -4,7 +4,7 @@ backlog that fails fast when full, emulated cores shared by busy workers."""
 import threading
 import time
 
-from testkit import app_stats, request, wait_until
+from harness import app_stats, request, wait_until
 
 
 def test_full_backlog_fails_fast_and_clearly(procs, addrs):

@@ -1,0 +1,23 @@
+"""huntlb's harness: real processes, proxies and hunters on loopback, for the
+integration tests, the benchmarks and the demo alike. One module per job:
+
+* `procs`: starting and stopping processes (by PID, always), loopback addresses;
+* `net`: requests, raw exchanges, metrics, bounded waits;
+* `envoy`, `haproxy`: each real proxy with the committed example configs;
+* `hunters`: backends (an app behind the agent or a sidecar);
+* `fronts`: the committed hunting fronts over a list of backends.
+
+Importable from the repository root (`pytest.ini` and the Makefile put it on
+the path); the names below are the public surface.
+"""
+
+from harness.envoy import (EXAMPLES, WASM, envoy_binary, envoy_host_health, envoy_stats, front_config, sidecar_config,
+                           sock, start_envoy, wait_envoy_hosts_healthy)
+from harness.fronts import FRONTS, Front, start_front
+from harness.haproxy import (HAPROXY_EXAMPLES, HAPROXY_VERSIONS, TRIXIE, HaproxyRoot, haproxy_config, haproxy_front_text,
+                             haproxy_runtime, haproxy_server_states, servers_section, start_haproxy)
+from harness.hunters import Backend, Hunter, path_count, start_backends, start_hunted_backends, start_hunter
+from harness.net import FINAL, OFFER, app_stats, metrics, raw_exchange, request, wait_http, wait_tcp, wait_until
+from harness.procs import ROOT, TARGET, Addrs, Proc, Procs, binary
+
+__all__ = [n for n in dir() if not n.startswith("_")]

