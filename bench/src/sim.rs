@@ -4,20 +4,35 @@
 //! The servers are the workload app's model, exactly: `workers` slots, a FIFO
 //! backlog of `backlog` requests waiting for a slot (full: the request is
 //! rejected), and processor sharing of `cores` among the jobs in service (each
-//! progresses at `min(1, cores/b)`). Arrivals are Poisson, demands exponential.
-//! There is no network and no proxy cost: what is left is the dispatch policy.
+//! progresses at `min(1, cores/b)`). Servers may differ in cores and workers (a
+//! mixed fleet). Arrivals are Poisson, demands exponential. There is no network
+//! and no proxy cost: what is left is the dispatch policy.
 //!
-//! Dispatchers:
-//! * `random`: the paper's RR baseline.
-//! * `hunt:SPEC`: service hunting with the acceptance policy `SPEC` (the policy
-//!   crate's grammar: `static:4`, `dynamic`). The first candidate is random; its
-//!   agent decides with [`Policy::decide`] on its in-flight count, as the real
-//!   agent does; a refused request goes to a different random server as a final.
-//! * `least`, `p2c`: what a proxy that counts its own outstanding requests does
-//!   (HAProxy `leastconn`; Envoy `LEAST_REQUEST` and HAProxy `random(2)`). With
-//!   `proxies > 1`, arrivals go to the proxies in turn and each sees only its own.
+//! A proxy's own choice is a [`Rule`] applied by [`pick`] to what it alone sees,
+//! the requests it has outstanding at each server:
+//! * `random`: uniform, the view unused (the paper's RR; Envoy `RANDOM`, HAProxy
+//!   `random(1)`).
+//! * `p2c`: two distinct random servers, the one with fewer (Envoy
+//!   `LEAST_REQUEST`, HAProxy `random(2)`).
+//! * `least`: the fewest, ties at random (HAProxy `leastconn`, unweighted);
+//!   `least-of-K`: at random among the K fewest.
+//!
+//! Dispatchers ([`Dispatch`]):
+//! * `RULE` (`random`, `p2c`, `least`, `least-of-K`): the proxy's rule alone.
+//! * `hunt:SPEC`, `hunt-RULE:SPEC`: service hunting with the acceptance policy
+//!   `SPEC` (the policy crate's grammar: `static:4`, `dynamic`,
+//!   `dynamic:low=0.7,high=0.9`). The offer goes to the rule's pick (`hunt:` is
+//!   `hunt-random:`, the paper's random first candidate); that server's agent
+//!   decides with [`Policy::decide`] on its true in-flight count, as the real
+//!   agent does; a refused request goes, as a final, to the same rule's pick
+//!   among the other servers.
 //! * `jsq`: ideal join-shortest-queue on the true in-flight counts, the limit
 //!   no distributed balancer reaches.
+//!
+//! With `proxies > 1`, arrivals go to the proxies in turn (or at random, see
+//! [`Assign`]) and each counts only the requests it sent itself. With
+//! `refresh_s > 0` a proxy picks from a snapshot of its counts taken every
+//! `refresh_s` (the proxies' refreshes staggered), not from the live counts.
 
 use huntlb_policy::{Load, Policy, State, Try};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -27,49 +42,215 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 
+/// How a proxy chooses a server from its own view (see [`pick`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    Random,
+    P2c,
+    /// At random among the `k` servers with the fewest (`k = 1`: the least).
+    Least { k: usize },
+}
+
+impl FromStr for Rule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "random" | "rr" => Ok(Rule::Random),
+            "p2c" => Ok(Rule::P2c),
+            "least" => Ok(Rule::Least { k: 1 }),
+            _ => match s.strip_prefix("least-of-") {
+                Some(k) => match k.parse::<usize>() {
+                    Ok(k) if k >= 1 && k.to_string() == s["least-of-".len()..] => Ok(Rule::Least { k }),
+                    _ => Err(format!("least-of-K: K must be a whole number from 1, not `{k}`")),
+                },
+                None => Err(format!("unknown rule `{s}` (expected random, p2c, least or least-of-K)")),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::Random => write!(f, "random"),
+            Rule::P2c => write!(f, "p2c"),
+            Rule::Least { k: 1 } => write!(f, "least"),
+            Rule::Least { k } => write!(f, "least-of-{k}"),
+        }
+    }
+}
+
+/// The server a proxy's `rule` chooses from its `view` (the requests it has
+/// outstanding at each server), never `exclude`.
+///
+/// Why a pure function of the proxy's own view: that view is all a real proxy
+/// has, so what a rule can and cannot do with it is the whole question. With
+/// one proxy, `least` on its own counts is the true state (join-shortest-queue);
+/// with several, each count misses the other proxies' requests, and with a
+/// stale snapshot every request until the next refresh goes to the same few
+/// servers (herding), which picking at random among the `k` least spreads.
+/// `exclude` is a refusing first candidate: hunting's final goes to the same
+/// rule's choice among the others. Ties go at random so that equal servers
+/// share the load instead of the lowest index taking it.
+///
+/// Without `exclude` and with `k = 1` this draws from `rng` exactly as the
+/// simulator did before rules existed, so old runs reproduce bit for bit.
+pub fn pick<R: Rng + ?Sized>(rule: Rule, view: &[u32], exclude: Option<usize>, rng: &mut R) -> usize {
+    let n = view.len();
+    assert!(exclude.map_or(n >= 1, |x| x < n && n >= 2), "pick: no candidate");
+    let m = n - usize::from(exclude.is_some());
+    // The j-th candidate, skipping the excluded server.
+    let idx = move |j: usize| match exclude {
+        Some(x) if j >= x => j + 1,
+        _ => j,
+    };
+    match rule {
+        Rule::Random => match exclude {
+            None => rng.gen_range(0..n),
+            Some(x) => (x + 1 + rng.gen_range(0..n - 1)) % n,
+        },
+        Rule::P2c => {
+            if m == 1 {
+                return idx(0);
+            }
+            let a = rng.gen_range(0..m);
+            let b = (a + 1 + rng.gen_range(0..m - 1)) % m;
+            let (a, b) = (idx(a), idx(b));
+            if view[b] < view[a] {
+                b
+            } else {
+                a
+            }
+        }
+        Rule::Least { k } => {
+            let k = k.clamp(1, m);
+            let cands = (0..m).map(idx);
+            // v: the k-th smallest count. The k least are every server below v
+            // and, drawn at random, enough of those at v; one of the k uniformly
+            // is then: a server below v with probability 1/k each, else one at v.
+            let v = if k == 1 {
+                cands.clone().map(|i| view[i]).min().expect("a candidate")
+            } else {
+                let mut loads: Vec<u32> = cands.clone().map(|i| view[i]).collect();
+                *loads.select_nth_unstable(k - 1).1
+            };
+            let r = if k == 1 { 0 } else { rng.gen_range(0..k) };
+            let below = cands.clone().filter(|&i| view[i] < v).count();
+            if r < below {
+                return cands.clone().filter(|&i| view[i] < v).nth(r).expect("counted");
+            }
+            let ties = cands.clone().filter(|&i| view[i] == v).count();
+            let t = rng.gen_range(0..ties);
+            cands.filter(|&i| view[i] == v).nth(t).expect("counted")
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Dispatch {
-    Random,
-    Hunt(Policy),
-    Least,
-    PowerOfTwo,
+    /// The proxy's own rule, nothing else.
+    Local(Rule),
+    /// Hunting: offer to the rule's pick, whose agent may refuse; the final goes
+    /// to the rule's pick among the others.
+    Hunt(Rule, Policy),
+    /// Join-shortest-queue on the true in-flight counts.
     Jsq,
+}
+
+impl Dispatch {
+    /// The rule, for dispatchers that use a proxy's own view or its draws.
+    pub fn rule(&self) -> Option<Rule> {
+        match *self {
+            Dispatch::Local(r) | Dispatch::Hunt(r, _) => Some(r),
+            Dispatch::Jsq => None,
+        }
+    }
+
+    /// Whether the proxy's own counts matter (so staleness and the number of
+    /// proxies can change anything).
+    pub fn uses_own_view(&self) -> bool {
+        self.rule().is_some_and(|r| r != Rule::Random)
+    }
 }
 
 impl FromStr for Dispatch {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Ok(match s {
-            "random" | "rr" => Dispatch::Random,
-            "least" => Dispatch::Least,
-            "p2c" => Dispatch::PowerOfTwo,
-            "jsq" => Dispatch::Jsq,
-            _ => match s.strip_prefix("hunt:") {
-                Some(spec) => Dispatch::Hunt(spec.parse().map_err(|e| format!("dispatch `{s}`: {e}"))?),
-                None => return Err(format!("dispatch `{s}`: expected random, hunt:SPEC, least, p2c or jsq")),
-            },
-        })
+        let fail = |e: String| format!("dispatch `{s}`: {e}");
+        if s == "jsq" {
+            return Ok(Dispatch::Jsq);
+        }
+        match s.split_once(':') {
+            Some((head, spec)) => {
+                let rule = match head {
+                    "hunt" => Rule::Random,
+                    _ => match head.strip_prefix("hunt-") {
+                        Some(r) => r.parse().map_err(fail)?,
+                        None => return Err(fail(format!("`{head}:` is not hunt: or hunt-RULE:"))),
+                    },
+                };
+                Ok(Dispatch::Hunt(rule, spec.parse().map_err(|e| fail(format!("{e}")))?))
+            }
+            None if s == "hunt" || s.starts_with("hunt-") => Err(fail("hunting needs a policy: hunt:SPEC or hunt-RULE:SPEC".into())),
+            None => s.parse().map(Dispatch::Local).map_err(|e: String| {
+                if s.starts_with("least-of-") {
+                    fail(e)
+                } else {
+                    fail("expected random, p2c, least, least-of-K, jsq, hunt:SPEC or hunt-RULE:SPEC".into())
+                }
+            }),
+        }
     }
 }
 
 impl fmt::Display for Dispatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Dispatch::Random => write!(f, "random"),
-            Dispatch::Hunt(p) => write!(f, "hunt:{p}"),
-            Dispatch::Least => write!(f, "least"),
-            Dispatch::PowerOfTwo => write!(f, "p2c"),
+            Dispatch::Local(r) => write!(f, "{r}"),
+            Dispatch::Hunt(Rule::Random, p) => write!(f, "hunt:{p}"),
+            Dispatch::Hunt(r, p) => write!(f, "hunt-{r}:{p}"),
             Dispatch::Jsq => write!(f, "jsq"),
         }
     }
 }
 
+/// Which proxy an arrival goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assign {
+    /// Round robin (a layer-4 balancer in front of the proxies); draws nothing.
+    Turn,
+    /// Uniformly at random (ECMP, DNS).
+    Random,
+}
+
+impl FromStr for Assign {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "turn" => Ok(Assign::Turn),
+            "random" => Ok(Assign::Random),
+            _ => Err(format!("`{s}`: expected turn or random")),
+        }
+    }
+}
+
+/// One server of the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServerSpec {
+    pub cores: f64,
+    pub workers: u32,
+}
+
+/// `servers` identical servers.
+pub fn uniform(servers: usize, workers: u32, cores: f64) -> Vec<ServerSpec> {
+    vec![ServerSpec { cores, workers }; servers]
+}
+
 /// One simulated experiment.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub servers: usize,
-    pub workers: u32,
-    pub cores: f64,
+    /// One entry per server.
+    pub fleet: Vec<ServerSpec>,
     pub backlog: u32,
     /// Mean of the exponential service demand, in seconds of one core.
     pub mean_s: f64,
@@ -79,15 +260,28 @@ pub struct Config {
     pub dispatch: Dispatch,
     /// Independent proxies (own-view dispatchers only see their share).
     pub proxies: usize,
+    pub assign: Assign,
+    /// Own views are snapshots refreshed every this many seconds; 0: live.
+    pub refresh_s: f64,
     pub seed: u64,
     /// Sample per-server busy workers this often (seconds); 0: never.
     pub sample_every_s: f64,
+}
+
+impl Config {
+    /// Nominal capacity in requests per second: total cores / mean demand.
+    pub fn capacity(&self) -> f64 {
+        self.fleet.iter().map(|s| s.cores).sum::<f64>() / self.mean_s
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub dispatch: String,
     pub rate: f64,
+    /// `rate` over the nominal capacity.
+    pub rho: f64,
+    pub proxies: usize,
     pub requests: u64,
     /// Served requests' response times.
     pub mean_ms: f64,
@@ -121,6 +315,8 @@ struct Job {
 /// One server: processor sharing over `in_service` on a virtual clock `v` that
 /// advances at `min(1, cores/b)` per second.
 struct Server {
+    cores: f64,
+    workers: u32,
     v: f64,
     last: f64,
     /// (virtual finish time, request id)
@@ -136,24 +332,24 @@ impl Server {
         (self.in_service.len() + self.queue.len()) as u32
     }
 
-    fn rate(&self, cores: f64) -> f64 {
+    fn rate(&self) -> f64 {
         let b = self.in_service.len();
         if b == 0 {
             1.0
         } else {
-            (cores / b as f64).min(1.0)
+            (self.cores / b as f64).min(1.0)
         }
     }
 
-    fn advance(&mut self, now: f64, cores: f64) {
-        self.v += (now - self.last) * self.rate(cores);
+    fn advance(&mut self, now: f64) {
+        self.v += (now - self.last) * self.rate();
         self.last = now;
     }
 
     /// Real time of the next completion, if any job is in service.
-    fn next_done(&self, cores: f64) -> Option<f64> {
+    fn next_done(&self) -> Option<f64> {
         let min_v = self.in_service.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
-        min_v.is_finite().then(|| self.last + ((min_v - self.v).max(0.0)) / self.rate(cores))
+        min_v.is_finite().then(|| self.last + ((min_v - self.v).max(0.0)) / self.rate())
     }
 }
 
@@ -177,19 +373,44 @@ impl PartialOrd for Event {
     }
 }
 
+/// Run `cfg` with a generator seeded from `cfg.seed`.
 pub fn run(cfg: &Config) -> Report {
-    assert!(cfg.servers >= 2 && cfg.proxies >= 1 && cfg.rate > 0.0 && cfg.mean_s > 0.0);
-    let mut rng = SmallRng::seed_from_u64(cfg.seed);
-    let n = cfg.servers;
+    run_with(cfg, &mut SmallRng::seed_from_u64(cfg.seed))
+}
+
+/// Run `cfg` drawing every random number (arrivals, demands, picks) from `rng`.
+pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
+    let n = cfg.fleet.len();
+    assert!(n >= 2 && cfg.proxies >= 1 && cfg.rate > 0.0 && cfg.mean_s > 0.0);
+    assert!(cfg.refresh_s >= 0.0 && cfg.refresh_s.is_finite());
+    assert!(cfg.fleet.iter().all(|s| s.cores > 0.0 && s.workers >= 1));
     let policy = match cfg.dispatch {
-        Dispatch::Hunt(p) => p,
+        Dispatch::Hunt(_, p) => p,
         _ => Policy::Always,
     };
-    let mut servers: Vec<Server> = (0..n)
-        .map(|_| Server { v: 0.0, last: 0.0, in_service: Vec::new(), queue: VecDeque::new(), state: policy.initial_state(), version: 0, served: 0 })
+    let mut servers: Vec<Server> = cfg
+        .fleet
+        .iter()
+        .map(|f| Server {
+            cores: f.cores,
+            workers: f.workers,
+            v: 0.0,
+            last: 0.0,
+            in_service: Vec::new(),
+            queue: VecDeque::new(),
+            state: policy.initial_state(),
+            version: 0,
+            served: 0,
+        })
         .collect();
     // Own view per proxy: outstanding requests it sent to each server.
     let mut view = vec![vec![0u32; n]; cfg.proxies];
+    // Stale views: proxy p refreshes its snapshot at (j + p/proxies) * refresh_s.
+    let stale = cfg.refresh_s > 0.0;
+    let mut snap = if stale { view.clone() } else { Vec::new() };
+    let refresh_step = cfg.refresh_s / cfg.proxies as f64;
+    let mut refreshes = 0u64;
+    let mut next_refresh = if stale { 0.0 } else { f64::INFINITY };
     let mut owner: Vec<(usize, usize)> = Vec::with_capacity(cfg.requests as usize); // (proxy, server) per request
     let mut arrived_at: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
     let mut times: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
@@ -199,8 +420,8 @@ pub fn run(cfg: &Config) -> Report {
     let mut next_sample = if cfg.sample_every_s > 0.0 { 0.0 } else { f64::INFINITY };
     let mut fair_sum = (0.0, 0u64);
 
-    let exp = |rng: &mut SmallRng, mean: f64| -mean * (1.0 - rng.gen::<f64>()).ln();
-    let mut next_arrival = exp(&mut rng, 1.0 / cfg.rate);
+    let exp = |rng: &mut R, mean: f64| -mean * (1.0 - rng.gen::<f64>()).ln();
+    let mut next_arrival = exp(rng, 1.0 / cfg.rate);
     let mut id = 0u64;
 
     loop {
@@ -217,50 +438,48 @@ pub fn run(cfg: &Config) -> Report {
             samples.push((next_sample, busy));
             next_sample += cfg.sample_every_s;
         }
+        while next_refresh <= now {
+            let p = (refreshes % cfg.proxies as u64) as usize;
+            snap[p].copy_from_slice(&view[p]);
+            refreshes += 1;
+            next_refresh = refreshes as f64 * refresh_step;
+        }
         if next_arrival <= next_done {
-            // An arrival: choose a server.
-            let proxy = (id as usize) % cfg.proxies;
-            let pick = |rng: &mut SmallRng| rng.gen_range(0..n);
-            let other = |rng: &mut SmallRng, not: usize| (not + 1 + rng.gen_range(0..n - 1)) % n;
+            // An arrival: its proxy chooses a server.
+            let proxy = match cfg.assign {
+                Assign::Turn => (id as usize) % cfg.proxies,
+                Assign::Random => rng.gen_range(0..cfg.proxies),
+            };
+            let own: &[u32] = if stale { &snap[proxy] } else { &view[proxy] };
             let s = match cfg.dispatch {
-                Dispatch::Random => pick(&mut rng),
-                Dispatch::Hunt(p) => {
-                    let first = pick(&mut rng);
+                Dispatch::Local(rule) => pick(rule, own, None, rng),
+                Dispatch::Hunt(rule, p) => {
+                    let first = pick(rule, own, None, rng);
                     offers += 1;
                     let srv = &mut servers[first];
-                    let out = p.decide(srv.state, Try::Offer, Load { busy: srv.inflight(), workers: cfg.workers });
+                    let out = p.decide(srv.state, Try::Offer, Load { busy: srv.inflight(), workers: srv.workers });
                     srv.state = out.state;
                     if out.decision.is_accept() {
                         accepted += 1;
                         first
                     } else {
-                        other(&mut rng, first)
-                    }
-                }
-                Dispatch::Least => least(&view[proxy], &mut rng),
-                Dispatch::PowerOfTwo => {
-                    let a = pick(&mut rng);
-                    let b = other(&mut rng, a);
-                    if view[proxy][b] < view[proxy][a] {
-                        b
-                    } else {
-                        a
+                        pick(rule, own, Some(first), rng)
                     }
                 }
                 Dispatch::Jsq => {
                     let true_load: Vec<u32> = servers.iter().map(Server::inflight).collect();
-                    least(&true_load, &mut rng)
+                    pick(Rule::Least { k: 1 }, &true_load, None, rng)
                 }
             };
-            let demand = exp(&mut rng, cfg.mean_s);
+            let demand = exp(rng, cfg.mean_s);
             owner.push((proxy, s));
             arrived_at.push(now);
             let srv = &mut servers[s];
-            srv.advance(now, cfg.cores);
-            if srv.in_service.len() < cfg.workers as usize {
+            srv.advance(now);
+            if srv.in_service.len() < srv.workers as usize {
                 srv.in_service.push((srv.v + demand, id));
                 view[proxy][s] += 1;
-                reschedule(srv, s, cfg.cores, &mut heap);
+                reschedule(srv, s, &mut heap);
             } else if srv.queue.len() < cfg.backlog as usize {
                 srv.queue.push_back(Job { id, demand });
                 view[proxy][s] += 1;
@@ -268,14 +487,14 @@ pub fn run(cfg: &Config) -> Report {
                 rejected += 1;
             }
             id += 1;
-            next_arrival = if id < cfg.requests { now + exp(&mut rng, 1.0 / cfg.rate) } else { f64::INFINITY };
+            next_arrival = if id < cfg.requests { now + exp(rng, 1.0 / cfg.rate) } else { f64::INFINITY };
         } else {
             let ev = heap.pop().expect("peeked");
             let srv = &mut servers[ev.server];
             if ev.version != srv.version {
                 continue; // superseded by a later reschedule
             }
-            srv.advance(now, cfg.cores);
+            srv.advance(now);
             // Finish every job whose virtual deadline has come.
             let mut i = 0;
             while i < srv.in_service.len() {
@@ -289,11 +508,11 @@ pub fn run(cfg: &Config) -> Report {
                     i += 1;
                 }
             }
-            while srv.in_service.len() < cfg.workers as usize {
+            while srv.in_service.len() < srv.workers as usize {
                 let Some(job) = srv.queue.pop_front() else { break };
                 srv.in_service.push((srv.v + job.demand, job.id));
             }
-            reschedule(srv, ev.server, cfg.cores, &mut heap);
+            reschedule(srv, ev.server, &mut heap);
         }
     }
 
@@ -302,40 +521,26 @@ pub fn run(cfg: &Config) -> Report {
     Report {
         dispatch: cfg.dispatch.to_string(),
         rate: cfg.rate,
+        rho: cfg.rate / cfg.capacity(),
+        proxies: cfg.proxies,
         requests: cfg.requests,
         mean_ms: times.iter().sum::<f64>() / times.len().max(1) as f64 * 1e3,
         p50_ms: q(0.50),
         p90_ms: q(0.90),
         p99_ms: q(0.99),
         rejected,
-        acceptance: matches!(cfg.dispatch, Dispatch::Hunt(_)).then(|| accepted as f64 / offers.max(1) as f64),
+        acceptance: matches!(cfg.dispatch, Dispatch::Hunt(..)).then(|| accepted as f64 / offers.max(1) as f64),
         served_per_server: servers.iter().map(|s| s.served).collect(),
         fairness: (fair_sum.1 > 0).then(|| fair_sum.0 / fair_sum.1 as f64),
         samples,
     }
 }
 
-fn reschedule(srv: &mut Server, idx: usize, cores: f64, heap: &mut BinaryHeap<Event>) {
+fn reschedule(srv: &mut Server, idx: usize, heap: &mut BinaryHeap<Event>) {
     srv.version += 1;
-    if let Some(t) = srv.next_done(cores) {
+    if let Some(t) = srv.next_done() {
         heap.push(Event { t, server: idx, version: srv.version });
     }
-}
-
-/// The index with the least load, ties broken at random.
-fn least(load: &[u32], rng: &mut SmallRng) -> usize {
-    let min = *load.iter().min().expect("servers");
-    let ties = load.iter().filter(|&&l| l == min).count();
-    let mut k = rng.gen_range(0..ties);
-    for (i, &l) in load.iter().enumerate() {
-        if l == min {
-            if k == 0 {
-                return i;
-            }
-            k -= 1;
-        }
-    }
-    unreachable!()
 }
 
 #[cfg(test)]
@@ -345,18 +550,28 @@ mod tests {
     fn cfg(dispatch: &str, rho: f64) -> Config {
         let (servers, cores, mean_s) = (12, 2.0, 0.01);
         Config {
-            servers,
-            workers: 32,
-            cores,
+            fleet: uniform(servers, 32, cores),
             backlog: 128,
             mean_s,
             rate: rho * servers as f64 * cores / mean_s,
             requests: 60_000,
             dispatch: dispatch.parse().unwrap(),
             proxies: 1,
+            assign: Assign::Turn,
+            refresh_s: 0.0,
             seed: 7,
             sample_every_s: 0.0,
         }
+    }
+
+    /// How often `pick` returns each server over `draws` calls.
+    fn histogram(rule: Rule, view: &[u32], exclude: Option<usize>, draws: usize) -> Vec<usize> {
+        let mut rng = SmallRng::seed_from_u64(3);
+        let mut h = vec![0; view.len()];
+        for _ in 0..draws {
+            h[pick(rule, view, exclude, &mut rng)] += 1;
+        }
+        h
     }
 
     #[test]
@@ -366,14 +581,14 @@ mod tests {
         assert!((r.mean_ms - 10.0).abs() < 0.5, "{}", r.mean_ms);
         assert_eq!(r.rejected, 0);
         assert_eq!(r.served_per_server.iter().sum::<u64>(), 60_000);
+        assert!((r.rho - 0.05).abs() < 1e-9);
     }
 
     #[test]
     fn one_server_matches_processor_sharing_theory() {
         // M/M/1-PS with one core: mean response = (1/mu) / (1 - rho).
         let mut c = cfg("random", 0.0);
-        c.servers = 2; // random over two identical servers = two M/M/1-PS queues
-        c.cores = 1.0;
+        c.fleet = uniform(2, 32, 1.0); // random over two identical servers = two M/M/1-PS queues
         c.rate = 2.0 * 0.5 / c.mean_s;
         c.requests = 200_000;
         let r = run(&c);
@@ -418,5 +633,151 @@ mod tests {
         assert_eq!(jain(&[1.0, 1.0, 1.0]), Some(1.0));
         assert_eq!(jain(&[3.0, 0.0, 0.0]), Some(1.0 / 3.0));
         assert_eq!(jain(&[0.0, 0.0]), None);
+    }
+
+    #[test]
+    fn dispatch_specs_round_trip_and_old_ones_still_parse() {
+        for s in ["random", "p2c", "least", "least-of-3", "jsq", "hunt:static:4", "hunt-p2c:static:4", "hunt-least:static:0",
+            "hunt-least-of-3:static:8", "hunt-random:static:4"]
+        {
+            let d: Dispatch = s.parse().unwrap();
+            assert_eq!(d.to_string().parse::<Dispatch>().unwrap(), d, "{s}");
+        }
+        assert_eq!("rr".parse::<Dispatch>().unwrap(), Dispatch::Local(Rule::Random));
+        assert_eq!("hunt-random:static:4".parse::<Dispatch>().unwrap().to_string(), "hunt:static:4");
+        let d: Dispatch = "hunt-least:dynamic:low=0.7,high=0.9".parse().unwrap();
+        let Dispatch::Hunt(Rule::Least { k: 1 }, huntlb_policy::Policy::Dynamic(p)) = d else { panic!("{d:?}") };
+        assert_eq!((p.low, p.high), (0.7, 0.9));
+        for bad in ["fastest", "hunt", "hunt-least", "least-of-0", "least-of-x", "least-of-+2", "hunt-fast:static:4",
+            "jsq:static:4", "hunt:static:x", "hunt-least:dynamic:low=0.9,high=0.7"]
+        {
+            let e = bad.parse::<Dispatch>().unwrap_err();
+            assert!(e.starts_with(&format!("dispatch `{bad}`")), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn pick_random_is_uniform_over_the_others() {
+        let h = histogram(Rule::Random, &[9, 0, 5, 0], Some(2), 30_000);
+        assert_eq!(h[2], 0);
+        assert!(h.iter().enumerate().filter(|(i, _)| *i != 2).all(|(_, &c)| (9_000..11_000).contains(&c)), "{h:?}");
+    }
+
+    #[test]
+    fn pick_p2c_takes_the_lower_of_two_distinct() {
+        // Server 0 (the least) wins every pair it is in, 3 of the 6 pairs;
+        // server 3 (the most) never wins one.
+        let h = histogram(Rule::P2c, &[0, 4, 4, 9], None, 60_000);
+        assert_eq!(h[3], 0, "{h:?}");
+        assert!((28_000..32_000).contains(&h[0]), "{h:?}");
+        // Excluding server 0 of two: the other, whatever the counts.
+        assert_eq!(histogram(Rule::P2c, &[0, 9], Some(0), 100), vec![0, 100]);
+        // Excluding the least: the lower of two among the rest.
+        let h = histogram(Rule::P2c, &[0, 1, 5, 5], Some(0), 30_000);
+        assert_eq!(h[0], 0);
+        assert!((19_000..21_000).contains(&h[1]), "{h:?}");
+    }
+
+    #[test]
+    fn pick_least_breaks_ties_at_random_and_skips_the_excluded() {
+        let h = histogram(Rule::Least { k: 1 }, &[3, 1, 7, 1, 1], None, 30_000);
+        assert_eq!((h[0], h[2]), (0, 0));
+        assert!([1, 3, 4].iter().all(|&i| (9_000..11_000).contains(&h[i])), "{h:?}");
+        let h = histogram(Rule::Least { k: 1 }, &[3, 1, 7, 2], Some(1), 1_000);
+        assert_eq!(h, vec![0, 0, 0, 1_000]);
+    }
+
+    #[test]
+    fn pick_least_of_k_is_uniform_over_the_k_least() {
+        // The 3 least of [0, 5, 1, 5, 2, 9] are servers 0, 2, 4.
+        let h = histogram(Rule::Least { k: 3 }, &[0, 5, 1, 5, 2, 9], None, 30_000);
+        assert_eq!((h[1], h[3], h[5]), (0, 0, 0), "{h:?}");
+        assert!([0, 2, 4].iter().all(|&i| (9_000..11_000).contains(&h[i])), "{h:?}");
+        // A tie at the cut: server 0, then one of 1, 2, 3 drawn at random as the
+        // second: 0 gets 1/2, the others 1/6 each.
+        let h = histogram(Rule::Least { k: 2 }, &[0, 4, 4, 4], None, 60_000);
+        assert!((28_500..31_500).contains(&h[0]) && h[1..].iter().all(|&c| (9_000..11_000).contains(&c)), "{h:?}");
+        // k beyond the candidates: every candidate, uniformly; never the excluded.
+        let h = histogram(Rule::Least { k: 10 }, &[0, 5, 1], Some(0), 20_000);
+        assert!(h[0] == 0 && h[1..].iter().all(|&c| (9_000..11_000).contains(&c)), "{h:?}");
+    }
+
+    #[test]
+    fn pick_is_a_function_of_its_inputs() {
+        let view = [2, 0, 0, 3, 1];
+        for rule in [Rule::Random, Rule::P2c, Rule::Least { k: 1 }, Rule::Least { k: 2 }] {
+            let draw = |seed| {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                (0..50).map(|_| pick(rule, &view, Some(1), &mut rng)).collect::<Vec<_>>()
+            };
+            assert_eq!(draw(11), draw(11), "{rule}");
+        }
+    }
+
+    #[test]
+    fn one_proxys_least_is_jsq_and_hunting_over_it_stays_close() {
+        let least = run(&cfg("least", 0.88));
+        let jsq = run(&cfg("jsq", 0.88));
+        let hunt_least = run(&cfg("hunt-least:dynamic", 0.88));
+        let hunt = run(&cfg("hunt:dynamic", 0.88));
+        // One proxy sees every request: its own counts are the true ones.
+        assert!((least.mean_ms / jsq.mean_ms - 1.0).abs() < 0.05, "least {} vs jsq {}", least.mean_ms, jsq.mean_ms);
+        assert!(hunt_least.mean_ms < 1.15 * jsq.mean_ms, "hunt-least {} vs jsq {}", hunt_least.mean_ms, jsq.mean_ms);
+        assert!(hunt_least.mean_ms * 1.2 < hunt.mean_ms, "hunt-least {} vs random offer {}", hunt_least.mean_ms, hunt.mean_ms);
+    }
+
+    #[test]
+    fn hunting_corrects_own_view_least_with_many_proxies() {
+        let at = |d: &str| {
+            let mut c = cfg(d, 0.88);
+            c.proxies = 16;
+            run(&c)
+        };
+        let (least, hunt_least) = (at("least"), at("hunt-least:dynamic"));
+        assert!(hunt_least.mean_ms * 1.1 < least.mean_ms, "16 proxies: hunt-least {} vs least {}", hunt_least.mean_ms, least.mean_ms);
+    }
+
+    #[test]
+    fn random_assignment_spreads_arrivals_over_the_proxies() {
+        let mut c = cfg("least", 0.6);
+        c.proxies = 8;
+        c.assign = Assign::Random;
+        c.requests = 20_000;
+        let r = run(&c);
+        assert_eq!(r.served_per_server.iter().sum::<u64>() + r.rejected, 20_000);
+        assert_eq!(r.proxies, 8);
+    }
+
+    #[test]
+    fn mixed_fleet_random_offers_overflow_small_servers_hunting_over_least_does_not() {
+        let mixed = |d: &str| {
+            let mut c = cfg(d, 0.0);
+            c.fleet = [1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0].iter().map(|&cores| ServerSpec { cores, workers: 32 }).collect();
+            c.rate = 0.88 * c.capacity();
+            c.requests = 40_000;
+            run(&c)
+        };
+        let (hunt, hunt_least) = (mixed("hunt:dynamic"), mixed("hunt-least:dynamic"));
+        assert!(hunt.rejected > 1_000, "random offers: {} rejected", hunt.rejected);
+        assert_eq!(hunt_least.rejected, 0);
+        assert!(hunt_least.mean_ms * 3.0 < hunt.mean_ms, "{} vs {}", hunt_least.mean_ms, hunt.mean_ms);
+        // The big servers serve more: 8 cores take more than 1 core.
+        assert!(hunt_least.served_per_server[7] > 3 * hunt_least.served_per_server[0], "{:?}", hunt_least.served_per_server);
+    }
+
+    #[test]
+    fn a_stale_view_herds_and_the_k_least_spread_it() {
+        let at = |d: &str, refresh_s: f64| {
+            let mut c = cfg(d, 0.88);
+            c.refresh_s = refresh_s;
+            c.requests = 40_000;
+            run(&c).mean_ms
+        };
+        let (fresh, stale, stale3) = (at("least", 0.0), at("least", 0.05), at("least-of-3", 0.05));
+        assert!(stale > 1.5 * fresh, "refresh 50 ms {stale} vs live {fresh}");
+        assert!(stale3 < stale, "least-of-3 {stale3} vs least {stale} at 50 ms");
+        // A refresh period far below the inter-arrival time (0.47 ms) is nearly the live view.
+        let tiny = at("least", 1e-5);
+        assert!((tiny / fresh - 1.0).abs() < 0.05, "{tiny} vs {fresh}");
     }
 }

@@ -3,34 +3,53 @@
 
 use anyhow::Context;
 use clap::Parser;
-use huntlb_bench::sim::{self, Dispatch};
+use huntlb_bench::sim::{self, Assign, Dispatch, ServerSpec};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Simulate random, hunting (SR_c, SR_dyn), least-request and ideal JSQ dispatch")]
+#[command(version, about = "Simulate random, p2c, least-request, hunting (over each) and ideal JSQ dispatch")]
 struct Args {
-    #[arg(long, default_value_t = 12)]
-    servers: usize,
+    /// Identical servers [default: 12]; with --cores-list, its length.
+    #[arg(long)]
+    servers: Option<usize>,
+    /// Workers per server.
     #[arg(long, default_value_t = 32)]
     workers: u32,
+    /// Workers per server = round(W × its cores), at least 1, instead of --workers.
+    #[arg(long, conflicts_with = "workers")]
+    workers_per_core: Option<f64>,
     /// Emulated cores per server (processor sharing).
     #[arg(long, default_value_t = 2.0)]
     cores: f64,
+    /// Cores of each server, comma separated, for a mixed fleet (e.g. 1,1,2,2,4,4,8,8).
+    #[arg(long, value_delimiter = ',', conflicts_with = "cores")]
+    cores_list: Vec<f64>,
     #[arg(long, default_value_t = 128)]
     backlog: u32,
     /// Mean exponential service demand, ms of one core.
     #[arg(long, default_value_t = 100.0)]
     mean_ms: f64,
     /// Arrival rates (req/s), comma separated.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "rho", conflicts_with = "rho")]
     rate: Vec<f64>,
+    /// Loads instead of rates: each ρ is a fraction of the nominal capacity (total cores / mean demand).
+    #[arg(long, value_delimiter = ',')]
+    rho: Vec<f64>,
     #[arg(long, default_value_t = 20_000)]
     requests: u64,
-    /// random, hunt:SPEC (hunt:static:4, hunt:dynamic), least, p2c or jsq.
+    /// random, p2c, least, least-of-K, jsq, or hunting over a rule: hunt:SPEC (random
+    /// offer), hunt-p2c:SPEC, hunt-least:SPEC, hunt-least-of-K:SPEC, with SPEC the
+    /// policy grammar (static:4, dynamic, dynamic:low=0.7,high=0.9).
     #[arg(long)]
     dispatch: String,
-    /// Independent proxies (least and p2c see only their own requests).
+    /// Independent proxies (each rule's counts are only its own requests).
     #[arg(long, default_value_t = 1)]
     proxies: usize,
+    /// How arrivals reach the proxies: turn (round robin) or random.
+    #[arg(long, default_value = "turn")]
+    assign: String,
+    /// Proxies pick from a snapshot of their own counts refreshed every this many ms (0: live).
+    #[arg(long, default_value_t = 0.0)]
+    refresh_ms: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Sample busy workers per server this often, seconds (0: never).
@@ -41,27 +60,52 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let dispatch: Dispatch = a.dispatch.parse().map_err(anyhow::Error::msg).context("--dispatch")?;
-    anyhow::ensure!(a.servers >= 2, "--servers: need at least 2 (hunting needs a second candidate)");
+    let assign: Assign = a.assign.parse().map_err(anyhow::Error::msg).context("--assign")?;
     anyhow::ensure!(a.workers >= 1, "--workers: need at least 1");
+    if let Some(w) = a.workers_per_core {
+        anyhow::ensure!(w > 0.0 && w.is_finite(), "--workers-per-core: must be positive");
+    }
     anyhow::ensure!(a.cores > 0.0 && a.cores.is_finite(), "--cores: must be positive");
+    let cores: Vec<f64> = if a.cores_list.is_empty() {
+        vec![a.cores; a.servers.unwrap_or(12)]
+    } else {
+        anyhow::ensure!(a.cores_list.iter().all(|c| *c > 0.0 && c.is_finite()), "--cores-list: every entry must be positive");
+        if let Some(s) = a.servers {
+            anyhow::ensure!(s == a.cores_list.len(), "--servers: {s}, but --cores-list has {} entries", a.cores_list.len());
+        }
+        a.cores_list.clone()
+    };
+    anyhow::ensure!(cores.len() >= 2, "--servers: need at least 2 (hunting needs a second candidate)");
+    let fleet: Vec<ServerSpec> = cores
+        .iter()
+        .map(|&c| ServerSpec { cores: c, workers: a.workers_per_core.map_or(a.workers, |w| ((w * c).round() as u32).max(1)) })
+        .collect();
     anyhow::ensure!(a.mean_ms > 0.0 && a.mean_ms.is_finite(), "--mean-ms: must be positive");
     anyhow::ensure!(a.proxies >= 1, "--proxies: need at least 1");
+    anyhow::ensure!(a.refresh_ms >= 0.0 && a.refresh_ms.is_finite(), "--refresh-ms: must be 0 or positive");
+    anyhow::ensure!(
+        a.refresh_ms == 0.0 || dispatch.uses_own_view(),
+        "--refresh-ms: --dispatch {dispatch} does not use the proxy's own counts, so a stale view changes nothing"
+    );
     anyhow::ensure!(a.rate.iter().all(|r| *r > 0.0 && r.is_finite()), "--rate: every rate must be positive");
-    for rate in a.rate {
-        let report = sim::run(&sim::Config {
-            servers: a.servers,
-            workers: a.workers,
-            cores: a.cores,
-            backlog: a.backlog,
-            mean_s: a.mean_ms / 1e3,
-            rate,
-            requests: a.requests,
-            dispatch,
-            proxies: a.proxies,
-            seed: a.seed,
-            sample_every_s: a.sample_every,
-        });
-        println!("{}", serde_json::to_string(&report)?);
+    anyhow::ensure!(a.rho.iter().all(|r| *r > 0.0 && r.is_finite()), "--rho: every load must be positive");
+    let mut cfg = sim::Config {
+        fleet,
+        backlog: a.backlog,
+        mean_s: a.mean_ms / 1e3,
+        rate: 0.0,
+        requests: a.requests,
+        dispatch,
+        proxies: a.proxies,
+        assign,
+        refresh_s: a.refresh_ms / 1e3,
+        seed: a.seed,
+        sample_every_s: a.sample_every,
+    };
+    let rates: Vec<f64> = if a.rate.is_empty() { a.rho.iter().map(|r| r * cfg.capacity()).collect() } else { a.rate };
+    for rate in rates {
+        cfg.rate = rate;
+        println!("{}", serde_json::to_string(&sim::run(&cfg))?);
     }
     Ok(())
 }
