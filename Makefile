@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo \
-	bench bench-quick bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies clean
+	bench bench-quick bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least clean
 
 CARGO ?= cargo
 PYTEST ?= python3 -m pytest
@@ -66,6 +66,11 @@ bench-elb: bench-setup release
 
 bench-throughput: bench-setup release
 	$(BENCH) bench/throughput.py
+
+# Hunting vs the proxy's own least-request, 1 and 4 fronts, 5 paired repetitions
+# (about 9 minutes; uses the last sweep's lambda0).
+bench-vs-least: bench-setup release
+	$(BENCH) bench/srlb.py --only vs-least --proxies envoy
 
 bench-agent: setup release
 	$(BENCH) bench/agent_overhead.py

@@ -26,14 +26,24 @@ from harness import (Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, envo
 # HAProxy's random draws from a consistent-hash ring with 16 points per unit of
 # weight: at weight 1, 12 servers get visibly uneven shares (a 20000-query RR run
 # dropped requests at 0.95 of capacity), so every bench server gets weight 100.
+# `hunt/LR` offers to Envoy's own LEAST_REQUEST pick (two random hosts, the one
+# with fewer active requests) and reselects the final the same way (issue 18).
 STRATEGIES = {
-    "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "LEAST_REQUEST": (False, "LEAST_REQUEST")},
+    "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
+              "LEAST_REQUEST": (False, "LEAST_REQUEST")},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random(1)"), "leastconn": (False, "leastconn"),
                 "random(2)": (False, "random(2)")},
 }
 
-# The acceptance policy each hunting strategy asks of the agents.
+# The acceptance policy each hunting strategy asks of the agents. A name with a
+# suffix hunts over that pick instead of a random one: `SR_dyn/LR` is SR_dyn
+# offered to Envoy's LEAST_REQUEST pick (strategy `hunt/LR`).
 HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "SR_dyn": "dynamic"}
+
+
+def baselines(proxy: str) -> list[str]:
+    """The proxy's own balancers, without hunting (the comparisons every report makes)."""
+    return [s for s in STRATEGIES[proxy] if s != "RR" and not s.startswith("hunt")]
 
 
 @dataclass

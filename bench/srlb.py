@@ -26,7 +26,7 @@ from pathlib import Path
 
 import plots
 from benchlib import RESULTS, ROOT, ci95, machine, median, write_result
-from fleet import HUNT_POLICIES, STRATEGIES, Fleet, Sampler, cdf, drive, start_front, summary, wait_all_up
+from fleet import HUNT_POLICIES, STRATEGIES, Fleet, baselines, Sampler, cdf, drive, start_front, summary, wait_all_up
 from harness import Addrs, HaproxyRoot, Procs
 
 SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
@@ -79,13 +79,14 @@ class Bench:
         if key not in self.fronts:
             hunting, lb = STRATEGIES[proxy][strategy]
             self.fronts[key] = start_front(self.procs, self.addrs, self.fleet, proxy, hunting, lb, self.hr,
-                                           name=f"{strategy.replace('(', '').replace(')', '')}-{instance}")
+                                           name=f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{instance}")
         return self.fronts[key]
 
     def policy_for(self, name: str) -> tuple[str, str]:
         """(front strategy, agent policy) of a named strategy."""
-        if name in HUNT_POLICIES:
-            return "hunt", HUNT_POLICIES[name]
+        base, _, over = name.partition("/")
+        if base in HUNT_POLICIES:
+            return ("hunt/" + over if over else "hunt"), HUNT_POLICIES[base]
         return name, "always"
 
     def run(self, proxy: str, name: str, rate: float, seconds: float, instances: int = 1, sample: bool = False) -> dict:
@@ -102,7 +103,7 @@ class Bench:
         strategy, policy = self.policy_for(name)
         # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
         # from c0), as a separate experiment would, and as the simulator does.
-        if strategy == "hunt":
+        if strategy.startswith("hunt"):
             self.fleet.set_policy(policy)
         fronts = [self.front(proxy, strategy, i) for i in range(instances)]
         for f in fronts:
@@ -117,7 +118,7 @@ class Bench:
         refused = self.fleet.refused() - refused0
         res = summary(rep)
         res.update({"proxy": proxy, "policy": name, "rate": rate, "seconds": seconds, "instances": instances,
-                    "refused": refused, "acceptance": (1 - refused / max(rep["completed"], 1)) if strategy == "hunt" else None,
+                    "refused": refused, "acceptance": (1 - refused / max(rep["completed"], 1)) if strategy.startswith("hunt") else None,
                     "backlog_rejected": sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before)),
                     "load_per_server": [(a["busy_integral_s"] - b["busy_integral_s"]) / seconds for a, b in zip(after, before)],
                     "fairness": s.fairness(), "cdf": cdf(rep)})
@@ -159,8 +160,7 @@ def refill(b: Bench, data: dict) -> int:
 
 
 def strategies(proxy: str, policies: list[str]) -> list[str]:
-    base = [s for s in STRATEGIES[proxy] if s not in ("RR", "hunt")]
-    return policies + base
+    return policies + baselines(proxy)
 
 
 def sweep(b: Bench, p: dict) -> dict:
@@ -214,7 +214,7 @@ def many(b: Bench, p: dict, lam0: float) -> list[dict]:
     for rep in range(p["many_reps"]):
         for n in p["many"]:
             for proxy in b.proxies:
-                for name in ["RR", "SR_dyn"] + [s for s in STRATEGIES[proxy] if s not in ("RR", "hunt")]:
+                for name in ["RR", "SR_dyn"] + baselines(proxy):
                     r = b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), instances=n)
                     r.update({"rho": 0.88, "rep": rep})
                     r.pop("cdf", None)
@@ -340,10 +340,99 @@ Mean / p99 response time (ms):
 """
 
 
+# Scenario 3 (issue 18): hunting against the balancer users run, paired. Per
+# proxy: (its own least-request, hunting over that pick, hunting over a random pick).
+VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn")}
+
+
+def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[dict]:
+    """rho 0.88, each count of front instances, the three strategies back to back
+    in each repetition (reversed every other one), so ratios pair runs that met
+    the same machine."""
+    runs = []
+    rate = 0.88 * lam0
+    for rep in range(reps):
+        for n in counts:
+            for proxy in [p for p in b.proxies if p in VS_LEAST]:
+                names = VS_LEAST[proxy] if rep % 2 == 0 else VS_LEAST[proxy][::-1]
+                for name in names:
+                    r = b.run(proxy, name, rate, seconds_for(rate, 10.0), instances=n)
+                    r.update({"rho": 0.88, "rep": rep})
+                    r.pop("cdf", None)
+                    runs.append(r)
+    return runs
+
+
+def paired(runs: list[dict], proxy: str, n: int, num: str, den: str, key: str) -> tuple[float, float, float, int]:
+    """num/den of `key` over the repetitions where both runs were valid:
+    (median, mean, 95% CI half-width, pairs)."""
+    at = lambda name: {r["rep"]: r[key] for r in runs if r["proxy"] == proxy and r["policy"] == name  # noqa: E731
+                       and r["instances"] == n and r["valid"]}
+    a, d = at(num), at(den)
+    xs = [a[k] / d[k] for k in sorted(a) if k in d and d[k] > 0]
+    if not xs:
+        return float("nan"), float("nan"), float("nan"), 0
+    m, h = ci95(xs)
+    return median(xs), m, h, len(xs)
+
+
+def report_vs_least(runs: list[dict], lam0: float) -> str:
+    rows, ratios = [], []
+    counts = sorted({r["instances"] for r in runs})
+    for proxy in sorted({r["proxy"] for r in runs}):
+        least, over, rand = VS_LEAST[proxy]
+        for n in counts:
+            for name in (least, over, rand):
+                sel = [r for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n]
+                ok = [r for r in sel if r["valid"]]
+                errs = sum(r["errors"] for r in sel)
+                acc = [r["acceptance"] for r in ok if r["acceptance"] is not None]
+                med = lambda xs: median(xs) if xs else float("nan")  # noqa: E731
+                rows.append(f"| {proxy} | {n} | {name} | {med([r['mean_ms'] for r in ok]):.1f} | "
+                            f"{med([r['p99_ms'] for r in ok]):.0f} | {f'{med(acc):.2f}' if acc else '-'} | "
+                            f"{len(ok)}/{len(sel)} | {errs}{' **flagged**' if errs else ''} |")
+            for name in (over, rand):
+                for key in ("mean_ms", "p99_ms"):
+                    med, m, h, k = paired(runs, proxy, n, name, least, key)
+                    ratios.append(f"| {proxy} | {n} | {name} / {least} | {key[:-3]} | **{med:.3f}** | {m:.3f} ± {h:.3f} | {k} |")
+    reps = max(r["rep"] for r in runs) + 1
+    return f"""# Hunting against the balancer users run
+
+`make bench-vs-least` on {machine()}. The SRLB setup ({SERVERS} apps × {WORKERS} workers ×
+{CORES:g} emulated cores, exponential {MEAN_MS:g} ms jobs, each behind a huntlb agent) at ρ = 0.88 of
+λ0 = {lam0:.0f} req/s (the last sweep's), Poisson, 10 s per run (min(20000 queries, 10 s)), with
+1 and 4 independent front instances (Envoy `--concurrency 1` each; the generator sends to them in
+turn; each counts only its own requests). {reps} repetitions; in each, the strategies run back
+to back (order reversed every other repetition) and ratios pair runs of the same repetition.
+
+* **{VS_LEAST.get('envoy', ('',))[0]}**: Envoy's own least-request (two random hosts, the one with
+  fewer active requests), no hunting: what users run.
+* **SR_dyn/LR**: hunting over that pick: the offer goes to LEAST_REQUEST's choice, the agent
+  refuses by its true in-flight count (SR_dyn), and the final is LEAST_REQUEST's choice among
+  the other hosts (`previous_hosts`). The shipped `front.yaml` config.
+* **SR_dyn**: hunting over a random pick, as in the paper.
+
+A run the generator flags invalid is repeated (up to {REPEATS} times) and, if still invalid, left
+out of every number below; client errors are counted next to each row, never averaged in.
+
+| proxy | fronts | strategy | mean ms (median) | p99 ms (median) | acceptance | valid runs | client errors |
+|-------|-------:|----------|-----------------:|----------------:|-----------:|-----------:|--------------:|
+{chr(10).join(rows)}
+
+Paired ratios (below 1: hunting is faster), median over repetitions, and mean ± 95% CI:
+
+| proxy | fronts | ratio | of | median | mean ± 95% CI | pairs |
+|-------|-------:|-------|----|-------:|--------------:|------:|
+{chr(10).join(ratios)}
+"""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 rho points, 3 policies, short runs (~6 min)")
-    ap.add_argument("--only", choices=["sweep", "many"], help="one scenario (many reuses the last sweep's lambda0)")
+    ap.add_argument("--only", choices=["sweep", "many", "vs-least"],
+                    help="one scenario (many and vs-least reuse the last sweep's lambda0)")
+    ap.add_argument("--reps", type=int, default=5, help="vs-least: paired repetitions")
     ap.add_argument("--proxies", default="envoy,haproxy")
     ap.add_argument("--refill", action="store_true", help="re-run the invalid runs of the last sweep, rewrite its report")
     ap.add_argument("--mid-reps", type=int, help="add runs at rho <= 0.8 to the last sweep, up to this many per point; rewrite its report")
@@ -363,6 +452,11 @@ def main():
                 data["plan"]["mid_reps"] = a.mid_reps
             plots.srlb(data, out)
             write_result("srlb-poisson", data, report_sweep(data, data["plan"], a.quick), out)
+            return
+        if a.only == "vs-least":
+            lam0 = json.loads((RESULTS / "srlb-poisson.json").read_text())["probe"]["lambda0"]
+            runs = vs_least(b, lam0, a.reps, [1, 4])
+            write_result("vs-least", {"machine": machine(), "lambda0": lam0, "runs": runs}, report_vs_least(runs, lam0), out)
             return
         if a.only != "many":
             data = sweep(b, p)

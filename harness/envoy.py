@@ -42,7 +42,7 @@ def _walk(node, fn):
             _walk(v, fn)
 
 
-def front_config(listen: str, admin: str, backends: list[str], lb_policy: str = "RANDOM", hunting: bool = True,
+def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | None = None, hunting: bool = True,
                  keep_response_headers: bool = True, filter_config: dict | None = None, example: str = "front.yaml") -> dict:
     """The committed example front config, pointed at this test's addresses.
 
@@ -54,7 +54,8 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str = 
     lst = cfg["static_resources"]["listeners"][0]
     lst["address"] = sock(listen)
     cluster = cfg["static_resources"]["clusters"][0]
-    cluster["lb_policy"] = lb_policy
+    if lb_policy:
+        cluster["lb_policy"] = lb_policy
     if "load_assignment" in cluster:
         cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(b)}} for b in backends]
     hcm = lst["filter_chains"][0]["filters"][0]["typed_config"]

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""huntlb demo: hunting vs random through real Envoy and HAProxy, side by side.
+"""huntlb demo: hunting vs the proxies' own least-request, through real Envoy and HAProxy.
 
 Starts 4 workload apps (8 workers, 2 emulated cores, exponential 20 ms jobs),
 each behind a huntlb agent (SR_dyn), and four fronts over the same backends:
-Envoy hunting, Envoy random, HAProxy hunting, HAProxy random. Drives each front
+Envoy hunting (the shipped front: offers to LEAST_REQUEST's pick), Envoy
+LEAST_REQUEST, HAProxy hunting (random offers), HAProxy leastconn: what users
+run without huntlb. Drives each front
 in turn with the same open-loop Poisson load at about 85% of capacity, prints a
 table, and stops everything it started. Takes about a minute.
 
@@ -41,14 +43,13 @@ def main() -> int:
                             app_opts={"workers": WORKERS, "cores": CORES, "demand": f"exp:{MEAN_MS}", "backlog": 1024},
                             agent_opts={"workers": WORKERS})
         fronts = []
-        for name, kw in (("envoy hunting", {}), ("envoy random", {"hunting": False})):
+        for name, kw in (("envoy hunting", {}), ("envoy least-req", {"hunting": False, "lb_policy": "LEAST_REQUEST"})):
             host = addrs.host()
             listen, admin = f"{host}:10000", f"{host}:9902"
             start_envoy(procs, name.replace(" ", "-"), front_config(listen, admin, [b.agent for b in bs], **kw))
             fronts.append((name, listen))
         hr = HaproxyRoot("2.6")
-        # random(1): HAProxy's plain `random` is two draws and the less loaded.
-        for name, kw in (("haproxy hunting", {}), ("haproxy random", {"hunting": False, "balance": "random(1)"})):
+        for name, kw in (("haproxy hunting", {}), ("haproxy leastconn", {"hunting": False, "balance": "leastconn"})):
             host = addrs.host()
             listen, stats = f"{host}:10000", f"{host}:9999"
             # weight 100: HAProxy's random hashes onto a ring of 16 points per unit of
@@ -68,7 +69,7 @@ def main() -> int:
             rep = json.loads(out.read_text())
             refused = sum(b.refused() for b in bs) - refused0
             rows.append((name, rep, refused))
-            print(f"  {name:16s} done: {rep['completed']} requests" + ("" if rep["valid"] else f" (INVALID: {rep['invalid_reason']})"))
+            print(f"  {name:17s} done: {rep['completed']} requests" + ("" if rep["valid"] else f" (INVALID: {rep['invalid_reason']})"))
         print()
         print_table(rows, bs)
         return 0
@@ -81,19 +82,19 @@ def main() -> int:
 def print_table(rows, bs):
     pct = lambda rep, p: dict((q, v) for q, v in rep["latency"]["percentiles"])[p] / 1000
     ids = [b.id for b in bs]
-    head = f"{'front':16s} {'mean ms':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s} {'refused':>8s}  requests per backend"
+    head = f"{'front':17s} {'mean ms':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s} {'refused':>8s}  requests per backend"
     print(head)
     print("-" * len(head))
     for name, rep, refused in rows:
         non2xx = sum(n for s, n in rep["status"].items() if not 200 <= int(s) < 300) + rep["errors"]
         per = " ".join(f"{rep['served_by'].get(i, 0):5d}" for i in ids)
         ref = f"{100 * refused / max(rep['completed'], 1):.0f}%"
-        print(f"{name:16s} {rep['latency']['mean_us'] / 1000:8.1f} {pct(rep, 50.0):8.1f} {pct(rep, 99.0):8.1f} {non2xx:6d} {ref:>8s}  {per}")
+        print(f"{name:17s} {rep['latency']['mean_us'] / 1000:8.1f} {pct(rep, 50.0):8.1f} {pct(rep, 99.0):8.1f} {non2xx:6d} {ref:>8s}  {per}")
     by = {n: r for n, r, _ in rows}
-    for proxy in ("envoy", "haproxy"):
-        h, r = by[f"{proxy} hunting"], by[f"{proxy} random"]
-        print(f"{proxy}: random/hunting mean {r['latency']['mean_us'] / h['latency']['mean_us']:.2f}x, "
-              f"p99 {pct(r, 99.0) / pct(h, 99.0):.2f}x")
+    for proxy, base in (("envoy", "least-req"), ("haproxy", "leastconn")):
+        h, r = by[f"{proxy} hunting"], by[f"{proxy} {base}"]
+        print(f"{proxy}: hunting/{base} mean {h['latency']['mean_us'] / r['latency']['mean_us']:.2f}x, "
+              f"p99 {pct(h, 99.0) / pct(r, 99.0):.2f}x (below 1: hunting is faster)")
     print("(one run each, not a benchmark: see docs/results/ for repeated runs with confidence intervals)")
 
 
