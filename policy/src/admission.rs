@@ -95,6 +95,10 @@ pub fn admit(policy: &Policy, cell: &impl StateCell, try_: Try, gates: Gates, lo
 pub trait StateCell {
     /// What a write must present to succeed: the version that was read.
     type Version: Copy;
+    /// Write conflicts tolerated before giving up (and accepting). Every
+    /// conflict means another decision went through, so the default waits as
+    /// long as it takes (lock-free); a host call that must not spin sets a bound.
+    const MAX_CONFLICTS: usize = usize::MAX;
     /// The state now, or `None` if it cannot be read.
     fn read(&self) -> Option<(State, Self::Version)>;
     /// Write `state` if nothing was written since `version` was read.
@@ -111,19 +115,15 @@ pub enum Write {
     Failed,
 }
 
-/// How often a decision is retried after write conflicts before giving up.
-/// A Wasm host call must not spin; 64 is far beyond what 2-8 workers contend.
-pub const MAX_CONFLICTS: usize = 64;
-
 /// The shared-state rule: read, decide, write back only if no one wrote in
 /// between, else decide again on what they wrote (so no offer is lost from
 /// SR_dyn's window); and when unsure, never refuse: a cell that fails or stays
 /// contended accepts. Stateless policies and finals never touch the cell.
-pub fn decide_in(policy: &Policy, cell: &impl StateCell, try_: Try, load: Load) -> Decision {
+pub fn decide_in<C: StateCell>(policy: &Policy, cell: &C, try_: Try, load: Load) -> Decision {
     if !matches!(policy, Policy::Dynamic(_)) || try_ == Try::Final {
         return policy.decide(policy.initial_state(), try_, load).decision;
     }
-    for _ in 0..MAX_CONFLICTS {
+    for _ in 0..C::MAX_CONFLICTS {
         let Some((state, version)) = cell.read() else { break };
         let out = policy.decide(state, try_, load);
         match cell.write(out.state, version) {
@@ -195,6 +195,7 @@ mod tests {
 
     impl StateCell for Flaky {
         type Version = ();
+        const MAX_CONFLICTS: usize = 8;
         fn read(&self) -> Option<(State, ())> {
             Some((self.state.get(), ()))
         }
@@ -217,7 +218,7 @@ mod tests {
         let s = p.initial_state();
         let failing = Flaky { state: Cell::new(s), conflicts: Cell::new(0), fail: true };
         assert_eq!(decide_in(&p, &failing, Try::Offer, load(5)), Decision::Accept);
-        let contended = Flaky { state: Cell::new(s), conflicts: Cell::new(MAX_CONFLICTS), fail: false };
+        let contended = Flaky { state: Cell::new(s), conflicts: Cell::new(Flaky::MAX_CONFLICTS), fail: false };
         assert_eq!(decide_in(&p, &contended, Try::Offer, load(5)), Decision::Accept);
         // a few conflicts are retried, and the decision is the policy's
         let brief = Flaky { state: Cell::new(s), conflicts: Cell::new(3), fail: false };
