@@ -88,7 +88,7 @@ def start_front(procs, addrs, hr, proxy: str, backends: list, hunting: bool, nam
     listen = f"{host}:10000"
     if proxy == "envoy":
         p = start_envoy(procs, name, front_config(listen, f"{host}:9902", [b.agent for b in backends], hunting=hunting,
-                                                  keep_response_headers=False), concurrency=1)
+                                                  keep_served_by=False), concurrency=1)
         return f"http://{listen}/", p
     stats = f"{host}:9999"
     text = haproxy_front_text(hr, listen, stats, backends, hunting=hunting, keep_served_by=False)
@@ -118,11 +118,14 @@ def no_l7_retries(text: str) -> str:
     return "\n".join(l for l in text.splitlines() if "retry-on" not in l and "http-buffer-request" not in l) + "\n"
 
 
-def bottleneck(procs, addrs, hr, backends: list, reps: int, seconds: int) -> dict:
+VARIANTS = (("envoy", "plain", False, None), ("envoy", "hunting", True, None),
+            ("haproxy", "plain, no L7 retries", False, no_l7_retries),
+            ("haproxy", "plain", False, None), ("haproxy", "hunting", True, None))
+
+
+def bottleneck(procs, addrs, hr, backends: list, reps: int, seconds: int, proxies=("envoy", "haproxy")) -> dict:
     fronts = {}
-    for proxy, label, hunting, edit in (("envoy", "plain", False, None), ("envoy", "hunting", True, None),
-                                        ("haproxy", "plain, no L7 retries", False, no_l7_retries),
-                                        ("haproxy", "plain", False, None), ("haproxy", "hunting", True, None)):
+    for proxy, label, hunting, edit in [v for v in VARIANTS if v[0] in proxies]:
         name = f"{proxy} {label}"
         url, p = start_front(procs, addrs, hr, proxy, backends, hunting, re.sub(r"[^a-z0-9]+", "-", name), edit=edit)
         pin(p.pid, 0)
@@ -232,11 +235,18 @@ def main():
     ap.add_argument("--agent-reps", type=int, default=5, help="repetitions of the through-agents runs")
     ap.add_argument("--agent-seconds", type=int, default=4, help="seconds per through-agents run")
     ap.add_argument("--requests", type=int, default=3000, help="requests counted under callgrind")
+    ap.add_argument("--only-envoy", action="store_true",
+                    help="only Envoy's bottleneck runs, to docs/results/envoy-front-cost.md (about 3 min)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="huntlb-bench-"))
     procs, addrs = Procs(work), Addrs()
     hr = HaproxyRoot("2.6")
     try:
+        if a.only_envoy:
+            backends = static_backends(procs, hr, addrs, BACKENDS)
+            b = bottleneck(procs, addrs, hr, backends, a.reps, a.seconds, proxies=("envoy",))
+            report_envoy(b, a.reps, a.seconds)
+            return
         data = {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "agent_reps": a.agent_reps,
                 "agent_seconds": a.agent_seconds}
         backends = static_backends(procs, hr, addrs, BACKENDS)
@@ -248,6 +258,41 @@ def main():
     finally:
         procs.stop_all()
         hr.cleanup()
+
+
+def report_envoy(b: dict, reps: int, seconds: int) -> None:
+    """Envoy alone on a core: the native hunting front against the same config
+    without its hunting parts."""
+    rows, lines, data = [], [], {"machine": machine(), "reps": reps, "seconds": seconds, "bottleneck": b, "ratios": {}}
+    for name, rs in b.items():
+        cpu, h = ci95([r["cpu_us_per_req"] for r in rs])
+        rows.append(f"| {name} | {median([r['rps'] for r in rs]):.0f} | {cpu:.1f} ± {h:.1f} "
+                    f"| {sum(r['non2xx'] + r['socket_errors'] for r in rs)} |")
+    for kind in REQUESTS:
+        pr = paired_ratio(b[f"envoy hunting, {kind}"], b[f"envoy plain, {kind}"])
+        data["ratios"][kind] = pr
+        lo, hi = pr["median_ci95"]
+        lines.append(f"* {kind} request: hunting / plain req/s **{pr['median']:.3f}** (median of {len(pr['ratios'])} "
+                     f"paired repetitions, 95% CI {lo:.3f}-{hi:.3f}; mean {pr['mean']:.3f} ± {pr['ci95']:.3f}).")
+    md = f"""# Envoy front cost: native hunting config vs plain
+
+`python3 bench/proxy_overhead.py --only-envoy` on {data['machine']}. Envoy 1.40 with
+`--concurrency 1` pinned to CPU 0, {BACKENDS} static backends and Debian's `wrk` (closed
+loop, 32 connections, tiny page, keep-alive) on CPU 1; {reps} paired repetitions of
+{seconds} s, variants alternating (ABBA). `hunting` is the committed
+`envoy-filter/examples/front.yaml` (native config: a route per offer rule adding
+`hunt-offer`, the vhost's attempt count and hunt header edits, the retry policy); `plain`
+is the same file with those parts removed (`harness.front_config(hunting=False)`). Every
+request is accepted at once (the backends answer directly), so this is the cost of
+the configuration on the common path, not of refusals.
+
+{chr(10).join(lines)}
+
+| variant | req/s (median) | Envoy CPU µs per request (mean ± 95% CI) | non-2xx + socket errors |
+|---------|---------------:|------------------------------------------:|------------------------:|
+{chr(10).join(rows)}
+"""
+    write_result("envoy-front-cost", data, md)
 
 
 def report(data: dict) -> None:

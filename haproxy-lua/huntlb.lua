@@ -186,7 +186,8 @@ local function start_sidecar(args)
 
     core.register_action("huntlb-sidecar", { "http-req" }, function(txn)
         local hdrs = txn.http:req_get_headers()
-        local class = policy.classify(values(hdrs["hunt-offer"]), values(hdrs["hunt-target"]))
+        local class = policy.classify(values(hdrs["hunt-offer"]), values(hdrs["hunt-target"]),
+            values(hdrs["x-envoy-attempt-count"]))
         if class == "offer" then
             local busy = tonumber(txn:get_var("txn.hunt_busy")) or 0
             -- no gates: HAProxy itself drains and health-checks this sidecar

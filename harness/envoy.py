@@ -43,11 +43,13 @@ def _walk(node, fn):
 
 
 def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | None = None, hunting: bool = True,
-                 keep_response_headers: bool = True, filter_config: dict | None = None, example: str = "front.yaml") -> dict:
+                 keep_served_by: bool = True, example: str = "front.yaml") -> dict:
     """The committed example front config, pointed at this test's addresses.
 
-    hunting=False gives the plain baseline: same Envoy, no hunt marks, no
-    retry on busy, no filter.
+    keep_served_by: let `hunt-served-by` through to the client (tests read it).
+    hunting=False gives the plain baseline, derived from the config's structure:
+    the same Envoy without its hunting parts (the hunt-offer mark, the per-try
+    attempt count, the hunt header edits and the retry policy).
     """
     cfg = yaml.safe_load((EXAMPLES / example).read_text())
     cfg["admin"]["address"] = sock(admin)
@@ -59,22 +61,16 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
     if "load_assignment" in cluster:
         cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(b)}} for b in backends]
     hcm = lst["filter_chains"][0]["filters"][0]["typed_config"]
-    fconf = filter_config or {"role": "front", "keep_response_headers": keep_response_headers}
-
-    def fix(d):
-        if d.get("@type", "").endswith("filters.http.wasm.v3.Wasm"):
-            d["config"]["vm_config"]["code"]["local"]["filename"] = str(WASM)
-            d["config"]["configuration"]["value"] = json.dumps(fconf)
-
-    _walk(cfg, fix)
-    if not hunting:
-        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "huntlb.front"]
-        for vh in hcm["route_config"]["virtual_hosts"]:
+    for vh in hcm["route_config"]["virtual_hosts"]:
+        if keep_served_by:
+            vh["response_headers_to_remove"] = [h for h in vh.get("response_headers_to_remove", []) if h != "hunt-served-by"]
+        if not hunting:
+            for key in ("include_request_attempt_count", "request_headers_to_remove", "response_headers_to_remove"):
+                vh.pop(key, None)
             for r in vh["routes"]:
-                r.pop("request_headers_to_add", None)
+                for key in ("request_headers_to_add", "request_headers_to_remove"):
+                    r.pop(key, None)
                 r["route"].pop("retry_policy", None)
-        opts = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
-        opts["http_filters"] = [f for f in opts["http_filters"] if f["name"] != "hunt-target"]
     return copy.deepcopy(cfg)
 
 
@@ -112,11 +108,11 @@ def envoy_host_health(admin: str, cluster: str = "backends") -> dict[str, str]:
     return out
 
 
-def wait_envoy_hosts_healthy(admin: str, n: int, timeout: float = 15) -> None:
+def wait_envoy_hosts_healthy(admin: str, n: int, timeout: float = 15, cluster: str = "backends") -> None:
     """Every one of n hosts passed a health check. Envoy's /ready does not wait
     for the first checks; on a loaded machine a host may not have passed yet,
     and a request sent then meets a 503 (no healthy upstream)."""
-    wait_until(lambda: (h := envoy_host_health(admin)) and len(h) == n and all(v == "healthy" for v in h.values()),
+    wait_until(lambda: (h := envoy_host_health(admin, cluster)) and len(h) == n and all(v == "healthy" for v in h.values()),
                timeout=timeout, what=f"{n} hosts healthy")
 
 

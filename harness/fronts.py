@@ -16,8 +16,11 @@ class Front:
         self.kind, self.listen, self.envoy_admin, self.stats = kind, listen, envoy_admin, stats
 
     def leftover_refusals(self) -> float:
-        """Refusals that reached the front's last stage (Envoy's filter counts them)."""
-        return envoy_stats(self.envoy_admin)["wasmcustom.huntlb_front_leftover_refusals_total"] if self.envoy_admin else 0
+        """Refusals that came back on a final (Envoy: a busy refusal it could not
+        retry, its retry limit spent; HAProxy's front turns these into 503s)."""
+        if not self.envoy_admin:
+            return 0
+        return envoy_stats(self.envoy_admin).get("cluster.backends.upstream_rq_retry_limit_exceeded", 0)
 
 
 def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list) -> Front:

@@ -113,7 +113,12 @@ impl Agent {
         if req.uri().path() == self.cfg.health_path {
             return Ok(self.health().await);
         }
-        let mark = protocol::classify(field(req.headers(), protocol::OFFER), field(req.headers(), protocol::TARGET));
+        let target = field(req.headers(), protocol::TARGET);
+        let named_by_target = target != Field::Absent;
+        let mark = protocol::classify(
+            field(req.headers(), protocol::OFFER),
+            protocol::per_try_mark(target, field(req.headers(), protocol::ENVOY_ATTEMPT)),
+        );
         let verdict = self.admit(mark);
         let m = &self.metrics;
         let counter = match mark {
@@ -129,7 +134,7 @@ impl Agent {
             n.fetch_add(1, Ordering::Relaxed);
         }
         Ok(match verdict {
-            Verdict::Accept => self.forward(req).await,
+            Verdict::Accept => self.forward(req, named_by_target).await,
             Verdict::Refuse(why) => self.refuse(req, why).await,
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
         })
@@ -177,7 +182,9 @@ impl Agent {
         busy_response(close)
     }
 
-    async fn forward(&self, req: Request<Incoming>) -> Response<AgentBody> {
+    /// Forward to the app. `named_by_target`: the try carried `hunt-target`, so
+    /// its front may retry a 425 by status alone (`protocol::carry`).
+    async fn forward(&self, req: Request<Incoming>, named_by_target: bool) -> Response<AgentBody> {
         let guard = self.inflight.enter();
         let (mut parts, body) = req.into_parts();
         strip_request_headers(&mut parts.headers);
@@ -219,7 +226,7 @@ impl Agent {
                 // The refusal space is the agent's: no app response may look like
                 // one, or a front would re-send a request the app processed.
                 strip_hunt_headers(&mut parts.headers);
-                if let (carrier, Some(app_status)) = protocol::carry(parts.status.as_u16()) {
+                if let (carrier, Some(app_status)) = protocol::carry(parts.status.as_u16(), named_by_target) {
                     parts.status = StatusCode::from_u16(carrier).expect("the carrier is a status");
                     parts.headers.insert(protocol::APP_STATUS, HeaderValue::from_static(app_status));
                 }

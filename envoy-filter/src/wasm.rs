@@ -2,7 +2,7 @@
 //! metrics; HTTP contexts are short state machines over request and response
 //! headers and never block.
 
-use crate::config::{self, Role};
+use crate::config;
 use huntlb_policy::protocol::{self, Field, Mark};
 use huntlb_policy::admission::{self, StateCell, Write};
 use huntlb_policy::{Gates, Load, State, Try, Verdict};
@@ -13,7 +13,7 @@ use std::rc::Rc;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { role: None, metrics: None, front_metrics: None }) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { settings: None, metrics: None }) });
 }}
 
 /// Shared-data keys: one counter and one policy state for all worker threads of
@@ -21,14 +21,6 @@ proxy_wasm::main! {{
 const INFLIGHT_KEY: &str = "huntlb.inflight";
 const POLICY_KEY: &str = "huntlb.policy_state";
 const CAS_TRIES: usize = 64;
-
-/// Front metrics.
-struct FrontMetrics {
-    requests: u32,
-    retried: u32,
-    leftover: u32,
-    stripped: u32,
-}
 
 /// Sidecar metrics: the agent's names where they mean the same (labels become
 /// name parts: `huntlb_offers_total{decision="accept"}` is `huntlb_offers_accept_total`).
@@ -44,17 +36,6 @@ struct Metrics {
 
 fn counter(name: &str) -> Result<u32, Status> {
     hostcalls::define_metric(MetricType::Counter, name)
-}
-
-impl FrontMetrics {
-    fn define() -> Result<FrontMetrics, Status> {
-        Ok(FrontMetrics {
-            requests: counter("huntlb_front_offers_total")?,
-            retried: counter("huntlb_front_refusals_seen_total")?,
-            leftover: counter("huntlb_front_leftover_refusals_total")?,
-            stripped: counter("huntlb_front_client_headers_stripped_total")?,
-        })
-    }
 }
 
 impl Metrics {
@@ -77,10 +58,11 @@ fn inc(id: u32) {
     let _ = hostcalls::increment_metric(id, 1);
 }
 
+/// Validates the configuration once and hands each HTTP context its typed
+/// settings and the metric ids.
 struct Root {
-    role: Option<Rc<Role>>,
+    settings: Option<Rc<config::Sidecar>>,
     metrics: Option<Rc<Metrics>>,
-    front_metrics: Option<Rc<FrontMetrics>>,
 }
 
 impl Context for Root {}
@@ -88,116 +70,46 @@ impl Context for Root {}
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         let bytes = self.get_plugin_configuration().unwrap_or_default();
-        match config::parse(&bytes) {
-            Ok(role) => {
-                if let Role::Sidecar { policy, .. } = &role {
-                    // Seed both keys before any traffic: compare-and-swap only
-                    // protects a key that exists (an absent key is written
-                    // unconditionally), so two threads creating it at once would
-                    // lose an update.
-                    if let (None, cas) = self.get_shared_data(POLICY_KEY) {
-                        let _ = self.set_shared_data(POLICY_KEY, Some(&policy.initial_state().to_bits().to_le_bytes()), cas);
-                    }
-                    if let (None, cas) = self.get_shared_data(INFLIGHT_KEY) {
-                        let _ = self.set_shared_data(INFLIGHT_KEY, Some(&0u32.to_le_bytes()), cas);
-                    }
-                }
-                let defined = match role {
-                    Role::Front { .. } => FrontMetrics::define().map(|m| self.front_metrics = Some(Rc::new(m))),
-                    Role::Sidecar { .. } => Metrics::define().map(|m| self.metrics = Some(Rc::new(m))),
-                };
-                match defined {
-                    Ok(()) => {}
-                    Err(e) => {
-                        proxy_wasm::hostcalls::log(LogLevel::Error, &format!("huntlb filter: define metrics: {e:?}")).ok();
-                        return false;
-                    }
-                }
-                proxy_wasm::hostcalls::log(LogLevel::Info, &format!("huntlb filter configured: {role:?}")).ok();
-                self.role = Some(Rc::new(role));
-                true
-            }
+        let settings = match config::parse(&bytes) {
+            Ok(s) => s,
             Err(e) => {
                 proxy_wasm::hostcalls::log(LogLevel::Error, &e).ok();
-                false
+                return false;
+            }
+        };
+        // Seed both keys before any traffic: compare-and-swap only protects a
+        // key that exists (an absent key is written unconditionally), so two
+        // threads creating it at once would lose an update.
+        if let (None, cas) = self.get_shared_data(POLICY_KEY) {
+            let _ = self.set_shared_data(POLICY_KEY, Some(&settings.policy.initial_state().to_bits().to_le_bytes()), cas);
+        }
+        if let (None, cas) = self.get_shared_data(INFLIGHT_KEY) {
+            let _ = self.set_shared_data(INFLIGHT_KEY, Some(&0u32.to_le_bytes()), cas);
+        }
+        match Metrics::define() {
+            Ok(m) => self.metrics = Some(Rc::new(m)),
+            Err(e) => {
+                proxy_wasm::hostcalls::log(LogLevel::Error, &format!("huntlb filter: define metrics: {e:?}")).ok();
+                return false;
             }
         }
+        proxy_wasm::hostcalls::log(LogLevel::Info, &format!("huntlb filter configured: {settings:?}")).ok();
+        self.settings = Some(Rc::new(settings));
+        true
     }
 
     fn create_http_context(&self, _id: u32) -> Option<Box<dyn HttpContext>> {
-        let role = self.role.clone()?;
-        Some(match &*role {
-            Role::Front { .. } => Box::new(Front { role, metrics: self.front_metrics.clone()? }),
-            Role::Sidecar { .. } => Box::new(Sidecar { role, metrics: self.metrics.clone()?, counted: false, refused: false }),
-        })
+        Some(Box::new(Sidecar {
+            settings: self.settings.clone()?,
+            metrics: self.metrics.clone()?,
+            counted: false,
+            refused: false,
+            named_by_target: false,
+        }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
-    }
-}
-
-struct Front {
-    role: Rc<Role>,
-    metrics: Rc<FrontMetrics>,
-}
-
-impl Context for Front {}
-
-impl HttpContext for Front {
-    fn on_http_request_headers(&mut self, _n: usize, end_of_stream: bool) -> Action {
-        let Role::Front { max_offer_body, .. } = *self.role else { return Action::Continue };
-        // The header list serves the strip and the body-size check alike: no
-        // separate host calls for content-length and transfer-encoding.
-        let (mut cl, mut te) = (None, None);
-        for (name, value) in self.get_http_request_headers() {
-            if config::strip_from_client(&name) {
-                self.set_http_request_header(&name, None);
-                inc(self.metrics.stripped);
-            } else if name == "content-length" {
-                cl = Some(value);
-            } else if name == "transfer-encoding" {
-                te = Some(value);
-            }
-        }
-        // The offer mark, once per request (the upstream filter names each try).
-        if protocol::offerable(end_of_stream, cl.as_deref(), te.as_deref(), max_offer_body) {
-            self.set_http_request_header(protocol::OFFER, Some("1"));
-            inc(self.metrics.requests);
-        }
-        Action::Continue
-    }
-
-    fn on_http_response_headers(&mut self, _n: usize, _eos: bool) -> Action {
-        // x-envoy-attempt-count (vhost include_attempt_count_in_response) >= 2:
-        // the offer was refused (or could not connect) and a final was sent.
-        if self.get_http_response_header("x-envoy-attempt-count").is_some_and(|v| v != "1") {
-            inc(self.metrics.retried);
-        }
-        let busy = self.get_http_response_header(protocol::BUSY_HEADER).is_some_and(|v| v == protocol::BUSY_VALUE);
-        if busy && self.get_http_response_header(":status").as_deref() == Some("425") {
-            // Both candidates refused: a conforming agent never refuses a final, so
-            // this should stay at 0. The client gets a plain 503.
-            inc(self.metrics.leftover);
-            self.set_http_response_header(":status", Some("503"));
-            self.set_http_response_header(protocol::BUSY_HEADER, None);
-        }
-        // An app's own 425, carried from the agent as 400 + hunt-status (Envoy
-        // would not retry it, but the HAProxy front would, so agents always carry).
-        if let Some(app_status) = self.get_http_response_header(protocol::APP_STATUS) {
-            let status = self.get_http_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
-            let restored = protocol::restore(status, Some(app_status.as_bytes()));
-            if restored != status {
-                self.set_http_response_header(":status", Some(&restored.to_string()));
-            }
-            self.set_http_response_header(protocol::APP_STATUS, None);
-        }
-        if let Role::Front { keep_response_headers: false, .. } = *self.role {
-            self.set_http_response_header(protocol::BUSY_HEADER, None);
-            self.set_http_response_header(protocol::SERVED_BY, None);
-            self.set_http_response_header("x-envoy-attempt-count", None);
-        }
-        Action::Continue
     }
 }
 
@@ -209,6 +121,8 @@ struct SharedState {
 
 impl StateCell for SharedState {
     type Version = Option<u32>;
+    // A host call must not spin; 64 is far beyond what a few workers contend.
+    const MAX_CONFLICTS: usize = CAS_TRIES;
 
     fn read(&self) -> Option<(State, Option<u32>)> {
         let (bytes, cas) = hostcalls::get_shared_data(POLICY_KEY).ok()?;
@@ -229,10 +143,12 @@ impl StateCell for SharedState {
 }
 
 struct Sidecar {
-    role: Rc<Role>,
+    settings: Rc<config::Sidecar>,
     metrics: Rc<Metrics>,
     counted: bool,
     refused: bool,
+    /// The try carried `hunt-target` (its front may retry a 425 by status alone).
+    named_by_target: bool,
 }
 
 impl Sidecar {
@@ -282,11 +198,13 @@ impl Context for Sidecar {}
 
 impl HttpContext for Sidecar {
     fn on_http_request_headers(&mut self, _n: usize, _eos: bool) -> Action {
-        let Role::Sidecar { policy, workers, .. } = &*self.role else { return Action::Continue };
+        let config::Sidecar { policy, workers, .. } = &*self.settings;
         let headers = self.get_http_request_headers();
         let offer = self.field(&headers, protocol::OFFER);
         let target = self.field(&headers, protocol::TARGET);
-        let mark = protocol::classify(as_field(&offer), as_field(&target));
+        let attempt = self.field(&headers, protocol::ENVOY_ATTEMPT);
+        self.named_by_target = target.is_some();
+        let mark = protocol::classify(as_field(&offer), protocol::per_try_mark(as_field(&target), as_field(&attempt)));
         match mark {
             Mark::Offer => {
                 // The sidecar knows no gate: its Envoy drains and health-checks.
@@ -319,7 +237,10 @@ impl HttpContext for Sidecar {
     }
 
     fn on_http_response_headers(&mut self, _n: usize, _eos: bool) -> Action {
-        let (false, Role::Sidecar { id, .. }) = (self.refused, &*self.role) else { return Action::Continue };
+        if self.refused {
+            return Action::Continue;
+        }
+        let id = &self.settings.id;
         // The refusal space is the sidecar's: no app response may look like a
         // refusal, or the front would re-send a request the app processed.
         for (name, _) in self.get_http_response_headers() {
@@ -328,7 +249,7 @@ impl HttpContext for Sidecar {
             }
         }
         let status = self.get_http_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
-        if let (carrier, Some(app_status)) = protocol::carry(status) {
+        if let (carrier, Some(app_status)) = protocol::carry(status, self.named_by_target) {
             self.set_http_response_header(":status", Some(&carrier.to_string()));
             self.set_http_response_header(protocol::APP_STATUS, Some(app_status));
         }

@@ -217,9 +217,13 @@ end
 _M.is_token = is_token
 
 --- Classify a try from the values of hunt-offer and hunt-target, each given as
--- a list of the values received (empty: absent). Returns "offer", "final",
--- "plain" or "malformed"; only "offer" may be refused.
-function _M.classify(offer, target)
+-- a list of the values received (empty: absent), and optionally of Envoy's
+-- x-envoy-attempt-count, the per-try mark when hunt-target is absent. Returns
+-- "offer", "final", "plain" or "malformed"; only "offer" may be refused.
+function _M.classify(offer, target, attempt)
+    if #target == 0 and attempt then
+        target = attempt
+    end
     local no, nt = #offer, #target
     if no == 0 and nt == 0 then
         return "plain"

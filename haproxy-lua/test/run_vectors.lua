@@ -72,7 +72,7 @@ for _, v in ipairs(specs.invalid) do
 end
 
 for i, c in ipairs(load("classify.json").cases) do
-    local got = policy.classify(c.offer, c.target)
+    local got = policy.classify(c.offer, c.target, c.attempt)
     check(got == c.class, string.format("classify case %d: got %s want %s", i, got, c.class))
 end
 

@@ -9,6 +9,10 @@ use crate::Try;
 pub const OFFER: &str = "hunt-offer";
 /// Set on every try by the front proxy: names this try.
 pub const TARGET: &str = "hunt-target";
+/// Envoy's own per-try header (`include_request_attempt_count`: `1`, `2`, ...).
+/// An Envoy front names its tries with it instead of `hunt-target`, natively,
+/// with no upstream filter: see [`per_try_mark`].
+pub const ENVOY_ATTEMPT: &str = "x-envoy-attempt-count";
 /// On a refusal: `hunt: busy`.
 pub const BUSY_HEADER: &str = "hunt";
 pub const BUSY_VALUE: &str = "busy";
@@ -69,6 +73,16 @@ pub fn classify(offer: Field<'_>, target: Field<'_>) -> Mark {
     }
 }
 
+/// The value a try's `hunt-offer` is compared with: `hunt-target` when the
+/// front sent one (HAProxy names each try with the server's name), otherwise
+/// Envoy's `x-envoy-attempt-count` (its native per-try count).
+pub fn per_try_mark<'a>(target: Field<'a>, envoy_attempt: Field<'a>) -> Field<'a> {
+    match target {
+        Field::Absent => envoy_attempt,
+        named => named,
+    }
+}
+
 /// RFC 9110 token characters, 1 to [`MAX_MARK_LEN`] bytes.
 pub fn is_token(v: &[u8]) -> bool {
     !v.is_empty()
@@ -95,42 +109,20 @@ pub const APP_STATUS: &str = "hunt-status";
 /// `hunt-status` value, if any) an app response with this status goes upstream
 /// as. Every `hunt`/`hunt-*` header the app set is removed as well, so
 /// `hunt: busy` on the wire always comes from an agent.
-pub fn carry(app_status: u16) -> (u16, Option<&'static str>) {
-    if app_status == BUSY_STATUS {
+///
+/// Only a try that carried `hunt-target` is carried: it came from a front that
+/// may retry by status alone (HAProxy). An Envoy front names tries with its
+/// attempt count and retries on the `hunt: busy` header only, so an app's 425
+/// goes to it, and on to the client, as it is; so does a plain request.
+/// The front restores the carried form, `400` with `hunt-status: 425` and
+/// nothing else, to 425 (HAProxy: one `http-response set-status` rule in
+/// `front.cfg`); an app cannot forge it, its own `hunt-status` is removed.
+pub fn carry(app_status: u16, named_by_target: bool) -> (u16, Option<&'static str>) {
+    if app_status == BUSY_STATUS && named_by_target {
         (CARRIER_STATUS, Some("425"))
     } else {
         (app_status, None)
     }
-}
-
-/// The front's side: the status the client gets for a response that arrived
-/// with `status` and `hunt-status` (absent: `None`). Only the exact carried
-/// form is restored; an app's own 400 stays 400.
-pub fn restore(status: u16, app_status: Option<&[u8]>) -> u16 {
-    match app_status {
-        Some(b"425") if status == CARRIER_STATUS => BUSY_STATUS,
-        _ => status,
-    }
-}
-
-/// "Why was this request not offered?", for a front: the Envoy front filter
-/// calls this; HAProxy's front.cfg states the same rule as native checks
-/// (`req.body_size`, and `nbsrv` >= 2: with one usable server a refusal would
-/// come back to it). Offered only if its whole body is
-/// known to fit the retry buffer: no body at all (the headers end the stream),
-/// or a Content-Length within the limit. "No length" is not "no body": Envoy's
-/// HTTP/1 codec removes `transfer-encoding: chunked` before filters see the
-/// request, and an HTTP/2 upload need not declare a length. Such a body could
-/// overflow the buffer while a refusal drains it, and then nothing can be
-/// re-sent (an empty 503): it goes to one candidate, as a final.
-pub fn offerable(end_of_stream: bool, content_length: Option<&str>, transfer_encoding: Option<&str>, max_offer_body: u64) -> bool {
-    if end_of_stream {
-        return true;
-    }
-    if transfer_encoding.is_some() {
-        return false; // chunked: length unknown until the end
-    }
-    content_length.is_some_and(|v| v.trim().parse::<u64>().is_ok_and(|n| n <= max_offer_body))
 }
 
 #[cfg(test)]
@@ -156,31 +148,13 @@ mod tests {
     }
 
     #[test]
-    fn an_apps_425_is_carried_and_restored() {
-        assert_eq!(carry(425), (400, Some("425")));
+    fn an_apps_425_is_carried_to_status_only_fronts() {
+        assert_eq!(carry(425, true), (400, Some("425")));
+        assert_eq!(carry(425, false), (425, None));
         for s in [200, 400, 404, 500, 503] {
-            assert_eq!(carry(s), (s, None));
-            assert_eq!(restore(s, None), s);
+            assert_eq!(carry(s, true), (s, None));
         }
-        let (status, app) = carry(425);
-        assert_eq!(restore(status, app.map(str::as_bytes)), 425);
-        // only the exact carried form comes back
-        assert_eq!(restore(400, Some(b"426")), 400);
-        assert_eq!(restore(200, Some(b"425")), 200);
         assert!(is_hunt_header(APP_STATUS));
-    }
-
-    #[test]
-    fn only_bodies_that_fit_are_offered() {
-        // the headers end the stream: no body
-        assert!(offerable(true, None, None, 100));
-        assert!(offerable(false, Some("100"), None, 100));
-        assert!(!offerable(false, Some("101"), None, 100));
-        assert!(!offerable(false, Some("x"), None, 100));
-        assert!(!offerable(false, None, Some("chunked"), 100));
-        // a body follows and no length says how big (chunked with the header
-        // removed by Envoy's codec, or an HTTP/2 upload): not offered
-        assert!(!offerable(false, None, None, 100));
     }
 
     #[test]

@@ -123,7 +123,7 @@ fn as_field(n: usize, v: &[u8]) -> huntlb_policy::protocol::Field<'_> {
 
 #[test]
 fn classify_vectors() {
-    use huntlb_policy::protocol::{classify, Mark};
+    use huntlb_policy::protocol::{classify, per_try_mark, Mark};
     let doc = vectors("classify.json");
     let field = |v: &Value| -> (usize, Vec<u8>) {
         let a = v.as_array().unwrap();
@@ -132,7 +132,8 @@ fn classify_vectors() {
     for case in doc["cases"].as_array().unwrap() {
         let (no, ov) = field(&case["offer"]);
         let (nt, tv) = field(&case["target"]);
-        let got = match classify(as_field(no, &ov), as_field(nt, &tv)) {
+        let (na, av) = case.get("attempt").map_or((0, vec![]), field);
+        let got = match classify(as_field(no, &ov), per_try_mark(as_field(nt, &tv), as_field(na, &av))) {
             Mark::Offer => "offer",
             Mark::Final => "final",
             Mark::Plain => "plain",

@@ -1,0 +1,92 @@
+"""The drop-in: `envoy-filter/examples/hunt-snippet.yaml` pasted into a stock
+Envoy config that is not ours (the shape of Envoy's own front-proxy example),
+as a user would, then validated by Envoy and run against real agents."""
+
+import copy
+import subprocess
+import uuid
+
+import yaml
+from harness import EXAMPLES, envoy_binary, path_count, request, sock, start_backends, start_envoy, wait_envoy_hosts_healthy
+
+STOCK = """
+static_resources:
+  listeners:
+  - name: listener_0
+    address: {socket_address: {address: 0.0.0.0, port_value: 10000}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress_http
+          use_remote_address: true
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+          route_config:
+            name: local_route
+            virtual_hosts:
+            - name: local_service
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: service, timeout: 60s}
+  clusters:
+  - name: service
+    type: STATIC
+    connect_timeout: 0.25s
+    load_assignment:
+      cluster_name: service
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8080}}}
+admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: 9901}}
+"""
+
+
+def with_snippet(stock: dict, snippet: dict) -> dict:
+    """What the snippet's comments tell a user to do, done by hand."""
+    cfg = copy.deepcopy(stock)
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    vh = hcm["route_config"]["virtual_hosts"][0]
+    vh.update(snippet["virtual_host"])
+    theirs = vh["routes"][0]["route"]
+    vh["routes"] = [{**m, "route": {**theirs, "retry_policy": snippet["retry_policy"]}} for m in snippet["routes"]]
+    cfg["static_resources"]["clusters"][0].update(snippet["cluster"])
+    return cfg
+
+
+def test_snippet_is_short_and_pasted_into_a_stock_config_hunts(procs, addrs, tmp_path):
+    text = (EXAMPLES / "hunt-snippet.yaml").read_text()
+    assert len(text.splitlines()) <= 25
+    cfg = with_snippet(yaml.safe_load(STOCK), yaml.safe_load(text))
+    bs = start_backends(procs, addrs, 2, "static:0")
+    host = addrs.host()
+    listen, admin = f"{host}:10000", f"{host}:9901"
+    cfg["static_resources"]["listeners"][0]["address"] = sock(listen)
+    cfg["admin"]["address"] = sock(admin)
+    cfg["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
+        {"endpoint": {"address": sock(b.agent)}} for b in bs]
+    path = tmp_path / "stock-with-snippet.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    v = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+    start_envoy(procs, "envoy-stock", cfg, concurrency=1)
+    wait_envoy_hosts_healthy(admin, 2, cluster="service")
+    refused0 = sum(b.refused() for b in bs)
+    # every offer is refused (static:0) and served by the other backend as a final
+    for i in range(10):
+        p = f"/s/{uuid.uuid4()}"
+        status, h, _ = request(listen, "GET", p)
+        assert status == 200 and path_count(bs, p) == 1
+    assert sum(b.refused() for b in bs) - refused0 == 10
+    # an offered POST is replayed intact, once; an app's 503 is not retried
+    p = f"/s/{uuid.uuid4()}"
+    assert request(listen, "POST", p, body=b"x" * 1000)[0] == 200 and path_count(bs, p) == 1
+    p = f"/s/{uuid.uuid4()}"
+    assert request(listen, "POST", f"{p}?status=503", body=b"x")[0] == 503 and path_count(bs, p) == 1
+    assert sum(b.refused() for b in bs) - refused0 == 12
