@@ -104,18 +104,13 @@ def main() -> None:
     seeds = list(range(1, a.seeds + 1))
     t0 = time.monotonic()
     pts = []
-    for name, d in MAIN.items():
-        for p in PROXIES:
-            reps = [sim(d, RHOS, s, a.requests, p) for s in seeds]
-            pts += [point([rep[i] for rep in reps], section="main", name=name, dispatch=d, proxies=p, rho=rho)
-                    for i, rho in enumerate(RHOS)]
-        print(f"main {name} done ({time.monotonic() - t0:.0f} s)", flush=True)
-    for name, d in VARIANTS.items():
-        for p in PROXIES:
-            reps = [sim(d, RHOS, s, a.requests, p) for s in seeds]
-            pts += [point([rep[i] for rep in reps], section="variant", name=name, dispatch=d, proxies=p, rho=rho)
-                    for i, rho in enumerate(RHOS)]
-    print(f"variants done ({time.monotonic() - t0:.0f} s)", flush=True)
+    for section, table in (("main", MAIN), ("variant", VARIANTS)):
+        for name, d in table.items():
+            for p in PROXIES:
+                reps = [sim(d, RHOS, s, a.requests, p) for s in seeds]
+                pts += [point([rep[i] for rep in reps], section=section, name=name, dispatch=d, proxies=p, rho=rho)
+                        for i, rho in enumerate(RHOS)]
+            print(f"{section} {name} done ({time.monotonic() - t0:.0f} s)", flush=True)
     for fleet, args in FLEETS.items():
         for name, d in {**MAIN, **MIXED_EXTRA}.items():
             for p in MIXED_PROXIES:
