@@ -244,3 +244,19 @@ def test_frozen_app_left_without_traffic_is_seen_coming_back(procs, addrs):
     finally:
         app_proc.signal(signal.SIGCONT)
     wait_until(lambda: request(agent, "GET", "/.hunt/health")[0] == 200, timeout=5, what="health 200 after SIGCONT")
+
+
+def test_admin_port_closes_idle_connections(procs, addrs):
+    # The metrics port held an idle connection 40 s and more; now 10 s.
+    import socket
+    import time
+
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    _, _, admin = procs.agent(host, app, policy="always")
+    h, p = admin.rsplit(":", 1)
+    with socket.create_connection((h, int(p)), timeout=20) as s:
+        t0 = time.monotonic()
+        assert s.recv(1024) == b""  # closed by the agent, nothing sent
+        assert time.monotonic() - t0 < 20
+    assert metrics(admin)["huntlb_inflight"] == 0  # and it still serves

@@ -45,6 +45,7 @@ pub struct Config {
     pub max_connections: usize,
     pub max_inflight: u32,
     pub max_header_bytes: usize,
+    pub max_headers: usize,
     pub app_timeout: Duration,
     pub app_stall: Duration,
     pub app_probe: Duration,
@@ -109,6 +110,10 @@ pub struct Raw {
     /// Largest request head (line and headers) in bytes [default: 65536].
     #[arg(long)]
     pub max_header_bytes: Option<usize>,
+    /// Most request headers; more get 431. Above every front's own limit plus
+    /// the headers it adds (Envoy takes 100 from a client, HAProxy 101) [default: 160].
+    #[arg(long)]
+    pub max_headers: Option<usize>,
     /// Time the app has to answer, in ms; shorter than the fronts' (60 s), so
     /// the client gets the agent's 504 naming the app [default: 55000].
     #[arg(long)]
@@ -153,7 +158,7 @@ impl Raw {
             None => Raw::default(),
         };
         overlay!(raw, flags, id, listen, admin, app, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
-            health_path, drain_limit, max_connections, max_inflight, max_header_bytes, app_timeout_ms,
+            health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms);
         raw.validate()
     }
@@ -213,6 +218,10 @@ impl Raw {
         if !(8192..=1 << 20).contains(&max_header_bytes) {
             return Err(invalid("max_header_bytes", format!("{max_header_bytes} is out of range (8192 to 1048576)")));
         }
+        let max_headers = self.max_headers.unwrap_or(160);
+        if !(16..=10_000).contains(&max_headers) {
+            return Err(invalid("max_headers", format!("{max_headers} is out of range (16 to 10000)")));
+        }
         let drain_limit = self.drain_limit.unwrap_or(1 << 20);
         if drain_limit > 64 << 20 {
             return Err(invalid("drain_limit", format!("{drain_limit} is above 64 MiB")));
@@ -234,6 +243,7 @@ impl Raw {
             max_connections,
             max_inflight,
             max_header_bytes,
+            max_headers,
             app_timeout: ms("app_timeout_ms", self.app_timeout_ms, 55_000, 1)?,
             app_stall: ms("app_stall_ms", self.app_stall_ms, 10_000, 0)?,
             app_probe: ms("app_probe_ms", self.app_probe_ms, 250, 10)?,
@@ -281,6 +291,7 @@ mod tests {
         assert_eq!(key_of(raw(|r| r.health_path = Some("health".into()))), "health_path");
         assert_eq!(key_of(raw(|r| r.app_timeout_ms = Some(0))), "app_timeout_ms");
         assert_eq!(key_of(raw(|r| r.idle_timeout_ms = Some(10))), "idle_timeout_ms");
+        assert_eq!(key_of(raw(|r| r.max_headers = Some(4))), "max_headers");
     }
 
     #[test]

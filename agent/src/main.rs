@@ -86,7 +86,7 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
         let _ = stream.set_nodelay(true);
         let agent = agent.clone();
         tokio::spawn(async move {
-            let max_buf = agent.cfg.max_header_bytes;
+            let (max_buf, max_headers) = (agent.cfg.max_header_bytes, agent.cfg.max_headers);
             let idle = agent.cfg.idle_timeout;
             let svc = service_fn(move |req| agent.clone().handle(req));
             let _ = http1::Builder::new()
@@ -96,6 +96,9 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
                 // kept longer than every front's (the proxy side closes first).
                 .header_read_timeout(idle)
                 .max_buf_size(max_buf)
+                // hyper's own default is 100: a client's 95 headers plus the
+                // front's marks got 431 (the list then lives on the heap)
+                .max_headers(max_headers)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
             drop(permit);
@@ -103,11 +106,17 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
     }
 }
 
+/// Connections the admin port holds at once: a scraper or two, never a crowd.
+const ADMIN_CONNECTIONS: usize = 64;
+
 async fn serve_admin(listener: TcpListener, agent: Arc<Agent>) {
+    let slots = Arc::new(Semaphore::new(ADMIN_CONNECTIONS));
     loop {
+        let permit = slots.clone().acquire_owned().await.expect("semaphore never closed");
         let Ok((stream, _)) = listener.accept().await else { continue };
         let agent = agent.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let agent = agent.clone();
                 async move {
@@ -120,7 +129,12 @@ async fn serve_admin(listener: TcpListener, agent: Arc<Agent>) {
                     Ok::<_, std::convert::Infallible>(r)
                 }
             });
-            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            // an idle or slow connection is closed after 10 s (it held on 40 s and more)
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
         });
     }
 }
