@@ -1,4 +1,4 @@
-"""Real HAProxy: Debian's 2.6 (Lua 5.3) on the host, 3.0 (Lua 5.4) in the
+"""Real HAProxy: Debian's 2.6 (Lua 5.3) on the host, 3.0 (Lua 5.4) from the
 debootstrapped trixie root; the committed example configs pointed at a test's
 addresses, and its runtime API."""
 
@@ -20,8 +20,9 @@ HAPROXY_VERSIONS = ["2.6", "3.0"]
 
 
 class HaproxyRoot:
-    """Where a HAProxy runs: the host's 2.6 (Lua 5.3), or 3.0 (Lua 5.4) in the
-    debootstrapped trixie root, chrooted but on the host's loopback."""
+    """Where a HAProxy runs: the host's 2.6 (Lua 5.3), or 3.0 (Lua 5.4) from the
+    debootstrapped trixie root, run in place by trixie's own loader
+    (scripts/trixie-haproxy): no chroot, so no root, on the host's files and loopback."""
 
     def __init__(self, version: str):
         self.version = version
@@ -35,13 +36,13 @@ class HaproxyRoot:
         shutil.copy(ROOT / "haproxy-lua" / "huntlb.lua", self.dir / "huntlb.lua")
 
     def inside(self, p: Path) -> str:
-        """A path as HAProxy sees it."""
-        return "/" + str(p.relative_to(self.root)) if self.root != Path("/") else str(p)
+        """A path as HAProxy sees it (both run on the host's files)."""
+        return str(p)
 
     def argv(self, cfg: Path) -> list[str]:
         if self.root == Path("/"):
             return ["/usr/sbin/haproxy", "-db", "-f", str(cfg)]
-        return ["chroot", str(self.root), "/usr/sbin/haproxy", "-db", "-f", self.inside(cfg)]
+        return [str(ROOT / "scripts" / "trixie-haproxy"), "-db", "-f", str(cfg)]
 
     def cleanup(self):
         shutil.rmtree(self.dir, ignore_errors=True)
