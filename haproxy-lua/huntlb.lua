@@ -26,6 +26,7 @@
 
 local policy = require "huntlb.policy"
 local upmap = require "huntlb.upmap"
+local metrics = require "huntlb.metrics"
 
 local core = core
 local tonumber = tonumber
@@ -83,19 +84,12 @@ function _M.parse_args(list)
         end
         args.every_ms = every
     else
-        local p, err = policy.parse(args.policy or "dynamic")
-        if not p then
-            return nil, "huntlb: arg `policy`: " .. err
+        -- the settings every host shares: defaults and checks in huntlb.policy
+        local settings, err = policy.settings(args, "sidecar")
+        if not settings then
+            return nil, "huntlb: arg " .. err
         end
-        local w = str_match(args.workers or "32", "^%d+$") and tonumber(args.workers or "32")
-        if not w or w < 1 or w > 65535 then
-            return nil, "huntlb: arg `workers` must be a whole number from 1 to 65535"
-        end
-        args.workers = w
-        args.id = args.id or "sidecar"
-        if not policy.is_token(args.id) then
-            return nil, "huntlb: arg `id` must be 1-64 token characters"
-        end
+        args.settings = settings
     end
     return args
 end
@@ -168,10 +162,24 @@ end
 
 -- sidecar --------------------------------------------------------------------
 
+--- The sidecar's metrics as samples for huntlb.metrics (names from its table).
+function _M.sidecar_samples(counts, p, workers, busy)
+    return {
+        huntlb_offers_total = { accept = counts.offers_accept, refuse = counts.offers_refuse },
+        huntlb_finals_total = counts.finals,
+        huntlb_finals_busy_total = counts.finals_busy,
+        huntlb_plain_total = counts.plain,
+        huntlb_malformed_total = counts.malformed,
+        huntlb_workers = workers,
+        huntlb_busy = busy,
+        huntlb_policy_c = p:threshold(), -- nil for `always`: left out
+    }
+end
+
 local function start_sidecar(args)
-    local p = policy.new(args.policy or "dynamic")
-    local workers = args.workers
-    local counts = { offers_accept = 0, offers_refuse = 0, finals = 0, plain = 0, malformed = 0 }
+    local p = args.settings.policy
+    local workers = args.settings.workers
+    local counts = { offers_accept = 0, offers_refuse = 0, finals = 0, finals_busy = 0, plain = 0, malformed = 0 }
     local empty = {}
 
     -- HAProxy lists header values 0-indexed; make them a plain list.
@@ -197,25 +205,20 @@ local function start_sidecar(args)
                 counts.offers_refuse = counts.offers_refuse + 1
                 txn:set_var("txn.hunt_refuse", true)
             end
+        elseif class == "final" then
+            counts.finals = counts.finals + 1
+            -- accepted while busy: the scaling signal
+            if p:is_busy(tonumber(txn:get_var("txn.hunt_busy")) or 0) then
+                counts.finals_busy = counts.finals_busy + 1
+            end
         else
-            local key = class == "final" and "finals" or class
-            counts[key] = counts[key] + 1
+            counts[class] = counts[class] + 1
         end
     end, 0)
 
     core.register_service("huntlb-metrics", "http", function(applet)
-        local lines = {
-            str_format('huntlb_offers_total{decision="accept"} %d', counts.offers_accept),
-            str_format('huntlb_offers_total{decision="refuse"} %d', counts.offers_refuse),
-            str_format("huntlb_finals_total %d", counts.finals),
-            str_format("huntlb_plain_total %d", counts.plain),
-            str_format("huntlb_malformed_total %d", counts.malformed),
-            str_format("huntlb_workers %d", workers),
-            str_format("huntlb_busy %d", tonumber(applet:get_var("txn.hunt_busy")) or 0),
-        }
-        local c = p:threshold()
-        if c then lines[#lines + 1] = str_format("huntlb_policy_c %d", c) end
-        local body = tbl_concat(lines, "\n") .. "\n"
+        local busy = tonumber(applet:get_var("txn.hunt_busy")) or 0
+        local body = metrics.render(_M.sidecar_samples(counts, p, workers, busy))
         applet:set_status(200)
         applet:add_header("content-type", "text/plain; version=0.0.4")
         applet:add_header("content-length", tostring(#body))

@@ -54,6 +54,10 @@ class Hunter:
     def c(self) -> float:
         return self._read("c")
 
+    def finals_busy(self) -> float:
+        """Finals accepted while at or above the threshold (the scaling signal)."""
+        return self._read("finals_busy")
+
     def accepted(self) -> float:
         return self._read("accepted")
 
@@ -61,9 +65,11 @@ class Hunter:
         return self._read("refused")
 
 
-_AGENT_NAMES = {"inflight": "huntlb_inflight", "c": "huntlb_policy_c",
+_AGENT_NAMES = {"inflight": "huntlb_inflight", "c": "huntlb_policy_c", "finals_busy": "huntlb_finals_busy_total",
                 "accepted": 'huntlb_offers_total{decision="accept"}', "refused": 'huntlb_offers_total{decision="refuse"}'}
-_SIDECAR_NAMES = {"inflight": "wasmcustom.huntlb_inflight", "c": "wasmcustom.huntlb_policy_c",
+# proxy-wasm metrics carry no labels: the value goes into the name (policy/src/metrics.rs)
+_SIDECAR_NAMES = {"inflight": "wasmcustom.huntlb_busy", "c": "wasmcustom.huntlb_policy_c",
+                  "finals_busy": "wasmcustom.huntlb_finals_busy_total",
                   "accepted": "wasmcustom.huntlb_offers_accept_total", "refused": "wasmcustom.huntlb_offers_refuse_total"}
 
 

@@ -33,6 +33,8 @@ def test_refused_offer_is_served_by_another_backend_as_final(procs, addrs, front
         assert path_count(bs, path) == 1
     assert sum(b.refused() - base[b.id][0] for b in bs) == 20
     assert sum(b.metrics()["huntlb_finals_total"] - base[b.id][1] for b in bs) == 20
+    # static:0 is always busy: every final was accepted while busy (the scaling signal)
+    assert all(b.metrics()["huntlb_finals_busy_total"] == b.metrics()["huntlb_finals_total"] > 0 for b in bs)
     assert sum(b.metrics()['huntlb_offers_total{decision="accept"}'] for b in bs) == 0
     assert f.leftover_refusals() == 0
 

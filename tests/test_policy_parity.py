@@ -40,6 +40,9 @@ def test_static_refuses_exactly_when_busy_reaches_c(procs, addrs, kind):
         assert app_stats(app)["paths"].get(path, 0) == (1 if b < 3 else 0)
         held += hold(h.addr, 1, work_ms=4000)
     assert (h.accepted(), h.refused()) == (3, 3)
+    # the held finals arrived at b = 0..5: the last three at or above c = 3,
+    # accepted while busy (the scaling signal, named alike on every host)
+    assert h.finals_busy() == 3, f"{kind}: finals accepted while busy"
     if kind == "sidecar":
         per_worker = h.connections_per_worker()
         assert len(per_worker) == 2 and min(per_worker) > 0, f"load did not span both worker threads: {per_worker}"

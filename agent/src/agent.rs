@@ -119,8 +119,11 @@ impl Agent {
             field(req.headers(), protocol::OFFER),
             protocol::per_try_mark(target, field(req.headers(), protocol::ENVOY_ATTEMPT)),
         );
-        let verdict = self.admit(mark);
+        let (verdict, load) = self.admit(mark);
         let m = &self.metrics;
+        if mark == Mark::Final && self.policy.is_busy(load) {
+            m.finals_busy.fetch_add(1, Ordering::Relaxed); // accepted while busy: the scaling signal
+        }
         let counter = match mark {
             Mark::Offer => (verdict == Verdict::Accept).then_some(&m.offers_accepted), // refusals count in refuse()
             Mark::Final => Some(&m.finals),
@@ -140,8 +143,9 @@ impl Agent {
         })
     }
 
-    /// This try's verdict: the agent knows every gate (`huntlb_policy::admit`).
-    fn admit(&self, mark: Mark) -> Verdict {
+    /// This try's verdict, and the load it saw: the agent knows every gate
+    /// (`huntlb_policy::admit`).
+    fn admit(&self, mark: Mark) -> (Verdict, Load) {
         let gates = Gates {
             draining: self.draining.load(Ordering::Acquire),
             app_down: !self.app_up.load(Ordering::Acquire),
@@ -152,7 +156,7 @@ impl Agent {
         if mark == Mark::Offer {
             debug!(busy = load.busy, workers = load.workers, c = self.policy.state().c, ?gates, ?verdict, "offer");
         }
-        verdict
+        (verdict, load)
     }
 
     /// The busy refusal: 425, `hunt: busy`, empty body. A body up to `drain_limit`

@@ -2,7 +2,7 @@
 //! (flags win). Everything is validated once at start; an error names the key.
 
 use clap::Parser;
-use huntlb_policy::Policy;
+use huntlb_policy::{Policy, RawSettings, Settings};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -175,16 +175,11 @@ impl Raw {
             }
             Ok(Duration::from_millis(v))
         };
-        let id = self.id.unwrap_or_else(|| "agent".into());
-        if !huntlb_policy::protocol::is_token(id.as_bytes()) {
-            return Err(invalid("id", format!("`{id}` must be 1-64 token characters (letters, digits, -._~ ...)")));
-        }
-        let policy_spec = self.policy.unwrap_or_else(|| "dynamic".into());
-        let policy: Policy = policy_spec.parse().map_err(|e: huntlb_policy::SpecError| invalid("policy", e.to_string()))?;
-        let workers = self.workers.unwrap_or(32);
-        if workers == 0 || workers > 65_535 {
-            return Err(invalid("workers", format!("{workers} is out of range (1 to 65535)")));
-        }
+        // the settings the sidecars share: validated by the policy crate, once for every host
+        let shared = RawSettings { policy: self.policy.as_deref(), workers: self.workers.map(u64::from), id: self.id.as_deref() }
+            .validate("agent")
+            .map_err(|e| invalid(e.key, e.reason))?;
+        let Settings { policy, workers, id } = shared;
         let load = match self.load.as_deref().unwrap_or("inflight") {
             "inflight" => {
                 if self.apache_status_url.is_some() {

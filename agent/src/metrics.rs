@@ -1,7 +1,9 @@
 //! The agent's counters: plain atomics bumped on the hot path, rendered as
-//! Prometheus text only when /metrics is scraped. Names are shared with the
-//! Envoy sidecar filter where they mean the same thing (`docs/protocol.md`).
+//! Prometheus text only when /metrics is scraped. Names, types and help come
+//! from the policy crate's one table (`huntlb_policy::metrics`), shared with
+//! both sidecars.
 
+use huntlb_policy::metrics::{self as M, Metric};
 use huntlb_policy::Reason;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -18,6 +20,8 @@ pub struct Metrics {
     refused: [AtomicU64; Reason::ALL.len()],
     pub refusals_closed: AtomicU64,
     pub finals: AtomicU64,
+    /// Finals that arrived at or above the policy's threshold (the scaling signal).
+    pub finals_busy: AtomicU64,
     pub plain: AtomicU64,
     pub malformed: AtomicU64,
     pub health_checks: AtomicU64,
@@ -62,60 +66,66 @@ impl Metrics {
         let mut o = String::with_capacity(4096);
         let v = |a: &AtomicU64| a.load(Relaxed);
         let refused_total: u64 = self.refused.iter().map(v).sum();
-        let _ = writeln!(o, "# HELP huntlb_offers_total Offers (tries that may be refused) by decision.");
-        let _ = writeln!(o, "# TYPE huntlb_offers_total counter");
-        let _ = writeln!(o, "huntlb_offers_total{{decision=\"accept\"}} {}", v(&self.offers_accepted));
-        let _ = writeln!(o, "huntlb_offers_total{{decision=\"refuse\"}} {refused_total}");
-        let _ = writeln!(o, "# HELP huntlb_refusals_total Refused offers by reason.");
-        let _ = writeln!(o, "# TYPE huntlb_refusals_total counter");
-        for (why, n) in Reason::ALL.iter().zip(&self.refused) {
-            let _ = writeln!(o, "huntlb_refusals_total{{reason=\"{}\"}} {}", why.name(), v(n));
+        labelled(&mut o, &M::OFFERS, &[v(&self.offers_accepted) as f64, refused_total as f64]);
+        labelled(&mut o, &M::REFUSALS, &self.refused.each_ref().map(|a| v(a) as f64));
+        for (m, a) in [
+            (M::REFUSALS_CLOSED, &self.refusals_closed),
+            (M::FINALS, &self.finals),
+            (M::FINALS_BUSY, &self.finals_busy),
+            (M::PLAIN, &self.plain),
+            (M::MALFORMED, &self.malformed),
+            (M::HEALTH_CHECKS, &self.health_checks),
+        ] {
+            single(&mut o, &m, v(a) as f64);
         }
-        let counters = [
-            ("huntlb_refusals_closed_total", "Refusals whose body was over drain_limit, so the connection was closed.", &self.refusals_closed),
-            ("huntlb_finals_total", "Tries marked final (never refused).", &self.finals),
-            ("huntlb_plain_total", "Requests without hunt headers.", &self.plain),
-            ("huntlb_malformed_total", "Requests with malformed hunt headers (treated as final).", &self.malformed),
-            ("huntlb_health_checks_total", "Health path requests answered by the agent.", &self.health_checks),
-        ];
-        for (name, help, a) in counters {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v(a));
-        }
-        let _ = writeln!(o, "# HELP huntlb_app_errors_total Failures talking to the app, by kind.");
-        let _ = writeln!(o, "# TYPE huntlb_app_errors_total counter");
-        for (kind, a) in [("connect", &self.app_errors_connect), ("timeout", &self.app_errors_timeout), ("other", &self.app_errors_other)] {
-            let _ = writeln!(o, "huntlb_app_errors_total{{kind=\"{kind}\"}} {}", v(a));
-        }
-        let gauges = [
-            ("huntlb_inflight", "Requests in flight to the app.", g.inflight as f64),
-            ("huntlb_busy", "The load b the policy sees (inflight, or Apache BusyWorkers).", g.busy as f64),
-            ("huntlb_workers", "The app's worker count n.", f64::from(g.workers)),
-            ("huntlb_app_up", "1 if the app was reachable at last contact.", f64::from(u8::from(g.app_up))),
-            ("huntlb_app_stalled", "1 while the app gives no answer to requests waiting on it (app_stall_ms).", f64::from(u8::from(g.stalled))),
-            ("huntlb_draining", "1 after SIGTERM.", f64::from(u8::from(g.draining))),
-        ];
-        for (name, help, val) in gauges {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {val}");
-        }
+        let errors = [&self.app_errors_connect, &self.app_errors_timeout, &self.app_errors_other];
+        labelled(&mut o, &M::APP_ERRORS, &errors.map(|a| v(a) as f64));
         if let Some((polls, failed)) = g.apache_polls {
-            let _ = writeln!(o, "# HELP huntlb_apache_polls_total mod_status polls, by result.\n# TYPE huntlb_apache_polls_total counter");
-            let _ = writeln!(o, "huntlb_apache_polls_total{{result=\"ok\"}} {}", polls - failed);
-            let _ = writeln!(o, "huntlb_apache_polls_total{{result=\"failed\"}} {failed}");
+            labelled(&mut o, &M::APACHE_POLLS, &[(polls - failed) as f64, failed as f64]);
+        }
+        for (m, val) in [
+            (M::INFLIGHT, g.inflight as f64),
+            (M::BUSY, g.busy as f64),
+            (M::WORKERS, f64::from(g.workers)),
+            (M::APP_UP, f64::from(u8::from(g.app_up))),
+            (M::APP_STALLED, f64::from(u8::from(g.stalled))),
+            (M::DRAINING, f64::from(u8::from(g.draining))),
+        ] {
+            single(&mut o, &m, val);
         }
         if let Some(c) = g.c {
-            let _ = writeln!(o, "# HELP huntlb_policy_c The acceptance threshold c in effect.\n# TYPE huntlb_policy_c gauge\nhuntlb_policy_c {c}");
+            single(&mut o, &M::POLICY_C, f64::from(c));
         }
-        let _ = writeln!(o, "# HELP huntlb_request_duration_seconds Time from forwarding to the app's response headers.");
-        let _ = writeln!(o, "# TYPE huntlb_request_duration_seconds histogram");
+        let name = M::DURATION.name;
+        head(&mut o, &M::DURATION);
         let mut cum = 0;
         for (b, a) in BUCKETS.iter().zip(&self.latency_buckets) {
             cum += v(a);
-            let _ = writeln!(o, "huntlb_request_duration_seconds_bucket{{le=\"{b}\"}} {cum}");
+            let _ = writeln!(o, "{name}_bucket{{le=\"{b}\"}} {cum}");
         }
         let count = v(&self.latency_count);
-        let _ = writeln!(o, "huntlb_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(o, "huntlb_request_duration_seconds_sum {}", v(&self.latency_sum_us) as f64 / 1e6);
-        let _ = writeln!(o, "huntlb_request_duration_seconds_count {count}");
+        let _ = writeln!(o, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(o, "{name}_sum {}", v(&self.latency_sum_us) as f64 / 1e6);
+        let _ = writeln!(o, "{name}_count {count}");
         o
+    }
+}
+
+fn head(o: &mut String, m: &Metric) {
+    let _ = writeln!(o, "# HELP {} {}\n# TYPE {} {}", m.name, m.help, m.name, m.kind.name());
+}
+
+fn single(o: &mut String, m: &Metric, val: f64) {
+    head(o, m);
+    let _ = writeln!(o, "{} {val}", m.name);
+}
+
+/// A metric split by its label, values in the table's label order.
+fn labelled(o: &mut String, m: &Metric, vals: &[f64]) {
+    let (key, names) = m.label.expect("a labelled metric");
+    debug_assert_eq!(names.len(), vals.len(), "{}", m.name);
+    head(o, m);
+    for (n, val) in names.iter().zip(vals) {
+        let _ = writeln!(o, "{}{{{key}=\"{n}\"}} {val}", m.name);
     }
 }

@@ -6,25 +6,19 @@
 //! {"role": "sidecar", "policy": "dynamic", "workers": 32, "id": "web-1"}
 //! ```
 
-use huntlb_policy::{protocol, Policy};
+use huntlb_policy::{RawSettings, Settings};
 use serde::Deserialize;
 
-/// The sidecar's settings: the agent's job, as a filter in a backend's Envoy.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sidecar {
-    pub policy: Policy,
-    /// The app's worker count n (SR_dyn never raises c above it).
-    pub workers: u32,
-    /// Sent back as `hunt-served-by`.
-    pub id: String,
-}
+/// The sidecar's settings (the agent's job, as a filter in a backend's Envoy):
+/// the ones every host shares, defaults and validation in the policy crate.
+pub type Sidecar = Settings;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Raw {
     role: Option<String>,
     policy: Option<String>,
-    workers: Option<u32>,
+    workers: Option<u64>,
     id: Option<String>,
 }
 
@@ -41,24 +35,15 @@ pub fn parse(json: &[u8]) -> Result<Sidecar, String> {
         Some(other) => return bad("role", format!("`{other}` is not a role (expected sidecar)")),
         None => return bad("role", "missing (expected sidecar)".into()),
     }
-    let policy = match raw.policy.as_deref().unwrap_or("dynamic").parse::<Policy>() {
-        Ok(p) => p,
-        Err(e) => return bad("policy", e.to_string()),
-    };
-    let workers = raw.workers.unwrap_or(32);
-    if workers == 0 || workers > 65_535 {
-        return bad("workers", format!("{workers} is out of range (1 to 65535)"));
-    }
-    let id = raw.id.unwrap_or_else(|| "sidecar".into());
-    if !protocol::is_token(id.as_bytes()) {
-        return bad("id", format!("`{id}` must be 1-64 token characters"));
-    }
-    Ok(Sidecar { policy, workers, id })
+    RawSettings { policy: raw.policy.as_deref(), workers: raw.workers, id: raw.id.as_deref() }
+        .validate("sidecar")
+        .or_else(|e| bad(e.key, e.reason))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use huntlb_policy::Policy;
 
     #[test]
     fn sidecar() {

@@ -5,6 +5,8 @@
 use crate::config;
 use huntlb_policy::protocol::{self, Field, Mark};
 use huntlb_policy::admission::{self, StateCell, Write};
+use huntlb_policy::Policy;
+use huntlb_policy::metrics as M;
 use huntlb_policy::{Gates, Load, State, Try, Verdict};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -22,34 +24,35 @@ const INFLIGHT_KEY: &str = "huntlb.inflight";
 const POLICY_KEY: &str = "huntlb.policy_state";
 const CAS_TRIES: usize = 64;
 
-/// Sidecar metrics: the agent's names where they mean the same (labels become
-/// name parts: `huntlb_offers_total{decision="accept"}` is `huntlb_offers_accept_total`).
+/// Sidecar metrics: the names of the policy crate's table (`huntlb_policy::metrics`);
+/// proxy-wasm metrics carry no labels, so a label value is folded into the name
+/// (`huntlb_offers_total{decision="accept"}` is `huntlb_offers_accept_total`).
 struct Metrics {
     offers_accept: u32,
     offers_refuse: u32,
     finals: u32,
+    finals_busy: u32,
     plain: u32,
     malformed: u32,
-    inflight: u32,
+    busy: u32,
+    workers: u32,
     policy_c: u32,
-}
-
-fn counter(name: &str) -> Result<u32, Status> {
-    hostcalls::define_metric(MetricType::Counter, name)
 }
 
 impl Metrics {
     fn define() -> Result<Metrics, Status> {
-        let c = counter;
-        let g = |n: &str| hostcalls::define_metric(MetricType::Gauge, n);
+        let c = |m: &str| hostcalls::define_metric(MetricType::Counter, m);
+        let g = |m: &str| hostcalls::define_metric(MetricType::Gauge, m);
         Ok(Metrics {
-            offers_accept: c("huntlb_offers_accept_total")?,
-            offers_refuse: c("huntlb_offers_refuse_total")?,
-            finals: c("huntlb_finals_total")?,
-            plain: c("huntlb_plain_total")?,
-            malformed: c("huntlb_malformed_total")?,
-            inflight: g("huntlb_inflight")?,
-            policy_c: g("huntlb_policy_c")?,
+            offers_accept: c(&M::OFFERS.flat("accept"))?,
+            offers_refuse: c(&M::OFFERS.flat("refuse"))?,
+            finals: c(M::FINALS.name)?,
+            finals_busy: c(M::FINALS_BUSY.name)?,
+            plain: c(M::PLAIN.name)?,
+            malformed: c(M::MALFORMED.name)?,
+            busy: g(M::BUSY.name)?,
+            workers: g(M::WORKERS.name)?,
+            policy_c: g(M::POLICY_C.name)?,
         })
     }
 }
@@ -87,7 +90,13 @@ impl RootContext for Root {
             let _ = self.set_shared_data(INFLIGHT_KEY, Some(&0u32.to_le_bytes()), cas);
         }
         match Metrics::define() {
-            Ok(m) => self.metrics = Some(Rc::new(m)),
+            Ok(m) => {
+                let _ = hostcalls::record_metric(m.workers, u64::from(settings.workers));
+                if let (Some(c), true) = (SharedState { policy_c: m.policy_c }.read(), settings.policy != Policy::Always) {
+                    let _ = hostcalls::record_metric(m.policy_c, u64::from(c.0.c));
+                }
+                self.metrics = Some(Rc::new(m))
+            }
             Err(e) => {
                 proxy_wasm::hostcalls::log(LogLevel::Error, &format!("huntlb filter: define metrics: {e:?}")).ok();
                 return false;
@@ -162,7 +171,7 @@ impl Sidecar {
                 Ok(()) => {
                     // Add, not record: snapshots written by two worker threads can
                     // land out of order and leave the gauge stale.
-                    let _ = hostcalls::increment_metric(self.metrics.inflight, i64::from(next) - i64::from(cur));
+                    let _ = hostcalls::increment_metric(self.metrics.busy, i64::from(next) - i64::from(cur));
                     return next;
                 }
                 Err(Status::CasMismatch) => continue,
@@ -222,7 +231,14 @@ impl HttpContext for Sidecar {
                 }
                 inc(self.metrics.offers_accept);
             }
-            Mark::Final => inc(self.metrics.finals),
+            Mark::Final => {
+                inc(self.metrics.finals);
+                let load = Load { busy: self.inflight(), workers: *workers };
+                let cell = SharedState { policy_c: self.metrics.policy_c };
+                if cell.read().is_some_and(|(state, _)| policy.is_busy(state, load)) {
+                    inc(self.metrics.finals_busy); // accepted while busy: the scaling signal
+                }
+            }
             Mark::Plain => inc(self.metrics.plain),
             Mark::Malformed => inc(self.metrics.malformed),
         }

@@ -247,4 +247,44 @@ function _M.threshold(self)
     return self.c
 end
 
+--- Whether `busy` is at or above the threshold in effect: an offer would be
+-- refused now, and a final arriving now is accepted while busy (the scaling
+-- signal, huntlb_finals_busy_total). Never for `always`.
+function _M.is_busy(self, busy)
+    return self.c ~= nil and busy >= self.c
+end
+
+-- settings every host shares (policy/src/settings.rs) ------------------------
+
+local DEFAULT_POLICY = "dynamic"
+local DEFAULT_WORKERS = 32
+local MAX_WORKERS = 65535
+
+--- Validate the shared settings from text args (policy, workers, id; absent
+-- take the defaults, the id `default_id`). Returns { policy = instance,
+-- workers = n, id = s }, or nil, a message and the offending key.
+function _M.settings(args, default_id)
+    local spec = args.policy or DEFAULT_POLICY
+    local _, perr = _M.parse(spec)
+    if perr then
+        return nil, "`policy`: " .. perr, "policy"
+    end
+    local w = args.workers
+    local workers = DEFAULT_WORKERS
+    if w ~= nil then
+        workers = str_match(w, "^%d+$") and #w <= 9 and tonumber(w)
+        if not workers then
+            return nil, str_format("`workers`: `%s` is not a whole number", w), "workers"
+        end
+        if workers < 1 or workers > MAX_WORKERS then
+            return nil, str_format("`workers`: %d is out of range (1 to %d)", workers, MAX_WORKERS), "workers"
+        end
+    end
+    local id = args.id or default_id
+    if not is_token(id) then
+        return nil, str_format("`id`: `%s` must be 1-64 token characters", id), "id"
+    end
+    return { policy = _M.new(spec), workers = workers, id = id }
+end
+
 return _M

@@ -46,7 +46,8 @@ for _, case in ipairs(load("admission.json").cases) do
         for r = 1, step["repeat"] or 1 do
             local verdict, why = p:admit(step.try, step.gates, step.busy, case.workers)
             local got = why and (verdict .. ":" .. why) or verdict
-            if got ~= step.expect or (step.c ~= nil and p:threshold() ~= step.c) then
+            if got ~= step.expect or (step.c ~= nil and p:threshold() ~= step.c)
+                or (step.is_busy ~= nil and p:is_busy(step.busy) ~= step.is_busy) then
                 ok_case = false
                 io.stderr:write(string.format("admission.json `%s` step %d repeat %d: got %s c=%s\n", case.name, i, r, got, tostring(p:threshold())))
             end
@@ -74,6 +75,54 @@ end
 for i, c in ipairs(load("classify.json").cases) do
     local got = policy.classify(c.offer, c.target, c.attempt)
     check(got == c.class, string.format("classify case %d: got %s want %s", i, got, c.class))
+end
+
+local function show(args)
+    local parts = {}
+    for k, v in pairs(args) do parts[#parts + 1] = k .. "=" .. v end
+    table.sort(parts)
+    return "{" .. table.concat(parts, " ") .. "}"
+end
+
+local settings = load("settings.json")
+for _, v in ipairs(settings.valid) do
+    local st, err = policy.settings(v.args, settings.default_id)
+    local ok = st ~= nil and st.policy.p.kind == v.kind and st.workers == v.workers and st.id == v.id
+        and (v.c == nil or st.policy:threshold() == v.c)
+    check(ok, "valid settings " .. show(v.args) .. ": " .. tostring(err))
+end
+for _, v in ipairs(settings.invalid) do
+    local st, err, key = policy.settings(v.args, settings.default_id)
+    check(st == nil and key == v.key, "invalid settings " .. show(v.args) .. " want key " .. v.key .. ", got " .. tostring(key) .. " (" .. tostring(err) .. ")")
+end
+
+-- the metric table is the Rust one, and the sidecar exports exactly its sidecar rows
+local metrics = require "huntlb.metrics"
+local listed = load("metrics.json").metrics
+check(#listed == #metrics.ALL, "metrics.json has " .. #listed .. " rows, huntlb.metrics " .. #metrics.ALL)
+local sidecar_names = {}
+for i, want in ipairs(listed) do
+    local got = metrics.ALL[i] or {}
+    local same = got.name == want.name and got.kind == want.kind and got.sidecar == want.sidecar and got.label == want.label
+        and #(got.values or {}) == #(want.values or {})
+    for j, lv in ipairs(want.values or {}) do same = same and got.values[j] == lv end
+    check(same, "metric row " .. i .. ": " .. tostring(got.name) .. " vs " .. want.name)
+    if want.sidecar then sidecar_names[want.name] = true end
+end
+local huntlb = require "huntlb"
+for _, spec in ipairs({ "dynamic", "always" }) do
+    local counts = { offers_accept = 1, offers_refuse = 2, finals = 3, finals_busy = 1, plain = 4, malformed = 0 }
+    local text = metrics.render(huntlb.sidecar_samples(counts, policy.new(spec), 32, 5))
+    local seen = {}
+    for name in text:gmatch("# TYPE (%S+)") do
+        seen[name] = true
+        check(sidecar_names[name], "sidecar exports " .. name .. ", not a sidecar metric")
+    end
+    for name in pairs(sidecar_names) do
+        -- policy_c is absent with `always` (no threshold), as from the agent
+        check(seen[name] or (spec == "always" and name == "huntlb_policy_c"), "sidecar (" .. spec .. ") lacks " .. name)
+    end
+    check(text:find('huntlb_offers_total{decision="refuse"} 2', 1, true) ~= nil, "rendered offers: " .. text)
 end
 
 -- new() must raise, naming the key

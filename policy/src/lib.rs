@@ -24,9 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 
 pub mod admission;
+pub mod metrics;
 pub mod protocol;
+pub mod settings;
 mod spec;
 pub use admission::{admit, Gates, Reason, Verdict};
+pub use settings::{RawSettings, Settings, SettingsError};
 pub use spec::SpecError;
 
 /// Which try of a request the agent is looking at.
@@ -128,6 +131,13 @@ impl Policy {
         State { c, attempt: 0, accepted: 0 }
     }
 
+    /// Whether `load` is at or above the threshold `c` in effect in `state`:
+    /// an offer would be refused now. A final that arrives then is accepted
+    /// while busy, which is the scaling signal (`metrics::FINALS_BUSY`).
+    pub fn is_busy(&self, state: State, load: Load) -> bool {
+        !matches!(self, Policy::Always) && load.busy >= state.c
+    }
+
     /// Decide on one try. Pure: same inputs, same outcome.
     pub fn decide(&self, state: State, try_: Try, load: Load) -> Outcome {
         if try_ == Try::Final {
@@ -226,6 +236,11 @@ impl SharedPolicy {
     /// Decide on one try with the host's gates first ([`admission::admit`]).
     pub fn admit(&self, try_: Try, gates: Gates, load: Load) -> Verdict {
         admission::admit(&self.policy, &self.state, try_, gates, load)
+    }
+
+    /// [`Policy::is_busy`] on the state as of now.
+    pub fn is_busy(&self, load: Load) -> bool {
+        self.policy.is_busy(self.state(), load)
     }
 
     /// The state as of now (for metrics: the current `c`).

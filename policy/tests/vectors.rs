@@ -65,9 +65,12 @@ fn admission_vectors() {
                     Verdict::Refuse(why) => format!("refuse:{}", why.name()),
                 };
                 assert_eq!(got, step["expect"].as_str().unwrap(), "admission `{name}` step {i} repeat {r}");
+                let state = huntlb_policy::State::from_bits(cell.load(std::sync::atomic::Ordering::Acquire));
                 if let Some(c) = step.get("c") {
-                    let state = huntlb_policy::State::from_bits(cell.load(std::sync::atomic::Ordering::Acquire));
                     assert_eq!(u64::from(state.c), c.as_u64().unwrap(), "admission `{name}` step {i} repeat {r}: c");
+                }
+                if let Some(b) = step.get("is_busy") {
+                    assert_eq!(policy.is_busy(state, load), b.as_bool().unwrap(), "admission `{name}` step {i} repeat {r}: is_busy");
                 }
                 steps_run += 1;
             }
@@ -140,5 +143,57 @@ fn classify_vectors() {
             Mark::Malformed => "malformed",
         };
         assert_eq!(got, case["class"].as_str().unwrap(), "{case}");
+    }
+}
+
+#[test]
+fn settings_vectors() {
+    use huntlb_policy::settings::{parse_workers, RawSettings};
+    let doc = vectors("settings.json");
+    let default_id = doc["default_id"].as_str().unwrap();
+    // text args as the Lua sidecar gets them, read the way the Rust hosts read theirs
+    let validate = |args: &Value| {
+        let workers = match args.get("workers").and_then(Value::as_str) {
+            Some(w) => Some(parse_workers(w)?),
+            None => None,
+        };
+        RawSettings { policy: args.get("policy").and_then(Value::as_str), workers, id: args.get("id").and_then(Value::as_str) }
+            .validate(default_id)
+    };
+    for v in doc["valid"].as_array().unwrap() {
+        let s = validate(&v["args"]).unwrap_or_else(|e| panic!("{v}: {e}"));
+        let kind = match s.policy {
+            Policy::Always => "always",
+            Policy::Static { .. } => "static",
+            Policy::Dynamic(_) => "dynamic",
+        };
+        assert_eq!(kind, v["kind"], "{v}");
+        if let Some(c) = v.get("c") {
+            assert_eq!(Some(s.policy.initial_state().c as u64), c.as_u64(), "{v}");
+        }
+        assert_eq!(u64::from(s.workers), v["workers"].as_u64().unwrap(), "{v}");
+        assert_eq!(s.id, v["id"].as_str().unwrap(), "{v}");
+    }
+    for v in doc["invalid"].as_array().unwrap() {
+        let e = validate(&v["args"]).expect_err(&v.to_string());
+        assert_eq!(e.key, v["key"].as_str().unwrap(), "{v}: {e}");
+    }
+}
+
+#[test]
+fn metrics_vector_is_the_table() {
+    use huntlb_policy::metrics::ALL;
+    let doc = vectors("metrics.json");
+    let listed = doc["metrics"].as_array().unwrap();
+    assert_eq!(listed.len(), ALL.len(), "metrics.json and metrics::ALL list different counts");
+    for (m, v) in ALL.iter().zip(listed) {
+        assert_eq!(v["name"], m.name);
+        assert_eq!(v["kind"], m.kind.name(), "{}", m.name);
+        assert_eq!(v["sidecar"], m.sidecar, "{}", m.name);
+        let label = m.label.map(|(k, vals)| (k.to_string(), vals.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
+        let listed_label = v.get("label").map(|k| {
+            (k.as_str().unwrap().to_string(), v["values"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        });
+        assert_eq!(label, listed_label, "{}", m.name);
     }
 }

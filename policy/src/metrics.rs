@@ -1,0 +1,153 @@
+//! Every metric name huntlb exports, in one table, so "the same names
+//! everywhere" holds by construction: the agent renders from [`ALL`], the Wasm
+//! sidecar defines from it, and the Lua sidecar's names are held to
+//! `policy/vectors/metrics.json`, which a test here keeps equal to [`ALL`].
+//!
+//! A host that cannot attach labels (proxy-wasm metrics are plain names) puts
+//! the label value into the name: [`Metric::flat`].
+
+/// Prometheus metric type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One exported metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+    /// The one label and its values, for a metric split by label.
+    pub label: Option<(&'static str, &'static [&'static str])>,
+    /// Exported by the sidecars (Wasm and Lua) too, not only by the agent.
+    pub sidecar: bool,
+}
+
+impl Metric {
+    /// The name with a label value folded in, for hosts without labels:
+    /// `huntlb_offers_total` + `accept` is `huntlb_offers_accept_total`.
+    pub fn flat(&self, value: &str) -> String {
+        match self.name.strip_suffix("_total") {
+            Some(stem) => format!("{stem}_{value}_total"),
+            None => format!("{}_{value}", self.name),
+        }
+    }
+}
+
+const fn m(name: &'static str, kind: Kind, help: &'static str, sidecar: bool) -> Metric {
+    Metric { name, kind, help, label: None, sidecar }
+}
+
+pub const OFFERS: Metric = Metric {
+    name: "huntlb_offers_total",
+    kind: Kind::Counter,
+    help: "Offers (tries that may be refused) by decision.",
+    label: Some(("decision", &["accept", "refuse"])),
+    sidecar: true,
+};
+pub const REFUSALS: Metric = Metric {
+    name: "huntlb_refusals_total",
+    kind: Kind::Counter,
+    help: "Refused offers by reason.",
+    label: Some(("reason", &["policy", "app_down", "draining", "overload"])),
+    sidecar: false,
+};
+pub const REFUSALS_CLOSED: Metric =
+    m("huntlb_refusals_closed_total", Kind::Counter, "Refusals whose body was over drain_limit, so the connection was closed.", false);
+pub const FINALS: Metric = m("huntlb_finals_total", Kind::Counter, "Tries marked final (never refused).", true);
+pub const FINALS_BUSY: Metric = m(
+    "huntlb_finals_busy_total",
+    Kind::Counter,
+    "Finals that arrived while the load was at or above the refusal threshold c: accepted while busy. \
+     A rising rate says the fleet needs another backend (docs/agent.md#scaling-signal).",
+    true,
+);
+pub const PLAIN: Metric = m("huntlb_plain_total", Kind::Counter, "Requests without hunt headers.", true);
+pub const MALFORMED: Metric = m("huntlb_malformed_total", Kind::Counter, "Requests with malformed hunt headers (treated as final).", true);
+pub const HEALTH_CHECKS: Metric = m("huntlb_health_checks_total", Kind::Counter, "Health path requests answered by the agent.", false);
+pub const APP_ERRORS: Metric = Metric {
+    name: "huntlb_app_errors_total",
+    kind: Kind::Counter,
+    help: "Failures talking to the app, by kind.",
+    label: Some(("kind", &["connect", "timeout", "other"])),
+    sidecar: false,
+};
+pub const APACHE_POLLS: Metric = Metric {
+    name: "huntlb_apache_polls_total",
+    kind: Kind::Counter,
+    help: "mod_status polls, by result (with load = apache only).",
+    label: Some(("result", &["ok", "failed"])),
+    sidecar: false,
+};
+pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
+pub const BUSY: Metric = m("huntlb_busy", Kind::Gauge, "The load b the policy sees (requests in flight, or Apache BusyWorkers).", true);
+pub const WORKERS: Metric = m("huntlb_workers", Kind::Gauge, "The app's worker count n.", true);
+pub const POLICY_C: Metric = m("huntlb_policy_c", Kind::Gauge, "The acceptance threshold c in effect (absent with policy always).", true);
+pub const APP_UP: Metric = m("huntlb_app_up", Kind::Gauge, "1 if the app was reachable at last contact.", false);
+pub const APP_STALLED: Metric =
+    m("huntlb_app_stalled", Kind::Gauge, "1 while the app gives no answer to requests waiting on it (app_stall_ms).", false);
+pub const DRAINING: Metric = m("huntlb_draining", Kind::Gauge, "1 after SIGTERM.", false);
+pub const DURATION: Metric =
+    m("huntlb_request_duration_seconds", Kind::Histogram, "Time from forwarding to the app's response headers.", false);
+
+/// Every metric, in the order the agent renders them.
+pub const ALL: &[Metric] = &[
+    OFFERS,
+    REFUSALS,
+    REFUSALS_CLOSED,
+    FINALS,
+    FINALS_BUSY,
+    PLAIN,
+    MALFORMED,
+    HEALTH_CHECKS,
+    APP_ERRORS,
+    APACHE_POLLS,
+    INFLIGHT,
+    BUSY,
+    WORKERS,
+    POLICY_C,
+    APP_UP,
+    APP_STALLED,
+    DRAINING,
+    DURATION,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Reason;
+
+    #[test]
+    fn names_are_unique_and_prometheus_shaped() {
+        for (i, a) in ALL.iter().enumerate() {
+            assert!(a.name.starts_with("huntlb_") && a.name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{}", a.name);
+            assert_eq!(a.kind == Kind::Counter, a.name.ends_with("_total"), "{}: counters and only counters end in _total", a.name);
+            assert!(ALL[i + 1..].iter().all(|b| b.name != a.name), "{} twice", a.name);
+        }
+    }
+
+    #[test]
+    fn refusal_labels_are_the_reasons() {
+        let (_, values) = REFUSALS.label.unwrap();
+        assert_eq!(values, Reason::ALL.map(Reason::name));
+    }
+
+    #[test]
+    fn flat_names() {
+        assert_eq!(OFFERS.flat("accept"), "huntlb_offers_accept_total");
+        assert_eq!(BUSY.flat("x"), "huntlb_busy_x");
+    }
+}
