@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The demo's load: huntlb-loadgen driving every front with the same open-loop
+schedule, window after window, and what the clients saw as Prometheus metrics.
+
+Each window of LOAD_WINDOW_S seconds runs one huntlb-loadgen per front, all
+with the same rate and seed (so each front gets the same Poisson arrivals),
+then publishes their reports on :9100/metrics:
+
+  huntlb_demo_requests_total{front}          requests completed
+  huntlb_demo_errors_total{front}            client errors: transport errors, timeouts, non-2xx
+  huntlb_demo_served_total{front,backend}    who served (the hunt-served-by header)
+  huntlb_demo_latency_ms{front,quantile}     last window's percentiles (CO-corrected)
+  huntlb_demo_latency_mean_ms{front}         last window's mean
+  huntlb_demo_rate{front}                    requests/s sent
+  huntlb_demo_windows_total                  windows finished
+
+POST /rate?factor=F multiplies the rate from the next window on (a load step;
+F=1 undoes it). Env: FRONTS ("name=url ..."), RATE, LOAD_WINDOW_S.
+Standard library only (the image has Debian's python3).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+FRONTS = [tuple(f.split("=", 1)) for f in os.environ["FRONTS"].split()]
+RATE = float(os.environ.get("RATE", "40"))
+WINDOW = float(os.environ.get("LOAD_WINDOW_S", "5"))
+QUANTILES = (50.0, 90.0, 99.0)
+
+lock = threading.Lock()
+state = {"factor": 1.0, "windows": 0, "requests": {}, "errors": {}, "served": {}, "lat": {}, "mean": {}}
+
+
+def window(seed: int, rate: float, work: str) -> None:
+    procs = []
+    for name, url in FRONTS:
+        out = os.path.join(work, f"{name}.json")
+        procs.append((name, out, subprocess.Popen(
+            ["huntlb-loadgen", "--target", url, "--rate", f"{rate:.2f}", "--duration", str(WINDOW),
+             "--arrival", "poisson", "--seed", str(seed), "--timeout-ms", "10000", "--json", out],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+    for name, out, p in procs:
+        try:
+            _, err = p.communicate(timeout=WINDOW + 30)
+            rep = json.load(open(out))
+        except Exception as e:  # a report we cannot read: say so, count the window's requests as lost
+            p.kill()
+            print(f"drive: {name}: no report ({e})", file=sys.stderr, flush=True)
+            with lock:
+                state["errors"][name] = state["errors"].get(name, 0) + rate * WINDOW
+            continue
+        bad = rep["errors"] + sum(n for s, n in rep["status"].items() if not 200 <= int(s) < 300)
+        pct = {q: v / 1000 for q, v in rep["latency"]["percentiles"]}
+        with lock:
+            state["requests"][name] = state["requests"].get(name, 0) + rep["completed"]
+            state["errors"][name] = state["errors"].get(name, 0) + bad
+            for b, n in rep.get("served_by", {}).items():
+                state["served"][(name, b)] = state["served"].get((name, b), 0) + n
+            state["lat"][name] = {q: pct.get(q, 0.0) for q in QUANTILES}
+            state["mean"][name] = rep["latency"]["mean_us"] / 1000
+        if bad:
+            print(f"drive: {name}: {bad} client errors in window {seed}: {rep['status']} errors={rep['errors']}",
+                  file=sys.stderr, flush=True)
+
+
+def render() -> str:
+    with lock:
+        s = json.loads(json.dumps({k: v for k, v in state.items() if k != "served"}))
+        served = dict(state["served"])
+        rate = RATE * state["factor"]
+    lines = ["# TYPE huntlb_demo_requests_total counter", "# TYPE huntlb_demo_errors_total counter",
+             "# TYPE huntlb_demo_served_total counter", "# TYPE huntlb_demo_latency_ms gauge",
+             "# TYPE huntlb_demo_latency_mean_ms gauge", "# TYPE huntlb_demo_rate gauge",
+             "# TYPE huntlb_demo_windows_total counter", f"huntlb_demo_windows_total {s['windows']}"]
+    for name, _ in FRONTS:
+        lines.append(f'huntlb_demo_rate{{front="{name}"}} {rate}')
+        lines.append(f'huntlb_demo_requests_total{{front="{name}"}} {s["requests"].get(name, 0)}')
+        lines.append(f'huntlb_demo_errors_total{{front="{name}"}} {s["errors"].get(name, 0)}')
+        if name in s["lat"]:
+            for q, v in s["lat"][name].items():
+                lines.append(f'huntlb_demo_latency_ms{{front="{name}",quantile="{float(q) / 100}"}} {v}')
+            lines.append(f'huntlb_demo_latency_mean_ms{{front="{name}"}} {s["mean"][name]}')
+    for (name, b), n in sorted(served.items()):
+        lines.append(f'huntlb_demo_served_total{{front="{name}",backend="{b}"}} {n}')
+    return "\n".join(lines) + "\n"
+
+
+class Handler(BaseHTTPRequestHandler):
+    def _send(self, code: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("content-type", "text/plain; version=0.0.4")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send(200, render()) if self.path.startswith("/metrics") else self._send(404, "not found\n")
+
+    def do_POST(self):
+        u = urlparse(self.path)
+        if u.path != "/rate":
+            return self._send(404, "not found\n")
+        try:
+            factor = float(parse_qs(u.query)["factor"][0])
+            assert 0 <= factor <= 10
+        except Exception:
+            return self._send(400, "want /rate?factor=F, 0 <= F <= 10\n")
+        with lock:
+            state["factor"] = factor
+        print(f"drive: rate x{factor} from the next window", file=sys.stderr, flush=True)
+        self._send(200, f"rate {RATE * factor:.1f} req/s per front from the next window\n")
+
+    def log_message(self, *a):
+        pass
+
+
+def main() -> int:
+    srv = ThreadingHTTPServer(("0.0.0.0", 9100), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    work = tempfile.mkdtemp(prefix="drive-")
+    print(f"drive: {len(FRONTS)} fronts x {RATE} req/s, {WINDOW} s windows; metrics on :9100", file=sys.stderr, flush=True)
+    seed = 0
+    while True:
+        seed += 1
+        with lock:
+            rate = RATE * state["factor"]
+        t0 = time.monotonic()
+        if rate > 0:
+            window(seed, rate, work)
+        else:
+            time.sleep(WINDOW)
+        with lock:
+            state["windows"] += 1
+        time.sleep(max(0.0, 0.05 - (time.monotonic() - t0)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
