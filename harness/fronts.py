@@ -3,8 +3,8 @@ once every backend passed its health checks."""
 
 from __future__ import annotations
 
-from harness.envoy import envoy_stats, front_config, start_envoy, wait_envoy_hosts_healthy
-from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_server_states, start_haproxy
+from harness.envoy import envoy_host_health, envoy_stats, front_config, start_envoy, wait_envoy_hosts_healthy
+from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_runtime, haproxy_server_states, start_haproxy
 from harness.net import request, wait_tcp, wait_until
 from harness.procs import Addrs, Procs
 
@@ -12,8 +12,26 @@ FRONTS = ["envoy", "haproxy-2.6", "haproxy-3.0"]
 
 
 class Front:
-    def __init__(self, kind, listen, envoy_admin=None, stats=None):
-        self.kind, self.listen, self.envoy_admin, self.stats = kind, listen, envoy_admin, stats
+    """A running front: where it listens, and what it thinks of its backends,
+    read from the proxy itself (Envoy's admin API, HAProxy's runtime API)."""
+
+    def __init__(self, kind, listen, backends, envoy_admin=None, stats=None, hr=None):
+        self.kind, self.listen, self.envoy_admin, self.stats, self.hr = kind, listen, envoy_admin, stats, hr
+        self.backends = [b.agent for b in backends]  # HAProxy's server webN is backends[N-1]
+
+    def up(self) -> set[str]:
+        """The backends (agent addresses) the proxy's health checks pass."""
+        if self.envoy_admin:
+            return {a for a, flags in envoy_host_health(self.envoy_admin).items() if flags == "healthy"}
+        return {self.backends[int(n[3:]) - 1] for n, st in haproxy_server_states(self.stats).items() if st == "UP"}
+
+    def offered(self) -> set[str]:
+        """The backends a request may be offered to first: Envoy's LEAST_REQUEST
+        picks among healthy hosts; HAProxy draws from the module's map."""
+        if self.envoy_admin:
+            return self.up()
+        out = haproxy_runtime(self.stats, f"show map {self.hr.inside(self.hr.dir / 'huntlb-up.map')}")
+        return {self.backends[int(line.split()[2][3:]) - 1] for line in out.splitlines() if line.strip()}
 
     def leftover_refusals(self) -> float:
         """Refusals that came back on a final (Envoy: a busy refusal it could not
@@ -23,24 +41,25 @@ class Front:
         return envoy_stats(self.envoy_admin).get("cluster.backends.upstream_rq_retry_limit_exceeded", 0)
 
 
-def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list) -> Front:
+def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: bool = True) -> Front:
     """The committed hunting front of `kind` (one of FRONTS) over `backends`,
-    returned once every backend passed its health checks and it serves."""
+    returned once every backend passed its health checks and it serves.
+    hunting=False: the same shipped config as the plain proxy (the baseline)."""
     host = addrs.host()
     listen = f"{host}:10000"
     if kind == "envoy":
         admin = f"{host}:9902"
-        start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends]))
+        start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends], hunting=hunting))
         wait_envoy_hosts_healthy(admin, len(backends))
         # The admin API reports health from the main thread; a worker learns of it
         # a moment later, and until then a final can only return to the host
         # that refused it. One served request per worker thread is a fair sign.
         wait_until(lambda: all(request(listen, "GET", "/warmup")[0] == 200 for _ in range(2)), what="front serving")
-        return Front(kind, listen, envoy_admin=admin)
+        return Front(kind, listen, backends, envoy_admin=admin)
     hr = HaproxyRoot(kind.split("-")[1])
     procs.cleanups.append(hr.cleanup)
     stats = f"{host}:9999"
-    wait_tcp(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends)))
+    wait_tcp(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends, hunting=hunting)))
     wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
     wait_until(lambda: request(listen, "GET", "/warmup")[0] == 200, what="front serving")
-    return Front(kind, listen, stats=stats)
+    return Front(kind, listen, backends, stats=stats, hr=hr)

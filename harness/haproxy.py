@@ -66,11 +66,10 @@ def haproxy_config(hr: HaproxyRoot, example: str, addr_map: dict[str, str], keep
     if balance:
         text = re.sub(r"^(\s*)balance \S+.*$", rf"\1balance {balance}", text, flags=re.M)
     if not hunting:
-        # plain HAProxy: every hunting line out, the hunt-header hygiene too
-        drop = ("http-send-name-header", "hunt_offer", "txn.hunt_n", "hunt_big_body", "lua-load", "lua-prepend-path", "HUNTLB_ARGS",
-                "del-header hunt", "set-status 503 if { status 425 }", "res.hdr(hunt-status)")
-        text = "\n".join(l for l in text.splitlines() if not any(d in l for d in drop))
-        text = text.replace("retry-on conn-failure 425", "retry-on conn-failure")
+        # Plain HAProxy from the same file: every hunting line is in a
+        # `.if !defined(HUNTLB_OFF)` block, and a global setenv parsed before
+        # them turns them off (a comment edit cannot change the baseline).
+        text = "global\n    setenv HUNTLB_OFF 1\n" + text
     return text
 
 

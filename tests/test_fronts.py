@@ -14,7 +14,23 @@ from harness import FRONTS, path_count, request, start_backends, start_front
 
 @pytest.fixture(params=FRONTS)
 def front(request, procs, addrs):
-    return lambda backends: start_front(request.param, procs, addrs, backends)
+    return lambda backends, **kw: start_front(request.param, procs, addrs, backends, **kw)
+
+
+def test_plain_baseline_is_the_shipped_config_without_hunting(procs, addrs, front):
+    # The baseline every bench compares against is derived from the shipped file
+    # by its structure (Envoy: YAML keys; HAProxy: the HUNTLB_OFF blocks). Agents
+    # that refuse every offer must see none: no hunt header reaches them.
+    bs = start_backends(procs, addrs, 3, "static:0")
+    f = front(bs, hunting=False)
+    for i in range(30):
+        path = f"/plain/{i}"
+        assert request(f.listen, "GET", path)[0] == 200
+        assert path_count(bs, path) == 1
+    m = [b.metrics() for b in bs]
+    assert sum(x['huntlb_offers_total{decision="accept"}'] + x['huntlb_offers_total{decision="refuse"}'] for x in m) == 0
+    assert sum(x["huntlb_finals_total"] + x["huntlb_malformed_total"] for x in m) == 0
+    assert sum(x["huntlb_plain_total"] for x in m) >= 30
 
 
 def test_refused_offer_is_served_by_another_backend_as_final(procs, addrs, front):
@@ -86,6 +102,55 @@ def test_client_hunt_headers_have_no_effect(procs, addrs, front):
         assert status == 200, hdrs
     # every request still refused exactly once (its offer) and served on its final
     assert sum(b.refused() for b in bs) - before == 4
+
+
+def test_killed_backend_is_marked_down_and_back_without_client_errors(procs, addrs, front):
+    # A backend's agent dies under steady load and comes back on its address.
+    # Health (inter 0.5 s x fall 2, rise 2) takes it out of the first candidates
+    # and back in; a client never sees the gap (a refused connection is retried).
+    import threading
+    import time
+
+    from harness import wait_until
+
+    bs = start_backends(procs, addrs, 3, "always")
+    f = front(bs)
+    every = {b.agent for b in bs}
+    wait_until(lambda: f.up() == every and f.offered() == every, timeout=5, what="all up and offered")
+    victim = bs[0]
+    failures, done = [], threading.Event()
+
+    def steady_load():
+        n = 0
+        while not done.is_set() and n < 2000:
+            status = request(f.listen, "GET", f"/h/{n}")[0]
+            if status != 200:
+                failures.append(status)
+            n += 1
+            time.sleep(0.005)
+
+    t = threading.Thread(target=steady_load)
+    t.start()
+    try:
+        time.sleep(0.3)
+        victim.agent_proc.stop()
+        killed = time.monotonic()
+        wait_until(lambda: victim.agent not in f.up(), timeout=5, what="marked down")
+        down_after = time.monotonic() - killed
+        # interval 0.5 s x 2 failures (+ a 0.25 s connect timeout): about 1-1.5 s
+        assert down_after < 2.5, f"marked down after {down_after:.2f}s"
+        wait_until(lambda: f.offered() == every - {victim.agent}, timeout=2, what="out of the first candidates")
+        procs.agent(victim.host, victim.app, policy="always")
+        restarted = time.monotonic()
+        wait_until(lambda: victim.agent in f.up(), timeout=5, what="up again")
+        assert time.monotonic() - restarted < 2.5
+        wait_until(lambda: f.offered() == every, timeout=2, what="back in the first candidates")
+        time.sleep(0.5)
+    finally:
+        done.set()
+        t.join(timeout=20)
+    assert failures == [], f"clients saw {failures}"
+    assert request(victim.agent, "GET", "/x")[0] == 200
 
 
 def test_sigkilled_backend_costs_only_its_in_flight_requests(procs, addrs, front, tmp_path):
