@@ -50,7 +50,7 @@ demo: setup build
 BENCH := HUNTLB_PROFILE=release $(PYTHON)
 
 release: wasm
-	$(CARGO) build --release -p huntlb-agent -p huntlb-bench
+	$(CARGO) build --release -p huntlb-agent -p huntlb-instruments
 
 # The headline plot in under 10 minutes, to bench/out/quick/ (docs/results/ untouched).
 bench-quick: bench-setup release

@@ -8,7 +8,7 @@ among the others. Compared with the proxies' own rules alone and ideal JSQ, at
 1-64 proxies and ρ 0.6, 0.88, 0.95; a mixed fleet; stale views.
 
 Usage: python3 bench/sim_proxies.py [--seeds 5] [--requests 200000]
-       (after `cargo build --release -p huntlb-bench`; one simulator process at a time)
+       (after `cargo build --release -p huntlb-instruments`; one simulator process at a time)
        python3 bench/sim_proxies.py --report-only   (rewrite the report from runs.json)
 Writes docs/results/simulation-proxies.md (and simulation-proxies.png when
 matplotlib is importable); every run's JSON goes to bench/out/sim-proxies/runs.json.
@@ -100,7 +100,7 @@ def main() -> None:
         (RESULTS / "simulation-proxies.md").write_text(report(data))
         return
     if not SIM.exists():
-        raise SystemExit(f"{SIM} not built: run `cargo build --release -p huntlb-bench` first")
+        raise SystemExit(f"{SIM} not built: run `cargo build --release -p huntlb-instruments` first")
     seeds = list(range(1, a.seeds + 1))
     t0 = time.monotonic()
     pts = []
@@ -247,7 +247,7 @@ def report(d: dict) -> str:
     return f"""# Simulation: hunting over the proxy's own choice
 
 `python3 bench/sim_proxies.py --seeds {n} --requests {d['requests']}` (after
-`cargo build --release -p huntlb-bench`; {d['seconds']:.0f} s on {d['machine']},
+`cargo build --release -p huntlb-instruments`; {d['seconds']:.0f} s on {d['machine']},
 one simulator process at a time). Issue 18, step 1, in `huntlb-sim` only: no real
 proxy, agent or network. The simulator is deterministic: the same command gives the
 same numbers.

@@ -10,7 +10,7 @@ ROOT=..
 COMPOSE=${COMPOSE:-$(docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)}
 
 "$ROOT/scripts/docker-setup.sh" base
-(cd "$ROOT" && cargo build -q --release -p huntlb-agent -p huntlb-bench)
+(cd "$ROOT" && cargo build -q --release -p huntlb-agent -p huntlb-instruments)
 rm -rf dist && mkdir -p dist/lua
 for b in huntlb-agent huntlb-workload huntlb-loadgen; do
     ln "$ROOT/target/release/$b" "dist/$b" 2>/dev/null || cp "$ROOT/target/release/$b" "dist/$b"

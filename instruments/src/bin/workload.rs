@@ -1,8 +1,8 @@
-//! huntlb-workload: an emulated multi-worker HTTP server (see `huntlb_bench::workload`).
+//! huntlb-workload: an emulated multi-worker HTTP server (see `huntlb_instruments::workload`).
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use huntlb_bench::workload::{server, Demand};
+use huntlb_instruments::workload::{server, Demand};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;

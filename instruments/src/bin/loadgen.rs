@@ -1,8 +1,8 @@
-//! huntlb-loadgen: open-loop HTTP load (see `huntlb_bench::loadgen`).
+//! huntlb-loadgen: open-loop HTTP load (see `huntlb_instruments::loadgen`).
 
 use anyhow::Context;
 use clap::Parser;
-use huntlb_bench::loadgen::{self, Arrival, Plan};
+use huntlb_instruments::loadgen::{self, Arrival, Plan};
 use std::time::Duration;
 
 #[derive(Parser, Debug)]

@@ -1,9 +1,9 @@
 //! huntlb-sim: the SRLB Poisson experiment as a discrete-event simulation
-//! (see `huntlb_bench::sim`). Prints one JSON report per line, one per rate.
+//! (see `huntlb_instruments::sim`). Prints one JSON report per line, one per rate.
 
 use anyhow::Context;
 use clap::Parser;
-use huntlb_bench::sim::{self, Assign, Dispatch, ServerSpec};
+use huntlb_instruments::sim::{self, Assign, Dispatch, ServerSpec};
 
 #[derive(Parser, Debug)]
 #[command(version, about = "Simulate random, p2c, least-request, hunting (over each) and ideal JSQ dispatch")]
