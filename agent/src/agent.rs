@@ -17,7 +17,7 @@ use huntlb_policy::protocol::{self, Field, Mark};
 use huntlb_policy::{Gates, Load, Policy, Reason, SharedPolicy, Verdict};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -188,10 +188,18 @@ impl Agent {
 
     /// Forward to the app. `named_by_target`: the try carried `hunt-target`, so
     /// its front may retry a 425 by status alone (`protocol::carry`).
-    async fn forward(&self, req: Request<Incoming>, named_by_target: bool) -> Response<AgentBody> {
+    async fn forward(&self, mut req: Request<Incoming>, named_by_target: bool) -> Response<AgentBody> {
         let guard = self.inflight.enter();
+        // An upgrade (WebSocket) passes through: the app answers the handshake,
+        // and on 101 the two connections are joined (`tunnel`).
+        let upgrade = upgrade_of(req.headers());
+        let downstream = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         strip_request_headers(&mut parts.headers);
+        if let Some(protocol) = upgrade {
+            parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            parts.headers.insert(header::UPGRADE, protocol);
+        }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         parts.uri = match Uri::builder().scheme("http").authority(self.app_authority.clone()).path_and_query(path).build() {
             Ok(u) => u,
@@ -222,11 +230,23 @@ impl Agent {
                 m.app_errors_other.fetch_add(1, Ordering::Relaxed);
                 plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: app at {} failed: {}\n", self.cfg.app, source_chain(&e)))
             }
-            Ok(Ok(resp)) => {
+            Ok(Ok(mut resp)) => {
                 m.observe(start.elapsed());
                 self.app_answered();
+                let switched = match downstream {
+                    Some(down) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                        let up = hyper::upgrade::on(&mut resp);
+                        tokio::spawn(tunnel(down, up));
+                        upgrade_of(resp.headers()).or_else(|| resp.headers().get(header::UPGRADE).cloned())
+                    }
+                    _ => None,
+                };
                 let (mut parts, body) = resp.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                if let Some(protocol) = switched {
+                    parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                    parts.headers.insert(header::UPGRADE, protocol);
+                }
                 // The refusal space is the agent's: no app response may look like
                 // one, or a front would re-send a request the app processed.
                 strip_hunt_headers(&mut parts.headers);
@@ -363,6 +383,33 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
         .collect();
     for n in named.iter().map(String::as_str).chain(HOP_BY_HOP) {
         h.remove(n);
+    }
+}
+
+/// The protocol a request or a 101 asks to switch to: an `Upgrade` header with
+/// `upgrade` among the `Connection` tokens (RFC 9110 7.8).
+fn upgrade_of(h: &HeaderMap) -> Option<HeaderValue> {
+    let asked = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    asked.then(|| h.get(header::UPGRADE).cloned()).flatten()
+}
+
+/// Join a client connection and an app connection after a 101, byte for byte,
+/// until either side closes. The session holds no in-flight slot: it is not a
+/// request the app is working on, and counting it would keep `b` high forever.
+async fn tunnel(down: hyper::upgrade::OnUpgrade, up: hyper::upgrade::OnUpgrade) {
+    match tokio::try_join!(down, up) {
+        Ok((down, up)) => {
+            let (mut down, mut up) = (TokioIo::new(down), TokioIo::new(up));
+            if let Err(e) = tokio::io::copy_bidirectional(&mut down, &mut up).await {
+                debug!(error = %e, "upgraded connection ended");
+            }
+        }
+        Err(e) => debug!(error = %e, "upgrade did not complete"),
     }
 }
 

@@ -100,6 +100,7 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
                 // front's marks got 431 (the list then lives on the heap)
                 .max_headers(max_headers)
                 .serve_connection(TokioIo::new(stream), svc)
+                .with_upgrades() // WebSocket: the agent joins client and app after a 101
                 .await;
             drop(permit);
         });

@@ -1,0 +1,115 @@
+"""Small real apps for the real-client tests, where the workload app has no
+such endpoint: a WebSocket echo server (the `websockets` library) and a
+server-sent-events stream. Each runs in a thread on its own loopback address,
+counts what arrives, and is closed by the test's cleanups."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from harness.hunters import Backend
+from harness.procs import Addrs, Procs
+
+
+class WsEchoApp:
+    """Echoes every WebSocket message; any other request gets 200 `ok`.
+    `handshakes` counts the upgrade requests that reached the app."""
+
+    def __init__(self, host: str, port: int = 9000):
+        from websockets.sync.server import serve
+
+        self.addr = f"{host}:{port}"
+        self.handshakes = 0
+        self._lock = threading.Lock()
+
+        def process_request(conn, request):
+            if request.headers.get("Upgrade", "").lower() != "websocket":
+                return conn.respond(200, "ok\n")
+            with self._lock:
+                self.handshakes += 1
+            return None
+
+        def echo(ws):
+            for msg in ws:
+                ws.send(msg)
+
+        self._server = serve(echo, host, port, process_request=process_request)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self):
+        self._server.shutdown()
+        self._thread.join(timeout=5)
+
+
+class SseApp:
+    """GET /events?n=N&every_ms=T streams N events T ms apart (chunked, as
+    server-sent events are); each event's data is the monotonic time it was
+    written, so a client in the same process measures each event's delay."""
+
+    def __init__(self, host: str, port: int = 9000):
+        app = self
+        self.addr = f"{host}:{port}"
+        self.streams = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if not self.path.startswith("/events"):
+                    self._send(b"ok\n")
+                    return
+                q = dict(kv.split("=") for kv in self.path.partition("?")[2].split("&") if "=" in kv)
+                n, every = min(int(q.get("n", 5)), 100), min(int(q.get("every_ms", 100)), 2000) / 1000
+                app.streams += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for _ in range(n):
+                    time.sleep(every)
+                    event = f"data: {time.monotonic():.6f}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            def _send(self, body: bytes):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def start_app_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_class) -> list[Backend]:
+    """n apps of `app_class`, each behind an agent; `.app_proc` is the app object."""
+    out = []
+    for _ in range(n):
+        host = addrs.host()
+        app = app_class(host)
+        procs.cleanups.append(app.close)
+        agent_proc, agent, admin = procs.agent(host, app.addr, policy=policy)
+        out.append(Backend(host, app.addr, agent, admin, app, agent_proc))
+    return out
