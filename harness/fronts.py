@@ -34,11 +34,13 @@ class Front:
         return {self.backends[int(line.split()[2][3:]) - 1] for line in out.splitlines() if line.strip()}
 
     def leftover_refusals(self) -> float:
-        """Refusals that came back on a final (Envoy: a busy refusal it could not
-        retry, its retry limit spent; HAProxy's front turns these into 503s)."""
+        """Refusals that reached the client because Envoy could not re-send
+        them: its retry limit spent (limit_exceeded) or its retry circuit
+        breaker full (overflow). HAProxy's front turns these into 503s."""
         if not self.envoy_admin:
             return 0
-        return envoy_stats(self.envoy_admin).get("cluster.backends.upstream_rq_retry_limit_exceeded", 0)
+        s = envoy_stats(self.envoy_admin)
+        return sum(s.get(f"cluster.backends.upstream_rq_retry_{k}", 0) for k in ("limit_exceeded", "overflow"))
 
 
 def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: bool = True) -> Front:
