@@ -9,18 +9,16 @@ variants; the report gives medians and 95% confidence intervals.
 """
 
 import argparse
-import subprocess
 import tempfile
 from pathlib import Path
 
-from benchlib import ci95, machine, median, wrk, write_result
+from benchlib.fronts import pin
+from benchlib.reports import machine, write_result
+from benchlib.stats import ci95, median
+from benchlib.tools import wrk
 from harness import OFFER, Addrs, Procs
 
 OFFER_HDRS = OFFER
-
-
-def pin(pid: int, cpu: int) -> None:
-    subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)], capture_output=True, check=True)
 
 
 def main():

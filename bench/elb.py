@@ -25,9 +25,12 @@ import threading
 import time
 from pathlib import Path
 
-import plots
-from benchlib import RESULTS, machine, write_result
-from fleet import STRATEGIES, Fleet, Sampler, drive, jain, start_front, summary, wait_all_up
+from benchlib import plots
+from benchlib.fleet import STRATEGIES, Fleet, Sampler, drive, summary
+from benchlib.fronts import wait_all_up
+from benchlib.reports import RESULTS, flag, machine, write_result
+from benchlib.runs import load, select
+from benchlib.stats import jain
 from harness import Addrs, HaproxyRoot, Procs
 
 PROXIES = ("envoy", "haproxy")
@@ -42,8 +45,7 @@ def gain_loss(work: Path, quick: bool) -> dict:
         fleet.start()
         paths = {"direct to agents": [f"http://{b.agent}/" for b in fleet.backends]}
         for proxy in PROXIES:
-            hunting, lb = STRATEGIES[proxy]["hunt"]
-            paths[f"via {proxy} hunting"] = [start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name="gain").url]
+            paths[f"via {proxy} hunting"] = [fleet.front(proxy, *STRATEGIES[proxy]["hunt"], hr, name="gain").url]
         rates = [256, 512, 1024, 2048, 4096] if quick else [256, 512, 1024, 2048, 4096, 8192, 16384]
         curves, points = {k: [] for k in paths}, []
         for rate in rates:
@@ -74,8 +76,7 @@ def agility(work: Path, quick: bool) -> dict:
                                            (LEAST[proxy], LEAST[proxy], None)):
                 if policy:
                     fleet.set_policy(policy)
-                hunting, lb = STRATEGIES[proxy][strategy]
-                f = start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name=f"agility-{strategy}".replace("(", "").replace(")", ""))
+                f = fleet.front(proxy, *STRATEGIES[proxy][strategy], hr, name=f"agility-{strategy}".replace("(", "").replace(")", ""))
                 wait_all_up(f, len(cores))
                 before = fleet.stats()
                 rep = summary(drive([f.url], rate, seconds, work / f"agility-{proxy}-{name}.json", max_lateness_us=2500))
@@ -86,7 +87,7 @@ def agility(work: Path, quick: bool) -> dict:
                 shares[f"{proxy} {name}"] = share
                 runs.append({"proxy": proxy, "policy": name, "served": served, "backlog_rejected": rejected,
                              **{k: rep[k] for k in ("mean_ms", "p50_ms", "p99_ms", "errors", "valid")}})
-                print(f"  agility {proxy:7s} {name:13s}: mean {rep['mean_ms']:7.1f} ms p99 {rep['p99_ms']:8.1f} errors {rep['errors']}"
+                print(f"  agility {proxy:7s} {name:13s}: mean {rep['mean_ms']:7.1f} ms p99 {rep['p99_ms']:8.1f} errors {flag(rep['errors'])}"
                       f" shares {' '.join(f'{x:.2f}' for x in share)}", flush=True)
         return {"cores": cores, "rate": rate, "seconds": seconds, "shares": shares, "runs": runs}
     finally:
@@ -98,12 +99,10 @@ def fairness() -> dict | None:
     path = RESULTS / "srlb-poisson.json"
     if not path.exists():
         return None
-    runs = json.loads(path.read_text())["runs"]
     out = {}
-    for r in runs:
-        if r["rho"] == 0.88 and r.get("fairness") is not None and r.get("instances", 1) == 1 and r["valid"]:
-            key = f"{r['proxy']} {r['policy']}"
-            out.setdefault(key, []).append((r["fairness"], jain(list(r["served_by"].values()))))
+    for r in select(load(path)["runs"], rho=0.88, instances=1, valid=True):
+        if r.fairness is not None:
+            out.setdefault(f"{r.proxy} {r.policy}", []).append((r.fairness, jain(list(r.served_by.values()))))
     return {k: {"busy_jain": sum(x for x, _ in v) / len(v), "served_jain": sum(y for _, y in v) / len(v), "runs": len(v)}
             for k, v in out.items()}
 
@@ -116,8 +115,7 @@ def convergence(work: Path, quick: bool) -> dict:
         hr = HaproxyRoot("2.6") if proxy == "haproxy" else None
         try:
             fleet = Fleet(procs, addrs, [2.0] * 4, mean_ms=10.0, policy="dynamic").start()
-            hunting, lb = STRATEGIES[proxy]["hunt"]
-            front = start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name="conv")
+            front = fleet.front(proxy, *STRATEGIES[proxy]["hunt"], hr, name="conv")
             # The front's name for each backend: its address (Envoy) or server name (HAProxy).
             names = [b.agent for b in fleet.backends] if proxy == "envoy" else [f"web{i + 1}" for i in range(4)]
             rate = 0.2 * fleet.capacity  # one backend alone can still serve it (rho 0.8)
@@ -176,7 +174,7 @@ def convergence(work: Path, quick: bool) -> dict:
             out["events"] = events
             out["detect"][proxy] = detect
             out["runs"][proxy] = {k: result.get(k) for k in ("completed", "errors", "mean_ms", "p99_ms", "valid")}
-            print(f"  convergence {proxy}: {result.get('completed')} requests, {result.get('errors')} errors; "
+            print(f"  convergence {proxy}: {result.get('completed')} requests, {flag(result.get('errors') or 0)} errors; "
                   + ", ".join(f"{d['what']} {d['backend']}: {d['seen_after_s'] if d['seen_after_s'] is None else round(d['seen_after_s'], 2)} s"
                               for d in detect), flush=True)
         finally:
@@ -188,18 +186,18 @@ def convergence(work: Path, quick: bool) -> dict:
 
 def report(d: dict, quick: bool) -> str:
     g, a, f, c = d["gain_loss"], d["agility"], d["fairness"], d["convergence"]
-    gl = "\n".join(f"| {p['rate']} | {p['path']} | {p['completed'] / 3.0:.0f} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f} | {p['errors']} |"
+    gl = "\n".join(f"| {p['rate']} | {p['path']} | {p['completed'] / 3.0:.0f} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f} | {flag(p['errors'])} |"
                    f" {'yes' if p['valid'] else 'no (generator behind)'} |" for p in g["points"])
-    ag = "\n".join(f"| {r['proxy']} | {r['policy']} | {r['mean_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} | {r['backlog_rejected']} |"
+    ag = "\n".join(f"| {r['proxy']} | {r['policy']} | {r['mean_ms']:.1f} | {r['p99_ms']:.1f} | {flag(r['errors'])} | {r['backlog_rejected']} |"
                    f" {' '.join(f'{x:.2f}' for x in a['shares'][r['proxy'] + ' ' + r['policy']])} |" for r in a["runs"])
     cap = " ".join(f"{x / sum(a['cores']):.2f}" for x in a["cores"])
     fr = "\n".join(f"| {k} | {v['busy_jain']:.3f} | {v['served_jain']:.4f} | {v['runs']} |" for k, v in sorted((f or {}).items()))
-    cv = "\n".join(f"| {p} | {c['runs'][p]['completed']} | {c['runs'][p]['errors']} | "
+    cv = "\n".join(f"| {p} | {c['runs'][p]['completed']} | {flag(c['runs'][p]['errors'])} | "
                    + " | ".join("—" if x["seen_after_s"] is None else f"{x['seen_after_s']:.2f}" for x in c["detect"][p]) + " |"
                    for p in c["detect"])
     return f"""# ELB benchmark categories (seed 001) through the real proxies
 
-`python3 bench/elb.py{' --quick' if quick else ''}` on {machine()}. Every process on loopback on one
+`python3 bench/elb.py{' --quick' if quick else ''}` on {d['machine']}. Every process on loopback on one
 2-core machine; the hunting fronts are the committed example configs.
 
 ![ELB categories](elb.png)

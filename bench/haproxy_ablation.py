@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
-from pathlib import Path
 
-from benchlib import machine, write_result
-from proxy_overhead import BACKENDS, instructions_per_request, static_backends
-from harness import Addrs, HaproxyRoot, Procs
+from benchlib.fronts import BACKENDS, overhead_bed
+from benchlib.reports import machine, write_result
+from benchlib.tools import instructions_per_request
 
 
 def drop(text: str, *words: str) -> str:
@@ -68,18 +66,11 @@ def main():
     a = ap.parse_args()
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind missing: make bench-setup")
-    work = Path(tempfile.mkdtemp(prefix="huntlb-ablation-"))
-    procs, addrs = Procs(work), Addrs()
-    hr = HaproxyRoot("2.6")
-    try:
-        backends = static_backends(procs, hr, addrs, BACKENDS)
-        counts = {"plain": instructions_per_request(procs, addrs, hr, backends, work, "plain", False, None, a.requests)}
+    with overhead_bed("huntlb-ablation-") as bed:
+        counts = {"plain": instructions_per_request(bed, "plain", False, None, a.requests)}
         for name, _, how in VARIANTS:
             edit = how if name == "hunting" else changes(name, how)
-            counts[name] = instructions_per_request(procs, addrs, hr, backends, work, name, True, edit, a.requests)
-    finally:
-        procs.stop_all()
-        hr.cleanup()
+            counts[name] = instructions_per_request(bed, name, True, edit, a.requests)
     plain, hunt = counts["plain"], counts["hunting"]
     rows = [f"| plain | every hunting line | {plain:.0f} | | |",
             f"| **hunting** | nothing | **{hunt:.0f}** | **+{hunt - plain:.0f} ({(hunt / plain - 1) * 100:+.1f}%) over plain** | |"]

@@ -28,13 +28,14 @@ import argparse
 import re
 import shutil
 import subprocess
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from benchlib import machine, median, paired_ratio, proc_cpu_seconds, wrk, write_result
-from proxy_overhead import BACKENDS, pin, start_front, static_backends
-from harness import Addrs, HaproxyRoot, Procs
+from benchlib.fronts import BACKENDS, overhead_bed, pin
+from benchlib.reports import machine, write_result
+from benchlib.stats import median, paired_ratio
+from benchlib.tools import proc_cpu_seconds, wrk
+from harness import HaproxyRoot
 
 HZ = 4999
 LOOKUP = ("haproxy:ebst_lookup", "haproxy:pat_match_str")
@@ -76,39 +77,35 @@ def main():
     a = ap.parse_args()
     if not shutil.which("perf"):
         raise SystemExit("perf missing (Debian: linux-perf)")
-    work = Path(tempfile.mkdtemp(prefix="huntlb-profile-"))
-    procs, addrs = Procs(work), Addrs()
-    hr = HaproxyRoot("2.6")
     us = defaultdict(lambda: defaultdict(list))  # variant -> symbol -> [us per request]
     rps = defaultdict(list)
     pairs = defaultdict(list)  # variant -> [{"rps", "cpu_us_per_req"}]
-    try:
-        backends = static_backends(procs, hr, addrs, BACKENDS)
+    with overhead_bed("huntlb-profile-") as bed:
+        work = bed.work
         fronts = {}
-        for name, hunting, edit in (("plain", False, None), ("hunting", True, None), ("slots-840", True, slots_840(hr))):
-            url, p = start_front(procs, addrs, hr, "haproxy", backends, hunting, f"profile-{name}", edit=edit)
-            pin(p.pid, 0)
-            fronts[name] = (url, p)
+        for name, hunting, edit in (("plain", False, None), ("hunting", True, None), ("slots-840", True, slots_840(bed.hr))):
+            fronts[name] = bed.front("haproxy", hunting, f"profile-{name}", edit=edit)
+            pin(fronts[name].pid, 0)
         for rep in range(a.pair_reps):
             order = list(fronts.items())
             if rep % 2:
                 order.reverse()
-            for name, (url, p) in order:
-                c0 = proc_cpu_seconds(p.pid)
-                r = wrk(url, 32, 1)
-                r["cpu_us_per_req"] = (proc_cpu_seconds(p.pid) - c0) / max(r["rps"], 1) * 1e6
+            for name, f in order:
+                c0 = proc_cpu_seconds(f.pid)
+                r = wrk(f.url, 32, 1)
+                r["cpu_us_per_req"] = (proc_cpu_seconds(f.pid) - c0) / max(r["rps"], 1) * 1e6
                 pairs[name].append(r)
         print(f"paired runs: {a.pair_reps} x 3 done", flush=True)
         for rep in range(a.reps):
             order = list(fronts.items())
             if rep % 2:
                 order.reverse()
-            for name, (url, p) in order:
+            for name, f in order:
                 data = work / f"{name}-{rep}.perf"
                 perf = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(HZ), "-o", str(data),
-                                         "-p", str(p.pid), "--", "sleep", str(a.seconds)],
+                                         "-p", str(f.pid), "--", "sleep", str(a.seconds)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                r = wrk(url, 32, a.seconds)
+                r = wrk(f.url, 32, a.seconds)
                 perf.wait(timeout=a.seconds + 30)
                 if r["non2xx"] or r["socket_errors"]:
                     raise RuntimeError(f"{name}: {r['non2xx']} non-2xx, {r['socket_errors']} socket errors")
@@ -116,10 +113,7 @@ def main():
                 for sym, n in profile(data).items():
                     us[name][sym].append(n / HZ / (r["rps"] * a.seconds) * 1e6)
             print(f"profile rep {rep + 1}/{a.reps}: " + ", ".join(f"{n}: {rps[n][-1]:.0f} req/s" for n in fronts), flush=True)
-    finally:
-        procs.stop_all()
-        hr.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
 
     def per_req(name: str, sym: str) -> float:
         xs = us[name].get(sym, [])

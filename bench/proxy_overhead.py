@@ -22,20 +22,15 @@ variants; tiny page, HTTP/1.1 keep-alive, one proxy worker (Envoy
 from __future__ import annotations
 
 import argparse
-import glob
 import re
 import shutil
-import subprocess
-import tempfile
 import time
-from pathlib import Path
-from types import SimpleNamespace
 
-from benchlib import ci95, machine, median, paired_ratio, proc_cpu_seconds, wrk, write_result
-from harness import (Addrs, HaproxyRoot, Procs, front_config, haproxy_front_text, haproxy_server_states, start_backends,
-                     start_envoy, start_haproxy, wait_tcp, wait_until)
-
-BACKENDS = 3
+from benchlib.fronts import BACKENDS, Bed, overhead_bed, pin
+from benchlib.reports import flag, machine, write_result
+from benchlib.stats import ci95, median, paired_ratio
+from benchlib.tools import instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
+from harness import start_backends
 
 # wrk's own request is a bare `GET / HTTP/1.1` + Host: the worst case for a
 # fixed per-request cost. A browser's request carries headers like these
@@ -54,64 +49,6 @@ BROWSER_HEADERS = {
 REQUESTS = {"bare": None, "browser-like": BROWSER_HEADERS}
 
 
-def pin(pid: int, cpu: int) -> None:
-    """Every thread of `pid` onto one CPU."""
-    subprocess.run(["taskset", "-a", "-pc", str(cpu), str(pid)], check=True, capture_output=True)
-
-
-def static_backends(procs: Procs, hr: HaproxyRoot, addrs: Addrs, n: int) -> list:
-    """One HAProxy answering 200 on n addresses, pinned to CPU 1: backends
-    without agents (they ignore hunt headers, so every offer is accepted)."""
-    hosts = [addrs.host() for _ in range(n)]
-    binds = "\n".join(f"    bind {h}:8080" for h in hosts)
-    text = f"""global
-    nbthread 1
-defaults
-    mode http
-    timeout client 60s
-    timeout http-keep-alive 60s
-frontend static
-{binds}
-    http-request return status 200 content-type text/plain string "ok\\n"
-"""
-    p = start_haproxy(procs, hr, "static-backends", text)
-    wait_tcp(f"{hosts[0]}:8080", p)
-    pin(p.pid, 1)
-    return [SimpleNamespace(agent=f"{h}:8080") for h in hosts]
-
-
-def start_front(procs, addrs, hr, proxy: str, backends: list, hunting: bool, name: str, every_ms: int | None = None,
-                argv_prefix: list[str] | None = None, edit=None):
-    """A front over `backends`; returns (url, Proc). HAProxy fronts wait for
-    every server UP; `edit` rewrites a HAProxy config's text first."""
-    host = addrs.host()
-    listen = f"{host}:10000"
-    if proxy == "envoy":
-        p = start_envoy(procs, name, front_config(listen, f"{host}:9902", [b.agent for b in backends], hunting=hunting,
-                                                  keep_served_by=False), concurrency=1)
-        return f"http://{listen}/", p
-    stats = f"{host}:9999"
-    text = haproxy_front_text(hr, listen, stats, backends, hunting=hunting, keep_served_by=False)
-    text = text.replace("defaults\n", "    nbthread 1\ndefaults\n", 1)
-    if edit:
-        text = edit(text)
-    if every_ms:
-        text = text.replace(" map=", f" every_ms={every_ms} map=")
-    cfg = hr.dir / f"{name}.cfg"
-    cfg.write_text(text)
-    p = procs.start(name, (argv_prefix or []) + hr.argv(cfg))
-    wait_tcp(stats, p, timeout=60)
-
-    def all_up():
-        try:
-            return all(s == "UP" for s in haproxy_server_states(stats).values())
-        except OSError:
-            return False
-    wait_until(all_up, timeout=60, what="servers UP")
-    time.sleep(0.5)  # one map refresh
-    return f"http://{listen}/", p
-
-
 def no_l7_retries(text: str) -> str:
     """Plain HAProxy as it comes: no `retry-on` (only connection failures are
     retried) and no request buffering, so no copy of each request is kept."""
@@ -123,106 +60,74 @@ VARIANTS = (("envoy", "plain", False, None), ("envoy", "hunting", True, None),
             ("haproxy", "plain", False, None), ("haproxy", "hunting", True, None))
 
 
-def bottleneck(procs, addrs, hr, backends: list, reps: int, seconds: int, proxies=("envoy", "haproxy")) -> dict:
+def bottleneck(bed: Bed, reps: int, seconds: int, proxies=("envoy", "haproxy")) -> dict:
     fronts = {}
     for proxy, label, hunting, edit in [v for v in VARIANTS if v[0] in proxies]:
         name = f"{proxy} {label}"
-        url, p = start_front(procs, addrs, hr, proxy, backends, hunting, re.sub(r"[^a-z0-9]+", "-", name), edit=edit)
-        pin(p.pid, 0)
-        fronts[name] = (url, p)
+        fronts[name] = bed.front(proxy, hunting, re.sub(r"[^a-z0-9]+", "-", name), edit=edit)
+        pin(fronts[name].pid, 0)
     runs = {f"{name}, {kind}": [] for kind in REQUESTS for name in fronts}
     for rep in range(reps):
         order = list(fronts.items())
         if rep % 2:
             order.reverse()  # ABBA: no variant always runs first
         for kind, headers in REQUESTS.items():
-            for name, (url, p) in order:
-                c0, t0 = proc_cpu_seconds(p.pid), time.monotonic()
-                r = wrk(url, 32, seconds, headers=headers)
-                used, wall = proc_cpu_seconds(p.pid) - c0, time.monotonic() - t0
+            for name, f in order:
+                c0, t0 = proc_cpu_seconds(f.pid), time.monotonic()
+                r = wrk(f.url, 32, seconds, headers=headers)
+                used, wall = proc_cpu_seconds(f.pid) - c0, time.monotonic() - t0
                 r["cpu_us_per_req"] = used / max(r["rps"] * seconds, 1) * 1e6
                 r["proxy_cpu_util"] = used / wall
                 runs[f"{name}, {kind}"].append(r)
         print(f"bottleneck rep {rep + 1}/{reps}: " + ", ".join(f"{n}: {runs[n][-1]['rps']:.0f}" for n in runs), flush=True)
-    for _, p in fronts.values():
-        p.stop()
+    for f in fronts.values():
+        f.proc.stop()
     return runs
 
 
-def callgrind_totals(prefix: str) -> int:
-    total = 0
-    for f in glob.glob(prefix + "*"):
-        for line in open(f):
-            if line.startswith("totals:") or line.startswith("summary:"):
-                total = max(total, int(line.split()[1]))
-    return total
-
-
-def instructions_per_request(procs, addrs, hr, backends: list, work: Path, label: str, hunting: bool, edit,
-                             requests: int) -> float:
-    """HAProxy's user-space instructions per request (callgrind) for one front:
-    `requests` keep-alive requests after a warm-up, every one answered 200."""
-    name = "haproxy-" + re.sub(r"[^a-z0-9]+", "-", label).strip("-") + "-callgrind"
-    prefix = str(work / f"callgrind.{name}")
-    url, p = start_front(procs, addrs, hr, "haproxy", backends, hunting, name, every_ms=60000, edit=edit,
-                         argv_prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}"])
-    try:
-        subprocess.run(["ab", "-q", "-k", "-n", "300", "-c", "4", url], capture_output=True, timeout=300)  # warm up
-        subprocess.run(["callgrind_control", "-z", str(p.pid)], capture_output=True, timeout=60)
-        r = subprocess.run(["ab", "-q", "-k", "-n", str(requests), "-c", "4", url], capture_output=True, text=True, timeout=600)
-        subprocess.run(["callgrind_control", "-d", str(p.pid)], capture_output=True, timeout=60)
-    finally:
-        p.stop()
-    if "Non-2xx" in r.stdout or f"Complete requests:      {requests}" not in r.stdout:
-        raise RuntimeError(f"{label}: not every request was answered 200:\n{r.stdout}")
-    per_request = callgrind_totals(prefix + ".") / requests
-    print(f"instructions: {label}: {per_request:.0f} per request", flush=True)
-    return per_request
-
-
-def instructions(procs, addrs, hr, backends: list, work: Path, requests: int) -> dict:
+def instructions(bed: Bed, requests: int) -> dict:
     """User-space instructions per request of HAProxy plain vs hunting (callgrind)."""
     if not shutil.which("valgrind") or not shutil.which("ab"):
         print("instructions: valgrind or ab missing (make bench-setup); skipped")
         return {}
     out = {}
     for label, hunting, edit in (("plain, no L7 retries", False, no_l7_retries), ("plain", False, None), ("hunting", True, None)):
-        out[label] = {"instructions_per_request": instructions_per_request(procs, addrs, hr, backends, work, label, hunting,
-                                                                           edit, requests), "requests": requests}
+        out[label] = {"instructions_per_request": instructions_per_request(bed, label, hunting, edit, requests),
+                      "requests": requests}
     return out
 
 
-def idle_task_cost(procs, addrs, hr, backends: list, seconds: int = 10) -> dict:
+def idle_task_cost(bed: Bed, seconds: int = 10) -> dict:
     """CPU per second of an idle HAProxy front, plain vs hunting: the module's
     background task (and the same health checks in both)."""
     out = {}
     for hunting in (False, True):
         name = "haproxy-idle-" + ("hunting" if hunting else "plain")
-        _, p = start_front(procs, addrs, hr, "haproxy", backends, hunting, name)
-        c0 = proc_cpu_seconds(p.pid)
+        f = bed.front("haproxy", hunting, name)
+        c0 = proc_cpu_seconds(f.pid)
         time.sleep(seconds)
-        out["hunting" if hunting else "plain"] = (proc_cpu_seconds(p.pid) - c0) / seconds * 1000  # ms per s
-        p.stop()
+        out["hunting" if hunting else "plain"] = (proc_cpu_seconds(f.pid) - c0) / seconds * 1000  # ms per s
+        f.proc.stop()
     return out
 
 
-def through_agents(procs, addrs, hr, reps: int, seconds: int) -> dict:
+def through_agents(bed: Bed, reps: int, seconds: int) -> dict:
     app_opts = {"cores": 1000, "workers": 1000, "backlog": 100000, "demand": "const:0"}
-    accept = start_backends(procs, addrs, 2, "always", app_opts=app_opts)
-    refuse = start_backends(procs, addrs, 2, "static:0", app_opts=app_opts)
+    accept = start_backends(bed.procs, bed.addrs, 2, "always", app_opts=app_opts)
+    refuse = start_backends(bed.procs, bed.addrs, 2, "static:0", app_opts=app_opts)
     variants = {}
     for proxy in ("envoy", "haproxy"):
         for label, bs, hunting in (("plain", accept, False), ("hunting", accept, True), ("hunting, refused first", refuse, True)):
             name = f"{proxy} {label}"
-            variants[name] = start_front(procs, addrs, hr, proxy, bs, hunting, name.replace(" ", "-").replace(",", ""))
+            variants[name] = bed.front(proxy, hunting, name.replace(" ", "-").replace(",", ""), backends=bs)
     runs = {k: {"lat": [], "tput": [], "cpu_us_per_req": []} for k in variants}
     for rep in range(reps):
-        for name, (url, p) in variants.items():
-            runs[name]["lat"].append(wrk(url, 1, seconds))
-            c0 = proc_cpu_seconds(p.pid)
-            t = wrk(url, 32, seconds)
+        for name, f in variants.items():
+            runs[name]["lat"].append(wrk(f.url, 1, seconds))
+            c0 = proc_cpu_seconds(f.pid)
+            t = wrk(f.url, 32, seconds)
             runs[name]["tput"].append(t)
-            runs[name]["cpu_us_per_req"].append((proc_cpu_seconds(p.pid) - c0) / max(t["rps"] * seconds, 1) * 1e6)
+            runs[name]["cpu_us_per_req"].append((proc_cpu_seconds(f.pid) - c0) / max(t["rps"] * seconds, 1) * 1e6)
         print(f"agents rep {rep + 1}/{reps}: " + ", ".join(f"{n}: {runs[n]['tput'][-1]['rps']:.0f} req/s" for n in variants), flush=True)
     return runs
 
@@ -238,26 +143,17 @@ def main():
     ap.add_argument("--only-envoy", action="store_true",
                     help="only Envoy's bottleneck runs, to docs/results/envoy-front-cost.md (about 3 min)")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="huntlb-bench-"))
-    procs, addrs = Procs(work), Addrs()
-    hr = HaproxyRoot("2.6")
-    try:
+    with overhead_bed("huntlb-bench-") as bed:
         if a.only_envoy:
-            backends = static_backends(procs, hr, addrs, BACKENDS)
-            b = bottleneck(procs, addrs, hr, backends, a.reps, a.seconds, proxies=("envoy",))
-            report_envoy(b, a.reps, a.seconds)
+            report_envoy(bottleneck(bed, a.reps, a.seconds, proxies=("envoy",)), a.reps, a.seconds)
             return
         data = {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "agent_reps": a.agent_reps,
                 "agent_seconds": a.agent_seconds}
-        backends = static_backends(procs, hr, addrs, BACKENDS)
-        data["bottleneck"] = bottleneck(procs, addrs, hr, backends, a.reps, a.seconds)
-        data["instructions"] = instructions(procs, addrs, hr, backends, work, a.requests)
-        data["idle_cpu_ms_per_s"] = idle_task_cost(procs, addrs, hr, backends)
-        data["through_agents"] = through_agents(procs, addrs, hr, a.agent_reps, a.agent_seconds)
+        data["bottleneck"] = bottleneck(bed, a.reps, a.seconds)
+        data["instructions"] = instructions(bed, a.requests)
+        data["idle_cpu_ms_per_s"] = idle_task_cost(bed)
+        data["through_agents"] = through_agents(bed, a.agent_reps, a.agent_seconds)
         report(data)
-    finally:
-        procs.stop_all()
-        hr.cleanup()
 
 
 def report_envoy(b: dict, reps: int, seconds: int) -> None:
@@ -266,8 +162,7 @@ def report_envoy(b: dict, reps: int, seconds: int) -> None:
     rows, lines, data = [], [], {"machine": machine(), "reps": reps, "seconds": seconds, "bottleneck": b, "ratios": {}}
     for name, rs in b.items():
         cpu, h = ci95([r["cpu_us_per_req"] for r in rs])
-        rows.append(f"| {name} | {median([r['rps'] for r in rs]):.0f} | {cpu:.1f} ± {h:.1f} "
-                    f"| {sum(r['non2xx'] + r['socket_errors'] for r in rs)} |")
+        rows.append(f"| {name} | {median([r['rps'] for r in rs]):.0f} | {cpu:.1f} ± {h:.1f} | {flag(wrk_errors(rs))} |")
     for kind in REQUESTS:
         pr = paired_ratio(b[f"envoy hunting, {kind}"], b[f"envoy plain, {kind}"])
         data["ratios"][kind] = pr
@@ -302,7 +197,7 @@ def report(data: dict) -> None:
         cpu, h = ci95([r["cpu_us_per_req"] for r in rs])
         rows1.append(f"| {name} | {median([r['rps'] for r in rs]):.0f} | {cpu:.1f} ± {h:.1f} "
                      f"| {min(r['proxy_cpu_util'] for r in rs):.2f}-{max(r['proxy_cpu_util'] for r in rs):.2f} "
-                     f"| {sum(r['non2xx'] + r['socket_errors'] for r in rs)} |")
+                     f"| {flag(wrk_errors(rs))} |")
     for proxy, base in (("envoy", "plain"), ("haproxy", "plain"), ("haproxy", "plain, no L7 retries")):
         for kind in REQUESTS:
             pr = paired_ratio(b[f"{proxy} hunting, {kind}"], b[f"{proxy} {base}, {kind}"])
@@ -328,7 +223,7 @@ def report(data: dict) -> None:
     for name, r in agents.items():
         rows3.append(f"| {name} | {median([x['rps'] for x in r['tput']]):.0f} | {median([x['p50_us'] for x in r['lat']]):.0f} "
                      f"| {median([x['p99_us'] for x in r['lat']]):.0f} | {median(r['cpu_us_per_req']):.1f} "
-                     f"| {sum(x['non2xx'] + x['socket_errors'] for x in r['tput'] + r['lat'])} |")
+                     f"| {flag(wrk_errors(r['tput'] + r['lat']))} |")
     summary3 = []
     for proxy in ("envoy", "haproxy"):
         plain, hunt, refd = agents[f"{proxy} plain"], agents[f"{proxy} hunting"], agents[f"{proxy} hunting, refused first"]

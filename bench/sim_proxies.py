@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
-from benchlib import RESULTS, ROOT, machine, median
+from benchlib.plots import pyplot, save
+from benchlib.reports import RESULTS, ROOT, machine
+from benchlib.stats import median
+from benchlib.tools import huntlb_sim
 
 SIM = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "huntlb-sim"
 OUT = ROOT / "bench" / "out" / "sim-proxies"
@@ -71,12 +73,11 @@ MIXED_EXTRA = {"hunt over least, SR_dyn 0.85-0.95": "hunt-least:dynamic:low=0.85
 
 def sim(dispatch: str, rhos: list[float], seed: int, requests: int, proxies: int = 1, fleet: list[str] = HOMO,
         refresh_ms: float = 0) -> list[dict]:
-    argv = [str(SIM), *fleet, "--backlog", str(BACKLOG), "--mean-ms", str(MEAN_MS), "--dispatch", dispatch,
+    args = [*fleet, "--backlog", str(BACKLOG), "--mean-ms", str(MEAN_MS), "--dispatch", dispatch,
             "--proxies", str(proxies), "--requests", str(requests), "--seed", str(seed), "--rho", ",".join(map(str, rhos))]
     if refresh_ms:
-        argv += ["--refresh-ms", str(refresh_ms)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600).stdout
-    return [json.loads(line) for line in out.splitlines()]
+        args += ["--refresh-ms", str(refresh_ms)]
+    return huntlb_sim(str(SIM), args, timeout=600)
 
 
 def point(reps: list[dict], **key) -> dict:
@@ -402,15 +403,11 @@ view, is {cell(rr88)} ms.
 
 def plot(d: dict) -> bool:
     """Mean and p99 vs proxies at each ρ, to docs/results/simulation-proxies.png; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib import ticker
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         print("matplotlib not importable: no plot", flush=True)
         return False
+    from matplotlib import ticker
     fig, axes = plt.subplots(2, len(RHOS), figsize=(5 * len(RHOS), 7), sharex=True, squeeze=False)
     for col, rho in enumerate(RHOS):
         for name in MAIN:
@@ -433,9 +430,7 @@ def plot(d: dict) -> bool:
         axes[1][col].set_xlabel("proxies")
     axes[0][0].legend(fontsize=8)
     fig.suptitle("12 servers × 32 workers × 2 cores, exp(20 ms); medians of seeds")
-    fig.tight_layout()
-    fig.savefig(RESULTS / "simulation-proxies.png", dpi=110)
-    plt.close(fig)
+    save(fig, RESULTS, "simulation-proxies.png")
     return True
 
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 
-import plots
-from benchlib import RESULTS, ci95, machine, median, write_result
+from benchlib import plots
+from benchlib.reports import RESULTS, machine, write_result
+from benchlib.runs import load, select
+from benchlib.stats import ci95, median
+from benchlib.tools import huntlb_sim
 from harness import binary
 
 POLICIES = {"RR": "random", "SR_4": "hunt:static:4", "SR_8": "hunt:static:8", "SR_16": "hunt:static:16",
@@ -30,19 +32,17 @@ RHOS = [0.1, 0.25, 0.4, 0.5, 0.61, 0.7, 0.8, 0.88, 0.95]
 
 
 def sim(setup: dict, servers: int, dispatch: str, rates: list[float], requests: int, seed: int, proxies: int = 1) -> list[dict]:
-    argv = [binary("huntlb-sim"), "--servers", str(servers), "--workers", str(setup["workers"]), "--cores", str(setup["cores"]),
-            "--proxies", str(proxies),
-            "--backlog", str(setup["backlog"]), "--mean-ms", str(setup["mean_ms"]), "--dispatch", dispatch,
-            "--requests", str(requests), "--seed", str(seed), "--rate", ",".join(f"{r:.3f}" for r in rates)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=1800).stdout
-    return [json.loads(line) for line in out.splitlines()]
+    return huntlb_sim(binary("huntlb-sim"), [
+        "--servers", str(servers), "--workers", str(setup["workers"]), "--cores", str(setup["cores"]), "--proxies", str(proxies),
+        "--backlog", str(setup["backlog"]), "--mean-ms", str(setup["mean_ms"]), "--dispatch", dispatch,
+        "--requests", str(requests), "--seed", str(seed), "--rate", ",".join(f"{r:.3f}" for r in rates)])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5, help="seeds per point")
     a = ap.parse_args()
-    real = json.loads((RESULTS / "srlb-poisson.json").read_text())
+    real = load(RESULTS / "srlb-poisson.json")
     setup, lam0 = real["setup"], real["probe"]["lambda0"]
     per_server = lam0 / setup["servers"]
     curves = []
@@ -79,10 +79,8 @@ def main():
             spread.append({"policy": name, "rho": rho, "cv": statistics.stdev(means) / m})
     # Agreement with the real 12-server runs: mean response time, rho <= 0.9.
     agree, real_pts = [], {}
-    for r in real["runs"]:
-        if r.get("instances", 1) != 1 or not r["valid"]:
-            continue
-        real_pts.setdefault(f"{r['proxy']} {r['policy']}", {}).setdefault(r["rho"], []).append(r["mean_ms"])
+    for r in select(real["runs"], instances=1, valid=True):
+        real_pts.setdefault(f"{r.proxy} {r.policy}", {}).setdefault(r.rho, []).append(r.mean_ms)
     overlay = {}
     for key, by_rho in real_pts.items():
         proxy, name = key.split(" ", 1)

@@ -13,7 +13,8 @@ confidence intervals. Scenario 2 ("many proxies") runs ρ = 0.88 with 1, 2 and
 
 Usage: make bench-quick | make bench  (or python3 bench/srlb.py [--quick] [--only sweep|many])
 Writes docs/results/srlb-poisson.{md,json,*.png} and many-proxies.{md,json,png};
---quick writes the same files to bench/out/quick/ and leaves docs/results/ alone.
+--quick writes the same files to bench/out/quick/ and leaves docs/results/ alone;
+--report-only measures nothing and rewrites the reports and plots from their JSON.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import plots
-from benchlib import RESULTS, ROOT, ci95, machine, median, write_result
-from fleet import HUNT_POLICIES, STRATEGIES, Fleet, baselines, Sampler, cdf, drive, start_front, summary, wait_all_up
+from benchlib import plots
+from benchlib.fleet import HUNT_POLICIES, STRATEGIES, Fleet, Sampler, baselines, drive, summary
+from benchlib.fronts import Front, wait_all_up
+from benchlib.reports import RESULTS, ROOT, flag, machine, write_result
+from benchlib.runs import Run, load, paired, select
+from benchlib.stats import cdf, ci95, median
 from harness import Addrs, HaproxyRoot, Procs
 
 SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
@@ -66,7 +70,7 @@ class Bench:
         self.procs, self.addrs = Procs(work), Addrs()
         self.hr = HaproxyRoot("2.6") if "haproxy" in proxies else None
         self.fleet = Fleet(self.procs, self.addrs, [CORES] * SERVERS, WORKERS, BACKLOG, MEAN_MS).start()
-        self.fronts: dict[tuple[str, str, int], object] = {}  # (proxy, strategy, instance) -> Front
+        self.fronts: dict[tuple[str, str, int], Front] = {}  # (proxy, strategy, instance) -> Front
         self.seq = 0
 
     def close(self):
@@ -77,9 +81,8 @@ class Bench:
     def front(self, proxy: str, strategy: str, instance: int = 0):
         key = (proxy, strategy, instance)
         if key not in self.fronts:
-            hunting, lb = STRATEGIES[proxy][strategy]
-            self.fronts[key] = start_front(self.procs, self.addrs, self.fleet, proxy, hunting, lb, self.hr,
-                                           name=f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{instance}")
+            self.fronts[key] = self.fleet.front(proxy, *STRATEGIES[proxy][strategy], self.hr,
+                                                name=f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{instance}")
         return self.fronts[key]
 
     def policy_for(self, name: str) -> tuple[str, str]:
@@ -89,17 +92,22 @@ class Bench:
             return ("hunt/" + over if over else "hunt"), HUNT_POLICIES[base]
         return name, "always"
 
-    def run(self, proxy: str, name: str, rate: float, seconds: float, instances: int = 1, sample: bool = False) -> dict:
+    def run(self, proxy: str, name: str, rate: float, seconds: float, *, rho: float, rep: int, instances: int = 1,
+            sample: bool = False, keep_cdf: bool = True) -> Run:
         """One measured run. A run the generator flags invalid is discarded and
-        repeated (up to REPEATS times): it says nothing about the balancer."""
+        repeated (up to REPEATS times): it says nothing about the balancer.
+        keep_cdf: keep its latency CDF (the CDF plots draw repetition 0)."""
         for attempt in range(1, REPEATS + 2):
-            res = self._run_once(proxy, name, rate, seconds, instances, sample)
-            res["attempts"] = attempt
-            if res["valid"]:
+            res = self._run_once(proxy, name, rate, seconds, instances, sample, rho, rep)
+            res.attempts = attempt
+            if res.valid:
                 break
+        if not keep_cdf:
+            res.cdf = None
         return res
 
-    def _run_once(self, proxy: str, name: str, rate: float, seconds: float, instances: int, sample: bool) -> dict:
+    def _run_once(self, proxy: str, name: str, rate: float, seconds: float, instances: int, sample: bool,
+                  rho: float, rep: int) -> Run:
         strategy, policy = self.policy_for(name)
         # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
         # from c0), as a separate experiment would, and as the simulator does.
@@ -113,21 +121,19 @@ class Bench:
         self.seq += 1
         out = self.work / f"run-{self.seq}.json"
         with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
-            rep = drive([f.url for f in fronts], rate, seconds, out, seed=self.seq, max_lateness_us=MAX_LATENESS_US)
+            report = drive([f.url for f in fronts], rate, seconds, out, seed=self.seq, max_lateness_us=MAX_LATENESS_US)
         after = self.fleet.stats()
         refused = self.fleet.refused() - refused0
-        res = summary(rep)
-        res.update({"proxy": proxy, "policy": name, "rate": rate, "seconds": seconds, "instances": instances,
-                    "refused": refused, "acceptance": (1 - refused / max(rep["completed"], 1)) if strategy.startswith("hunt") else None,
-                    "backlog_rejected": sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before)),
-                    "load_per_server": [(a["busy_integral_s"] - b["busy_integral_s"]) / seconds for a, b in zip(after, before)],
-                    "fairness": s.fairness(), "cdf": cdf(rep)})
-        if sample:
-            res["samples"] = [(t, busy) for t, busy, _ in s.rows]
-        flag = "" if res["valid"] else f"  INVALID: {res['invalid_reason']}"
-        acc = f" acc {res['acceptance']:.2f}" if res["acceptance"] is not None else ""
-        print(f"  {proxy:7s} {name:13s} x{instances} rate {rate:7.1f}: mean {res['mean_ms']:7.1f} ms p99 {res['p99_ms']:8.1f} ms"
-              f" errors {res['errors']}{acc}{flag}", flush=True)
+        res = Run(**summary(report), proxy=proxy, policy=name, rate=rate, seconds=seconds, instances=instances, refused=refused,
+                  acceptance=(1 - refused / max(report["completed"], 1)) if strategy.startswith("hunt") else None,
+                  backlog_rejected=sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before)),
+                  load_per_server=[(a["busy_integral_s"] - b["busy_integral_s"]) / seconds for a, b in zip(after, before)],
+                  fairness=s.fairness(), cdf=cdf(report), samples=[(t, busy) for t, busy, _ in s.rows] if sample else None,
+                  rho=rho, rep=rep)
+        invalid = "" if res.valid else f"  INVALID: {res.invalid_reason}"
+        acc = f" acc {res.acceptance:.2f}" if res.acceptance is not None else ""
+        print(f"  {proxy:7s} {name:13s} x{instances} rate {rate:7.1f}: mean {res.mean_ms:7.1f} ms p99 {res.p99_ms:8.1f} ms"
+              f" errors {flag(res.errors)}{acc}{invalid}", flush=True)
         return res
 
     def probe_lambda0(self, steps: list[float]) -> dict:
@@ -137,8 +143,8 @@ class Bench:
         tried = []
         for k in steps:
             rate = k * self.fleet.capacity
-            r = self.run(proxy, "RR", rate, seconds_for(rate, 60.0))
-            tried.append({"rate": rate, "dropped": r["backlog_rejected"] + r["errors"]})
+            r = self.run(proxy, "RR", rate, seconds_for(rate, 60.0), rho=rate / self.fleet.capacity, rep=0)
+            tried.append({"rate": rate, "dropped": r.backlog_rejected + r.errors})
             if tried[-1]["dropped"] > 0:
                 return {"lambda0": rate, "nominal": self.fleet.capacity, "tried": tried, "via": proxy}
         return {"lambda0": tried[-1]["rate"], "nominal": self.fleet.capacity, "tried": tried, "via": proxy,
@@ -150,12 +156,12 @@ def refill(b: Bench, data: dict) -> int:
     proxy and length); returns how many are still invalid."""
     left = 0
     for i, r in enumerate(data["runs"]):
-        if r["valid"] or r.get("instances", 1) != 1:
+        if r.valid or r.instances != 1:
             continue
-        new = b.run(r["proxy"], r["policy"], r["rate"], r["seconds"], sample="samples" in r)
-        new.update({"rho": r["rho"], "rep": r["rep"], "attempts": r.get("attempts", 1) + new["attempts"]})
+        new = b.run(r.proxy, r.policy, r.rate, r.seconds, rho=r.rho, rep=r.rep, sample=r.samples is not None)
+        new.attempts += r.attempts or 1
         data["runs"][i] = new
-        left += not new["valid"]
+        left += not new.valid
     return left
 
 
@@ -173,22 +179,19 @@ def sweep(b: Bench, p: dict) -> dict:
         for proxy in b.proxies:
             for name in strategies(proxy, p["policies"]):
                 rate = rho * lam0
-                r = b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), sample=(rho == 0.88 and name in ("RR", "SR_4")))
-                r.update({"rho": rho, "rep": 0})
-                runs.append(r)
+                runs.append(b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), rho=rho, rep=0,
+                                  sample=(rho == 0.88 and name in ("RR", "SR_4"))))
     # Repetitions at rho 0.88, policies back to back in each repetition.
     for rep in range(1, p["reps"]):
         for proxy in b.proxies:
             for name in p["policies"]:
                 rate = 0.88 * lam0
-                r = b.run(proxy, name, rate, seconds_for(rate, p["max_s"]))
-                r.update({"rho": 0.88, "rep": rep})
-                runs.append(r)
+                runs.append(b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), rho=0.88, rep=rep))
     runs += mid_reps(b, p, lam0, runs, p.get("mid_reps", 1))
     return {"probe": probe, "runs": runs}
 
 
-def mid_reps(b: Bench, p: dict, lam0: float, runs: list[dict], want: int) -> list[dict]:
+def mid_reps(b: Bench, p: dict, lam0: float, runs: list[Run], want: int) -> list[Run]:
     """Runs at each rho in MID_RHOS until every policy has `want` of them
     (the rows the report and the simulator check take the median of)."""
     new = []
@@ -196,40 +199,30 @@ def mid_reps(b: Bench, p: dict, lam0: float, runs: list[dict], want: int) -> lis
         for rho in [r for r in p["rhos"] if MID_RHOS[0] <= r <= MID_RHOS[1]]:
             for proxy in b.proxies:
                 for name in p["policies"]:
-                    have = sum(1 for r in runs + new if r["proxy"] == proxy and r["policy"] == name and r["rho"] == rho
-                               and r.get("instances", 1) == 1)
-                    if have > rep:
+                    if len(select(runs + new, proxy=proxy, policy=name, rho=rho, instances=1)) > rep:
                         continue
                     rate = rho * lam0
-                    r = b.run(proxy, name, rate, seconds_for(rate, p["max_s"]))
-                    r.update({"rho": rho, "rep": rep})
-                    r.pop("cdf", None)  # the CDF plots draw repetition 0
-                    new.append(r)
+                    new.append(b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), rho=rho, rep=rep, keep_cdf=False))
     return new
 
 
-def many(b: Bench, p: dict, lam0: float) -> list[dict]:
+def many(b: Bench, p: dict, lam0: float) -> list[Run]:
     runs = []
     rate = 0.88 * lam0
     for rep in range(p["many_reps"]):
         for n in p["many"]:
             for proxy in b.proxies:
                 for name in ["RR", "SR_dyn"] + baselines(proxy):
-                    r = b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), instances=n)
-                    r.update({"rho": 0.88, "rep": rep})
-                    r.pop("cdf", None)
-                    runs.append(r)
+                    runs.append(b.run(proxy, name, rate, seconds_for(rate, p["max_s"]), rho=0.88, rep=rep, instances=n,
+                                      keep_cdf=False))
     return runs
 
 
-def ratio_stats(runs: list[dict], proxy: str, num: str, den: str, key: str) -> dict:
-    """num/den of `key` over paired repetitions at rho 0.88."""
-    at = lambda name: {r["rep"]: r[key] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == 0.88  # noqa: E731
-                       and r["instances"] == 1 and r["valid"]}
-    a, d = at(num), at(den)
-    xs = [a[k] / d[k] for k in sorted(a) if k in d and d[k] > 0]
-    m, h = ci95(xs) if xs else (float("nan"), float("nan"))
-    return {"ratios": xs, "mean": m, "ci95": h, "median": median(xs) if xs else float("nan"), "n": len(xs)}
+def ratio_stats(runs: list[Run], proxy: str, num: str, den: str, key: str) -> dict:
+    """num/den of `key` over paired repetitions at rho 0.88, one front."""
+    xs = paired(runs, num, den, key, proxy=proxy, rho=0.88, instances=1)
+    m, h = ci95(xs)
+    return {"ratios": xs, "mean": m, "ci95": h, "median": median(xs), "n": len(xs)}
 
 
 def report_sweep(data: dict, p: dict, quick: bool) -> str:
@@ -237,9 +230,9 @@ def report_sweep(data: dict, p: dict, quick: bool) -> str:
     lam0 = probe["lambda0"]
     lines = []
     headline = {}
-    for proxy in sorted({r["proxy"] for r in runs}):
+    for proxy in sorted({r.proxy for r in runs}):
         srcs = [n for n in p["policies"] if n.startswith("SR_") and n != "SR_dyn"]
-        at88 = lambda n: [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == n and r["rho"] == 0.88 and r["valid"]]  # noqa: E731
+        at88 = lambda n: [r.mean_ms for r in select(runs, proxy=proxy, policy=n, rho=0.88, valid=True)]  # noqa: E731
         best = min(srcs, key=lambda n: median(at88(n))) if srcs else None
         h = {"RR/SR_dyn mean": ratio_stats(runs, proxy, "RR", "SR_dyn", "mean_ms"),
              "RR/SR_dyn p99": ratio_stats(runs, proxy, "RR", "SR_dyn", "p99_ms")}
@@ -251,22 +244,21 @@ def report_sweep(data: dict, p: dict, quick: bool) -> str:
             lines.append(f"| {proxy} | {k} | **{v['median']:.2f}×** | {v['mean']:.2f} ± {v['ci95']:.2f} | {v['n']} |")
     data["headline"] = headline
     table = []
-    names = sorted({(r["proxy"], r["policy"]) for r in runs}, key=lambda x: (x[0], x[1]))
-    rhos = sorted({r["rho"] for r in runs})
+    names = sorted({(r.proxy, r.policy) for r in runs}, key=lambda x: (x[0], x[1]))
+    rhos = sorted({r.rho for r in runs})
     for proxy, name in names:
         cells = []
         for rho in rhos:
-            xs = [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == rho and r["valid"]]
-            cells.append(f"{median(xs):.1f}" if xs else "invalid")
+            ok = select(runs, proxy=proxy, policy=name, rho=rho, valid=True)
+            cells.append(flag(sum(r.errors for r in ok), f"{median([r.mean_ms for r in ok]):.1f}") if ok else "invalid")
         table.append(f"| {proxy} | {name} | " + " | ".join(cells) + " |")
-    invalid = sum(not r["valid"] for r in runs)
-    repeated = sum(r.get("attempts", 1) > 1 for r in runs)
-    errors = sum(r["errors"] for r in runs)
-    acc = [f"{r['proxy']} {r['policy']} {r['acceptance']:.2f}" for r in runs
-           if r["acceptance"] is not None and r["rho"] == 0.88 and r["rep"] == 0]
+    invalid = sum(not r.valid for r in runs)
+    repeated = sum((r.attempts or 1) > 1 for r in runs)
+    errors = sum(r.errors for r in runs)
+    acc = [f"{r.proxy} {r.policy} {r.acceptance:.2f}" for r in select(runs, rho=0.88, rep=0) if r.acceptance is not None]
     return f"""# SRLB Poisson experiment through the real proxies
 
-`{'make bench-quick' if quick else 'make bench'}` on {machine()}. Seed 002, Section V, scaled: {SERVERS} workload
+`{'make bench-quick' if quick else 'make bench'}` on {data['machine']}. Seed 002, Section V, scaled: {SERVERS} workload
 apps × {WORKERS} workers × {CORES:.0f} emulated cores, backlog {BACKLOG}, exponential demand of mean
 {MEAN_MS:.0f} ms (the paper: 100 ms; scaled so the sweep fits), each app behind a huntlb agent
 (in-flight load, `--workers {WORKERS}`). Poisson arrivals from `huntlb-loadgen` (open loop,
@@ -302,7 +294,7 @@ Acceptance at ρ = 0.88 (offers accepted by the first candidate): {', '.join(acc
 A run whose p99 send lateness exceeded {MAX_LATENESS_US / 1000:.0f} ms (a quarter of the mean demand: the generator
 fell behind, so the run says nothing about the balancer) was discarded and repeated: {repeated} of
 {len(runs)} runs needed a repeat, {invalid} stayed invalid and are left out of every number above.
-Client errors over all runs: {errors}.
+Client errors over all runs: {flag(errors)}.
 
 ![CDF at rho 0.88](srlb-cdf-088.png)
 ![CDF at rho 0.61](srlb-cdf-061.png)
@@ -311,21 +303,22 @@ Client errors over all runs: {errors}.
 """
 
 
-def report_many(runs: list[dict], quick: bool) -> str:
+def report_many(data: dict, quick: bool) -> str:
+    runs = data["runs"]
     rows = []
-    for proxy in sorted({r["proxy"] for r in runs}):
-        for name in sorted({r["policy"] for r in runs if r["proxy"] == proxy}):
+    ns = sorted({r.instances for r in runs})
+    for proxy in sorted({r.proxy for r in runs}):
+        for name in sorted({r.policy for r in select(runs, proxy=proxy)}):
             cells = []
-            for n in sorted({r["instances"] for r in runs}):
-                xs = [r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n and r["valid"]]
-                ps = [r["p99_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n and r["valid"]]
-                cells.append(f"{median(xs):.1f} / {median(ps):.0f}" if xs else "")
+            for n in ns:
+                ok = select(runs, proxy=proxy, policy=name, instances=n, valid=True)
+                cells.append(flag(sum(r.errors for r in ok), f"{median([r.mean_ms for r in ok]):.1f} / "
+                                  f"{median([r.p99_ms for r in ok]):.0f}") if ok else "")
             rows.append(f"| {proxy} | {name} | " + " | ".join(cells) + " |")
-    ns = sorted({r["instances"] for r in runs})
-    reps = max(r["rep"] for r in runs) + 1
+    reps = max(r.rep for r in runs) + 1
     return f"""# Many proxies: hunting vs proxy-local least-request
 
-`{'make bench-quick' if quick else 'make bench'}` on {machine()}. The SRLB setup at ρ = 0.88, with 1, 2 and 4
+`{'make bench-quick' if quick else 'make bench'}` on {data['machine']}. The SRLB setup at ρ = 0.88, with 1, 2 and 4
 independent instances of each front sharing the same {SERVERS} backends; the generator sends
 requests to the instances in turn. Each least-request instance only counts its own
 requests; hunting asks the backend. {reps} repetition(s); medians.
@@ -345,7 +338,7 @@ Mean / p99 response time (ms):
 VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn")}
 
 
-def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[dict]:
+def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:
     """rho 0.88, each count of front instances, the three strategies back to back
     in each repetition (reversed every other one), so ratios pair runs that met
     the same machine."""
@@ -356,49 +349,34 @@ def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[dict]:
             for proxy in [p for p in b.proxies if p in VS_LEAST]:
                 names = VS_LEAST[proxy] if rep % 2 == 0 else VS_LEAST[proxy][::-1]
                 for name in names:
-                    r = b.run(proxy, name, rate, seconds_for(rate, 10.0), instances=n)
-                    r.update({"rho": 0.88, "rep": rep})
-                    r.pop("cdf", None)
-                    runs.append(r)
+                    runs.append(b.run(proxy, name, rate, seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=n, keep_cdf=False))
     return runs
 
 
-def paired(runs: list[dict], proxy: str, n: int, num: str, den: str, key: str) -> tuple[float, float, float, int]:
-    """num/den of `key` over the repetitions where both runs were valid:
-    (median, mean, 95% CI half-width, pairs)."""
-    at = lambda name: {r["rep"]: r[key] for r in runs if r["proxy"] == proxy and r["policy"] == name  # noqa: E731
-                       and r["instances"] == n and r["valid"]}
-    a, d = at(num), at(den)
-    xs = [a[k] / d[k] for k in sorted(a) if k in d and d[k] > 0]
-    if not xs:
-        return float("nan"), float("nan"), float("nan"), 0
-    m, h = ci95(xs)
-    return median(xs), m, h, len(xs)
-
-
-def report_vs_least(runs: list[dict], lam0: float) -> str:
+def report_vs_least(data: dict) -> str:
+    runs, lam0 = data["runs"], data["lambda0"]
     rows, ratios = [], []
-    counts = sorted({r["instances"] for r in runs})
-    for proxy in sorted({r["proxy"] for r in runs}):
+    counts = sorted({r.instances for r in runs})
+    for proxy in sorted({r.proxy for r in runs}):
         least, over, rand = VS_LEAST[proxy]
         for n in counts:
             for name in (least, over, rand):
-                sel = [r for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n]
-                ok = [r for r in sel if r["valid"]]
-                errs = sum(r["errors"] for r in sel)
-                acc = [r["acceptance"] for r in ok if r["acceptance"] is not None]
-                med = lambda xs: median(xs) if xs else float("nan")  # noqa: E731
-                rows.append(f"| {proxy} | {n} | {name} | {med([r['mean_ms'] for r in ok]):.1f} | "
-                            f"{med([r['p99_ms'] for r in ok]):.0f} | {f'{med(acc):.2f}' if acc else '-'} | "
-                            f"{len(ok)}/{len(sel)} | {errs}{' **flagged**' if errs else ''} |")
+                sel = select(runs, proxy=proxy, policy=name, instances=n)
+                ok = select(sel, valid=True)
+                acc = [r.acceptance for r in ok if r.acceptance is not None]
+                rows.append(f"| {proxy} | {n} | {name} | {median([r.mean_ms for r in ok]):.1f} | "
+                            f"{median([r.p99_ms for r in ok]):.0f} | {f'{median(acc):.2f}' if acc else '-'} | "
+                            f"{len(ok)}/{len(sel)} | {flag(sum(r.errors for r in sel))} |")
             for name in (over, rand):
                 for key in ("mean_ms", "p99_ms"):
-                    med, m, h, k = paired(runs, proxy, n, name, least, key)
-                    ratios.append(f"| {proxy} | {n} | {name} / {least} | {key[:-3]} | **{med:.3f}** | {m:.3f} ± {h:.3f} | {k} |")
-    reps = max(r["rep"] for r in runs) + 1
+                    xs = paired(runs, name, least, key, proxy=proxy, instances=n)
+                    m, h = ci95(xs)
+                    ratios.append(f"| {proxy} | {n} | {name} / {least} | {key[:-3]} | **{median(xs):.3f}** | {m:.3f} ± {h:.3f} "
+                                  f"| {len(xs)} |")
+    reps = max(r.rep for r in runs) + 1
     return f"""# Hunting against the balancer users run
 
-`make bench-vs-least` on {machine()}. The SRLB setup ({SERVERS} apps × {WORKERS} workers ×
+`make bench-vs-least` on {data['machine']}. The SRLB setup ({SERVERS} apps × {WORKERS} workers ×
 {CORES:g} emulated cores, exponential {MEAN_MS:g} ms jobs, each behind a huntlb agent) at ρ = 0.88 of
 λ0 = {lam0:.0f} req/s (the last sweep's), Poisson, 10 s per run (min(20000 queries, 10 s)), with
 1 and 4 independent front instances (Envoy `--concurrency 1` each; the generator sends to them in
@@ -436,15 +414,20 @@ def main():
     ap.add_argument("--proxies", default="envoy,haproxy")
     ap.add_argument("--refill", action="store_true", help="re-run the invalid runs of the last sweep, rewrite its report")
     ap.add_argument("--mid-reps", type=int, help="add runs at rho <= 0.8 to the last sweep, up to this many per point; rewrite its report")
+    ap.add_argument("--report-only", action="store_true",
+                    help="measure nothing: rewrite the sweep's, many proxies' and vs-least's reports and plots from their JSON")
     a = ap.parse_args()
     p = plan(a.quick)
     out = QUICK_OUT if a.quick else RESULTS
+    if a.report_only:
+        rewrite_reports(out, a.quick)
+        return
     work = Path(tempfile.mkdtemp(prefix="huntlb-srlb-"))
     b = Bench(work, a.proxies.split(","), a.quick)
     t0 = time.monotonic()
     try:
         if a.refill or a.mid_reps:
-            data = json.loads((out / "srlb-poisson.json").read_text())
+            data = load(out / "srlb-poisson.json")
             if a.refill:
                 print(f"refill: {refill(b, data)} runs still invalid", flush=True)
             if a.mid_reps:
@@ -455,8 +438,8 @@ def main():
             return
         if a.only == "vs-least":
             lam0 = json.loads((RESULTS / "srlb-poisson.json").read_text())["probe"]["lambda0"]
-            runs = vs_least(b, lam0, a.reps, [1, 4])
-            write_result("vs-least", {"machine": machine(), "lambda0": lam0, "runs": runs}, report_vs_least(runs, lam0), out)
+            data = {"machine": machine(), "lambda0": lam0, "runs": vs_least(b, lam0, a.reps, [1, 4])}
+            write_result("vs-least", data, report_vs_least(data), out)
             return
         if a.only != "many":
             data = sweep(b, p)
@@ -469,12 +452,28 @@ def main():
         else:
             lam0 = json.loads((out / "srlb-poisson.json").read_text())["probe"]["lambda0"]
         if a.only != "sweep":
-            runs = many(b, p, lam0)
-            plots.many(runs, out)
-            write_result("many-proxies", {"machine": machine(), "lambda0": lam0, "runs": runs}, report_many(runs, a.quick), out)
+            data = {"machine": machine(), "lambda0": lam0, "runs": many(b, p, lam0)}
+            plots.many(data["runs"], out)
+            write_result("many-proxies", data, report_many(data, a.quick), out)
     finally:
         b.close()
     print(f"done in {time.monotonic() - t0:.0f} s")
+
+
+def rewrite_reports(out: Path, quick: bool) -> None:
+    """Each of the sweep's, many proxies' and vs-least's results found in `out`,
+    re-rendered from its JSON: report, plots, and the JSON itself (unchanged)."""
+    if (out / "srlb-poisson.json").exists():
+        data = load(out / "srlb-poisson.json")
+        plots.srlb(data, out)
+        write_result("srlb-poisson", data, report_sweep(data, data["plan"], data.get("quick", quick)), out)
+    if (out / "many-proxies.json").exists():
+        data = load(out / "many-proxies.json")
+        plots.many(data["runs"], out)
+        write_result("many-proxies", data, report_many(data, quick), out)
+    if (out / "vs-least.json").exists():
+        data = load(out / "vs-least.json")
+        write_result("vs-least", data, report_vs_least(data), out)
 
 
 if __name__ == "__main__":

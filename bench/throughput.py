@@ -18,12 +18,19 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import plots
-from benchlib import ci95, machine, median, paired_ratio, proc_cpu_seconds, wrk, write_result
-from fleet import Fleet, start_front
+from benchlib import plots
+from benchlib.fleet import Fleet
+from benchlib.reports import RESULTS, flag, machine, write_result
+from benchlib.stats import ci95, median, paired_ratio
+from benchlib.tools import proc_cpu_seconds, wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs
 
 CLOSE = {"Connection": "close"}
+
+
+def no_smart(text: str) -> str:
+    """HAProxy without tcp-smart-accept and tcp-smart-connect, to measure what they save."""
+    return text.replace("    option tcp-smart-", "    no option tcp-smart-")
 
 
 def tcp_out_segs() -> int:
@@ -45,10 +52,10 @@ def main():
         for proxy in ("envoy", "haproxy"):
             for label, hunting in (("plain", False), ("hunting", True)):
                 lb = "RANDOM" if proxy == "envoy" else "random"
-                f = start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name=f"tput-{label}")
+                f = fleet.front(proxy, hunting, lb, hr, name=f"tput-{label}")
                 targets[f"{proxy} {label}"] = (f.url, f.pid)
                 if proxy == "haproxy":
-                    f = start_front(procs, addrs, fleet, proxy, hunting, lb, hr, name=f"tput-{label}-nosmart", no_smart=True)
+                    f = fleet.front(proxy, hunting, lb, hr, name=f"tput-{label}-nosmart", edit=no_smart)
                     targets[f"haproxy {label}, no smart-accept/connect"] = (f.url, f.pid)
         variants = {f"{name}, keep-alive {ka}": (url, pid, ka) for name, (url, pid) in targets.items() for ka in ("on", "off")}
         runs = {k: [] for k in variants}
@@ -69,7 +76,7 @@ def main():
             summary[name] = {"rps_median": median([r["rps"] for r in rs]), "rps_mean": m, "rps_ci95": h,
                              "segs_per_req": median([r["segs_per_req"] for r in rs]),
                              "proxy_cpu_us_per_req": median(cpu) if cpu else None,
-                             "errors": sum(r["non2xx"] + r["socket_errors"] for r in rs)}
+                             "errors": wrk_errors(rs)}
         ratios = {}
         for proxy in ("envoy", "haproxy"):
             for ka in ("on", "off"):
@@ -80,7 +87,7 @@ def main():
                 ratios[f"haproxy {label} smart/no smart, keep-alive {ka}"] = paired_ratio(
                     runs[f"haproxy {label}, keep-alive {ka}"], runs[f"haproxy {label}, no smart-accept/connect, keep-alive {ka}"])
         data = {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "runs": runs, "summary": summary, "ratios": ratios}
-        plots.throughput(data, Path(__file__).resolve().parent.parent / "docs" / "results")
+        plots.throughput(data, RESULTS)
         write_result("proxy-throughput", data, report(data))
     finally:
         procs.stop_all()
@@ -92,7 +99,7 @@ def report(d: dict) -> str:
         return "" if s["proxy_cpu_us_per_req"] is None else f"{s['proxy_cpu_us_per_req']:.1f}"
 
     rows = "\n".join(f"| {n} | {s['rps_median']:.0f} | {s['rps_mean']:.0f} ± {s['rps_ci95']:.0f} | {s['segs_per_req']:.1f} | "
-                     f"{cpu(s)} | {s['errors']} |" for n, s in d["summary"].items())
+                     f"{cpu(s)} | {flag(s['errors'])} |" for n, s in d["summary"].items())
     rat = "\n".join(f"| {n} | **{r['median']:.3f}** | {r['mean']:.3f} ± {r['ci95']:.3f} |" for n, r in d["ratios"].items())
     return f"""# Proxy throughput: tiny page, plain vs hunting, keep-alive and smart-connect
 

@@ -1,5 +1,5 @@
-"""A fleet of workload apps with agents, the fronts that balance over them, and
-one open-loop drive: what the SRLB and ELB scenarios share.
+"""A fleet of workload apps with agents, the strategies that balance over them,
+and one open-loop drive: what the SRLB, ELB and throughput scenarios share.
 
 Everything runs the committed example configs through the `harness` package (the
 integration tests' launcher), on loopback, and is stopped by PID at the end.
@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import (Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, envoy_host_health, front_config,
-                     haproxy_front_text, haproxy_server_states, start_envoy, start_haproxy, wait_tcp, wait_until)
+from benchlib.fronts import Front, start_front
+from benchlib.stats import jain
+from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 
 # How each named balancing strategy is set up: (proxy, hunting?, lb setting).
 # RR is the paper's baseline: random, no hunting. SR_* hunt with that agent policy,
@@ -106,44 +107,11 @@ class Fleet:
     def refused(self) -> float:
         return sum(b.refused() for b in self.backends if b.agent_proc.alive())
 
-
-@dataclass
-class Front:
-    """One proxy instance over the fleet."""
-
-    proxy: str  # envoy | haproxy
-    url: str
-    health: object  # () -> {backend addr or name: healthy?}
-    pid: int
-
-
-def start_front(procs: Procs, addrs: Addrs, fleet: Fleet, proxy: str, hunting: bool, lb: str,
-                hr: HaproxyRoot | None = None, name: str = "front", no_smart: bool = False) -> Front:
-    """A front from the committed example config. no_smart (HAProxy): turn off
-    tcp-smart-accept and tcp-smart-connect, to measure what they save."""
-    host = addrs.host()
-    listen = f"{host}:10000"
-    if proxy == "envoy":
-        admin = f"{host}:9902"
-        p = start_envoy(procs, f"envoy-{name}", front_config(listen, admin, [b.agent for b in fleet.backends],
-                                                              lb_policy=lb, hunting=hunting), concurrency=1)
-        health = lambda: {k: v == "healthy" for k, v in envoy_host_health(admin).items()}  # noqa: E731
-    else:
-        stats = f"{host}:9999"
-        text = haproxy_front_text(hr, listen, stats, fleet.backends, hunting=hunting, balance=lb, server_opts="weight 100")
-        if no_smart:
-            text = text.replace("    option tcp-smart-", "    no option tcp-smart-")
-        p = start_haproxy(procs, hr, f"haproxy-{name}", text)
-        wait_tcp(stats, p)
-        health = lambda: {k: v.startswith("UP") for k, v in haproxy_server_states(stats).items()}  # noqa: E731
-    f = Front(proxy, f"http://{listen}/", health, p.pid)
-    wait_all_up(f, len(fleet.backends))
-    return f
-
-
-def wait_all_up(front: Front, n: int, timeout: float = 20) -> None:
-    wait_until(lambda: (h := front.health()) and len(h) == n and all(h.values()), timeout=timeout,
-               what=f"{front.proxy} sees all {n} backends up")
+    def front(self, proxy: str, hunting: bool, lb: str, hr: HaproxyRoot | None = None, name: str = "front", **kw) -> Front:
+        """A front over the fleet (kw as fronts.start_front's). Every HAProxy
+        server gets weight 100: see STRATEGIES."""
+        return start_front(self.procs, self.addrs, proxy, self.backends, hunting, lb=lb, hr=hr, name=f"{proxy}-{name}",
+                           server_opts="weight 100", **kw)
 
 
 def drive(urls: list[str], rate: float, seconds: float, out: Path, seed: int = 1, max_lateness_us: int = 2000) -> dict:
@@ -189,11 +157,6 @@ class Sampler:
         return sum(vals) / len(vals) if vals else None
 
 
-def jain(xs: list[float]) -> float | None:
-    s, s2 = sum(xs), sum(x * x for x in xs)
-    return s * s / (len(xs) * s2) if s2 > 0 else None
-
-
 def summary(rep: dict) -> dict:
     """The numbers a scenario keeps from one loadgen report (times in ms)."""
     pct = dict((p, v) for p, v in rep["latency"]["percentiles"])
@@ -202,16 +165,3 @@ def summary(rep: dict) -> dict:
             "mean_ms": rep["latency"]["mean_us"] / 1e3, "p50_ms": pct[50.0] / 1e3, "p90_ms": pct[90.0] / 1e3,
             "p99_ms": pct[99.0] / 1e3, "served_by": rep["served_by"], "valid": rep["valid"],
             "invalid_reason": rep["invalid_reason"], "lateness_p99_us": dict(rep["send_lateness"]["percentiles"])[99.0]}
-
-
-def cdf(rep: dict, points: int = 200) -> list[tuple[float, float]]:
-    """(ms, fraction) from the loadgen's full histogram, thinned to ~points."""
-    hist = rep["histogram"]
-    total = sum(c for _, c in hist) or 1
-    out, acc = [], 0
-    step = max(1, len(hist) // points)
-    for i, (us, c) in enumerate(hist):
-        acc += c
-        if i % step == 0 or i == len(hist) - 1:
-            out.append((us / 1e3, acc / total))
-    return out

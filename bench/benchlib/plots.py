@@ -1,85 +1,112 @@
-"""The bench's plots (matplotlib, PNG). Each function takes a scenario's JSON
-data as written to docs/results/ and draws its figures next to it, so a plot can
-be redrawn from committed data: python3 bench/plots.py srlb-poisson."""
+"""The bench's plots (matplotlib, PNG). Each function takes a scenario's data as
+written to docs/results/ (runs as Run records) and draws its figures next to it,
+so a plot can be redrawn from committed data:
+`python3 -m benchlib.plots srlb-poisson` from bench/ (`make bench-setup` first).
+
+matplotlib is imported when a figure is drawn, not with this module, so every
+scenario's --help and reports work without it.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from benchlib.reports import RESULTS
+from benchlib.runs import Run, load, select
+from benchlib.stats import median
 
 STYLE = {"RR": ("tab:red", "o"), "SR_4": ("tab:blue", "s"), "SR_8": ("tab:cyan", "^"), "SR_16": ("tab:purple", "v"),
          "SR_dyn": ("tab:green", "D"), "LEAST_REQUEST": ("tab:orange", "x"), "leastconn": ("tab:orange", "x"),
          "random(2)": ("tab:brown", "+"), "JSQ": ("black", None)}
 
 
+def pyplot():
+    """matplotlib's pyplot, drawing to files (Agg); None when not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _plt():
+    plt = pyplot()
+    if plt is None:
+        raise SystemExit("matplotlib not importable: make bench-setup")
+    return plt
+
+
 def _style(name: str):
     return STYLE.get(name, ("gray", "."))
 
 
-def _save(fig, out: Path, name: str) -> None:
+def save(fig, out: Path, name: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out / name, dpi=110)
-    plt.close(fig)
+    _plt().close(fig)
 
 
-def _med(xs):
-    return statistics.median(xs) if xs else math.nan
+def _axes(ax, title: str, xlabel: str, xscale: str | None = None, yscale: str | None = None, legend: int = 8) -> None:
+    """Title, x label, scales, grid and legend: what every line plot sets."""
+    if xscale:
+        ax.set_xscale(xscale)
+    if yscale:
+        ax.set_yscale(yscale)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend)
+
+
+def _mean_by(ax, runs: list[Run], x: str) -> None:
+    """One line per policy: the median mean response time of its valid runs at each value of `x` (a Run field)."""
+    for name in dict.fromkeys(r.policy for r in runs):
+        mine = select(runs, policy=name)
+        xs = sorted({getattr(r, x) for r in mine})
+        ys = [median([r.mean_ms for r in select(mine, valid=True, **{x: v})]) for v in xs]
+        c, m = _style(name)
+        ax.plot(xs, ys, marker=m, color=c, label=name)
 
 
 def srlb(data: dict, out: Path) -> None:
+    plt = _plt()
     runs = data["runs"]
-    proxies = sorted({r["proxy"] for r in runs})
+    proxies = sorted({r.proxy for r in runs})
     # Fig. 2: mean response time vs rho.
     fig, axes = plt.subplots(1, len(proxies), figsize=(6 * len(proxies), 4.2), squeeze=False, sharey=True)
     for ax, proxy in zip(axes[0], proxies):
-        for name in dict.fromkeys(r["policy"] for r in runs if r["proxy"] == proxy):
-            rhos = sorted({r["rho"] for r in runs if r["proxy"] == proxy and r["policy"] == name})
-            ys = [_med([r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rho"] == x and r["valid"]])
-                  for x in rhos]
-            c, m = _style(name)
-            ax.plot(rhos, ys, marker=m, color=c, label=name)
-        ax.set_title(f"through {proxy}")
-        ax.set_xlabel("normalized request rate ρ = λ/λ0")
-        ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        _mean_by(ax, select(runs, proxy=proxy), "rho")
+        _axes(ax, f"through {proxy}", "normalized request rate ρ = λ/λ0", yscale="log")
     axes[0][0].set_ylabel("mean response time (ms, log)")
     fig.suptitle(f"SRLB Poisson workload, {data['setup']['servers']} servers, exp({data['setup']['mean_ms']:.0f} ms)")
-    _save(fig, out, "srlb-mean-vs-rho.png")
+    save(fig, out, "srlb-mean-vs-rho.png")
     # Figs. 3 and 5: CDFs.
     for rho, name in ((0.88, "srlb-cdf-088.png"), (0.61, "srlb-cdf-061.png")):
         fig, axes = plt.subplots(1, len(proxies), figsize=(6 * len(proxies), 4), squeeze=False, sharey=True)
         for ax, proxy in zip(axes[0], proxies):
-            for r in runs:
-                if r["proxy"] == proxy and r["rho"] == rho and r["rep"] == 0 and r.get("cdf"):
-                    xs, ys = zip(*r["cdf"])
-                    ax.plot(xs, ys, color=_style(r["policy"])[0], label=r["policy"])
-            ax.set_xscale("log")
-            ax.set_xlabel("response time (ms, log)")
-            ax.set_title(f"{proxy}, ρ = {rho}")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
+            for r in select(runs, proxy=proxy, rho=rho, rep=0):
+                if r.cdf:
+                    xs, ys = zip(*r.cdf)
+                    ax.plot(xs, ys, color=_style(r.policy)[0], label=r.policy)
+            _axes(ax, f"{proxy}, ρ = {rho}", "response time (ms, log)", xscale="log")
         axes[0][0].set_ylabel("CDF")
-        _save(fig, out, name)
+        save(fig, out, name)
     # Fig. 4: mean instantaneous load and fairness over time, RR vs SR_4 (EWMA as in the paper).
-    sampled = [r for r in runs if r.get("samples")]
+    sampled = [r for r in runs if r.samples]
     if sampled:
         fig, axes = plt.subplots(2, len(proxies), figsize=(6 * len(proxies), 5.5), squeeze=False, sharex="col")
         for col, proxy in enumerate(proxies):
-            for r in [x for x in sampled if x["proxy"] == proxy]:
-                t, load, fair = _ewma_load(r["samples"])
-                c = _style(r["policy"])[0]
-                axes[0][col].plot(t, load, color=c, label=r["policy"])
-                axes[1][col].plot(t, fair, color=c, label=r["policy"])
+            for r in select(sampled, proxy=proxy):
+                t, load, fair = _ewma_load(r.samples)
+                c = _style(r.policy)[0]
+                axes[0][col].plot(t, load, color=c, label=r.policy)
+                axes[1][col].plot(t, fair, color=c, label=r.policy)
             axes[0][col].set_title(f"{proxy}, ρ = 0.88")
             axes[0][col].set_ylabel("mean busy workers")
             axes[1][col].set_ylabel("fairness index")
@@ -88,13 +115,12 @@ def srlb(data: dict, out: Path) -> None:
             for ax in axes[:, col]:
                 ax.grid(True, alpha=0.3)
                 ax.legend(fontsize=8)
-        _save(fig, out, "srlb-load-fairness.png")
+        save(fig, out, "srlb-load-fairness.png")
     # Acceptance ratio vs rho.
     fig, ax = plt.subplots(figsize=(6, 4))
     for proxy, ls in zip(proxies, ("-", "--")):
-        for name in dict.fromkeys(r["policy"] for r in runs if r["acceptance"] is not None):
-            pts = sorted((r["rho"], r["acceptance"]) for r in runs if r["proxy"] == proxy and r["policy"] == name and r["rep"] == 0
-                         and r["acceptance"] is not None)
+        for name in dict.fromkeys(r.policy for r in runs if r.acceptance is not None):
+            pts = sorted((r.rho, r.acceptance) for r in select(runs, proxy=proxy, policy=name, rep=0) if r.acceptance is not None)
             if pts:
                 ax.plot(*zip(*pts), ls, marker=_style(name)[1], color=_style(name)[0], label=f"{proxy} {name}")
     ax.set_xlabel("ρ")
@@ -102,7 +128,7 @@ def srlb(data: dict, out: Path) -> None:
     ax.set_ylim(0, 1.05)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    _save(fig, out, "srlb-acceptance.png")
+    save(fig, out, "srlb-acceptance.png")
 
 
 def _ewma_load(samples):
@@ -127,26 +153,20 @@ def _ewma_load(samples):
     return t_out, load, fair
 
 
-def many(runs: list[dict], out: Path) -> None:
-    proxies = sorted({r["proxy"] for r in runs})
+def many(runs: list[Run], out: Path) -> None:
+    plt = _plt()
+    proxies = sorted({r.proxy for r in runs})
     fig, axes = plt.subplots(1, len(proxies), figsize=(6 * len(proxies), 4), squeeze=False, sharey=True)
     for ax, proxy in zip(axes[0], proxies):
-        for name in dict.fromkeys(r["policy"] for r in runs if r["proxy"] == proxy):
-            ns = sorted({r["instances"] for r in runs})
-            ys = [_med([r["mean_ms"] for r in runs if r["proxy"] == proxy and r["policy"] == name and r["instances"] == n and r["valid"]])
-                  for n in ns]
-            c, m = _style(name)
-            ax.plot(ns, ys, marker=m, color=c, label=name)
-        ax.set_xticks(sorted({r["instances"] for r in runs}))
-        ax.set_xlabel("independent proxy instances")
-        ax.set_title(f"{proxy}, ρ = 0.88")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _mean_by(ax, select(runs, proxy=proxy), "instances")
+        ax.set_xticks(sorted({r.instances for r in runs}))
+        _axes(ax, f"{proxy}, ρ = 0.88", "independent proxy instances")
     axes[0][0].set_ylabel("mean response time (ms)")
-    _save(fig, out, "many-proxies.png")
+    save(fig, out, "many-proxies.png")
 
 
 def simulation(data: dict, out: Path) -> None:
+    plt = _plt()
     curves = data["curves"]
     sizes = sorted({c["servers"] for c in curves})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False, sharey=True)
@@ -159,16 +179,13 @@ def simulation(data: dict, out: Path) -> None:
         for name, pts in data.get("real", {}).get(str(n), {}).items():
             c, m = _style(name)
             ax.plot(*zip(*sorted(pts)), ls="none", marker=m or "o", mfc="none", color=c, ms=8, label=f"real {name}")
-        ax.set_yscale("log")
-        ax.set_xlabel("ρ = λ/λ0")
-        ax.set_title(f"{n} servers")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _axes(ax, f"{n} servers", "ρ = λ/λ0", yscale="log", legend=7)
     axes[0][0].set_ylabel("mean response time (ms, log)")
-    _save(fig, out, "simulation.png")
+    save(fig, out, "simulation.png")
 
 
 def elb(data: dict, out: Path) -> None:
+    plt = _plt()
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     g = data.get("gain_loss")
     if g:
@@ -215,10 +232,11 @@ def elb(data: dict, out: Path) -> None:
         ax.set_ylabel("served req/s")
         ax.set_title("convergence: backends killed then restored")
         ax.legend(fontsize=6, ncol=2)
-    _save(fig, out, "elb.png")
+    save(fig, out, "elb.png")
 
 
 def throughput(data: dict, out: Path) -> None:
+    plt = _plt()
     rows = data["summary"]
     fig, ax = plt.subplots(figsize=(9, 4))
     names = list(rows)
@@ -227,14 +245,21 @@ def throughput(data: dict, out: Path) -> None:
     ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=7)
     ax.set_ylabel("req/s (median, 95% CI of mean)")
     ax.set_title("tiny page through the proxy")
-    _save(fig, out, "proxy-throughput.png")
+    save(fig, out, "proxy-throughput.png")
+
+
+def redraw(name: str, results: Path = RESULTS) -> None:
+    """Redraw one result's figures from its JSON in `results`."""
+    path = results / f"{name}.json"
+    if name in ("srlb-poisson", "many-proxies"):
+        d = load(path)
+    else:
+        d = json.loads(path.read_text())
+    {"srlb-poisson": lambda: srlb(d, results), "many-proxies": lambda: many(d["runs"], results),
+     "simulation": lambda: simulation(d, results), "elb": lambda: elb(d, results),
+     "proxy-throughput": lambda: throughput(d, results)}[name]()
 
 
 if __name__ == "__main__":
-    # Redraw from committed data: python3 bench/plots.py srlb-poisson | many-proxies | simulation | elb | proxy-throughput
-    results = Path(__file__).resolve().parent.parent / "docs" / "results"
-    which = sys.argv[1]
-    d = json.loads((results / f"{which}.json").read_text())
-    {"srlb-poisson": lambda: srlb(d, results), "many-proxies": lambda: many(d["runs"], results),
-     "simulation": lambda: simulation(d, results), "elb": lambda: elb(d, results),
-     "proxy-throughput": lambda: throughput(d, results)}[which]()
+    # Redraw from committed data: srlb-poisson | many-proxies | simulation | elb | proxy-throughput
+    redraw(sys.argv[1])

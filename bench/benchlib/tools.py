@@ -1,0 +1,91 @@
+"""The measuring tools, each wrapped once: Debian's wrk (closed loop), a process's
+CPU time from /proc, HAProxy's instructions per request under valgrind's
+callgrind, and the simulator (huntlb-sim)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+
+from benchlib.fronts import Bed
+
+_dur = re.compile(r"^([\d.]+)(us|ms|s)$")
+
+
+def _us(v: str) -> float:
+    m = _dur.match(v)
+    if not m:
+        raise ValueError(v)
+    return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+
+
+def wrk(url: str, conns: int, seconds: float, headers: dict | None = None, cpu: int | None = 1) -> dict:
+    """Closed-loop wrk run (Debian wrk): req/s and latency percentiles in us."""
+    argv = ["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency"]  # wrk takes whole seconds
+    for k, v in (headers or {}).items():
+        argv += ["-H", f"{k}: {v}"]
+    argv.append(url)
+    if cpu is not None and os.cpu_count() and os.cpu_count() > 1:
+        argv = ["taskset", "-c", str(cpu)] + argv
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60).stdout
+    res = {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))}
+    for p, v in re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", out, flags=re.M):
+        res[f"p{p}_us"] = _us(v)
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    res["non2xx"] = int(non2xx.group(1)) if non2xx else 0
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    res["socket_errors"] = sum(map(int, errs.groups())) if errs else 0
+    return res
+
+
+def wrk_errors(results: list[dict]) -> int:
+    """Client errors over wrk runs: non-2xx answers and socket errors."""
+    return sum(r["non2xx"] + r["socket_errors"] for r in results)
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (and its reaped children), from /proc."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(f[11]) + int(f[12])) / ticks
+
+
+def callgrind_totals(prefix: str) -> int:
+    total = 0
+    for f in glob.glob(prefix + "*"):
+        for line in open(f):
+            if line.startswith("totals:") or line.startswith("summary:"):
+                total = max(total, int(line.split()[1]))
+    return total
+
+
+def instructions_per_request(bed: Bed, label: str, hunting: bool, edit, requests: int) -> float:
+    """HAProxy's user-space instructions per request (callgrind) for one front
+    over the bed's static backends: `requests` keep-alive requests after a
+    warm-up, every one answered 200. The module's background task runs once a
+    minute here (valgrind stretches time)."""
+    name = "haproxy-" + re.sub(r"[^a-z0-9]+", "-", label).strip("-") + "-callgrind"
+    prefix = str(bed.work / f"callgrind.{name}")
+    f = bed.front("haproxy", hunting, name, every_ms=60000, edit=edit,
+                  argv_prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}"])
+    try:
+        subprocess.run(["ab", "-q", "-k", "-n", "300", "-c", "4", f.url], capture_output=True, timeout=300)  # warm up
+        subprocess.run(["callgrind_control", "-z", str(f.pid)], capture_output=True, timeout=60)
+        r = subprocess.run(["ab", "-q", "-k", "-n", str(requests), "-c", "4", f.url], capture_output=True, text=True, timeout=600)
+        subprocess.run(["callgrind_control", "-d", str(f.pid)], capture_output=True, timeout=60)
+    finally:
+        f.proc.stop()
+    if "Non-2xx" in r.stdout or f"Complete requests:      {requests}" not in r.stdout:
+        raise RuntimeError(f"{label}: not every request was answered 200:\n{r.stdout}")
+    per_request = callgrind_totals(prefix + ".") / requests
+    print(f"instructions: {label}: {per_request:.0f} per request", flush=True)
+    return per_request
+
+
+def huntlb_sim(binary: str, args: list[str], timeout: float = 1800) -> list[dict]:
+    """One huntlb-sim run: its JSON report per rate, in order."""
+    out = subprocess.run([binary, *args], capture_output=True, text=True, check=True, timeout=timeout).stdout
+    return [json.loads(line) for line in out.splitlines()]
