@@ -24,6 +24,7 @@ from pathlib import Path
 
 from benchlib.plots import pyplot, save
 from benchlib.reports import RESULTS, ROOT, machine
+from benchlib.runs import select
 from benchlib.stats import median
 from benchlib.tools import huntlb_sim
 
@@ -134,8 +135,7 @@ def main() -> None:
 
 
 def get(d: dict, section: str, name: str, proxies: int, rho: float = RHO, **key) -> dict:
-    return next(x for x in d["points"] if x["section"] == section and x["name"] == name and x["proxies"] == proxies
-                and abs(x["rho"] - rho) < 1e-9 and all(x.get(k) == v for k, v in key.items()))
+    return select(d["points"], section=section, name=name, proxies=proxies, rho=rho, **key)[0]
 
 
 def judge(d: dict, section: str, cand: str, rho: float = RHO) -> dict:

@@ -87,9 +87,10 @@ def main():
         if name not in POLICIES or name == "LEAST_REQUEST":
             continue
         for rho, xs in by_rho.items():
-            s = next((c for c in curves if c["servers"] == setup["servers"] and c["policy"] == name and abs(c["rho"] - rho) < 1e-9), None)
-            if s is None:
+            found = select(curves, servers=setup["servers"], policy=name, rho=rho)
+            if not found:
                 continue
+            s = found[0]
             overlay.setdefault(name, []).append((rho, median(xs)))
             if rho <= 0.9:
                 agree.append({"proxy": proxy, "policy": name, "rho": rho, "real_ms": median(xs), "sim_ms": s["mean_ms"],
@@ -108,7 +109,7 @@ def report(d: dict) -> str:
                      for x in sorted(agree, key=lambda x: (x["proxy"], x["policy"], x["rho"])))
     nruns = sorted({x["runs"] for x in agree})
     runs_note = (f"{nruns[0]}" if len(nruns) == 1 else f"{nruns[0]} to {nruns[-1]}") + " runs of 10 s per point"
-    at = lambda n, p, rho: next(c for c in curves if c["servers"] == n and c["policy"] == p and c["rho"] == rho)  # noqa: E731
+    at = lambda n, p, rho: select(curves, servers=n, policy=p, rho=rho)[0]  # noqa: E731
     big = []
     for n in sorted({c["servers"] for c in curves}):
         rr, dyn, best, jsq = at(n, "RR", 0.88), at(n, "SR_dyn", 0.88), min((at(n, p, 0.88) for p in ("SR_4", "SR_8", "SR_16")),

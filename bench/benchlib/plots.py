@@ -172,7 +172,7 @@ def simulation(data: dict, out: Path) -> None:
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False, sharey=True)
     for ax, n in zip(axes[0], sizes):
         for name in dict.fromkeys(c["policy"] for c in curves):
-            pts = sorted((c["rho"], c["mean_ms"]) for c in curves if c["servers"] == n and c["policy"] == name)
+            pts = sorted((c["rho"], c["mean_ms"]) for c in select(curves, servers=n, policy=name))
             if pts:
                 c, m = _style(name)
                 ax.plot(*zip(*pts), marker=m, color=c, label=f"sim {name}", lw=1)

@@ -1,5 +1,7 @@
 """The record of one open-loop run through a front, and `select`, the one way the
-scenarios and plots pick runs (by proxy, strategy, ρ, repetition, validity...).
+scenarios and plots pick runs (by proxy, strategy, ρ, repetition, validity...)
+and the simulator's points (plain dicts in simulation.json and sim-proxies'
+runs.json, picked the same way).
 
 A `Run` reads and writes exactly the JSON objects in docs/results/
 (srlb-poisson.json, many-proxies.json, vs-least.json), so committed results load
@@ -71,10 +73,15 @@ def _same(have, want) -> bool:
     return have == want
 
 
-def select(runs: list[Run], **where) -> list[Run]:
-    """The runs whose fields equal every value in `where`, in order, e.g.
-    select(runs, proxy="envoy", policy="SR_dyn", rho=0.88, valid=True)."""
-    return [r for r in runs if all(_same(getattr(r, k), v) for k, v in where.items())]
+def _field(r, k: str):
+    return r.get(k) if isinstance(r, dict) else getattr(r, k)
+
+
+def select(runs: list, **where) -> list:
+    """The runs (Run records, or the simulator's dict points) whose fields equal
+    every value in `where`, in order; floats compare to 1e-9, so a ρ written as
+    0.88 finds 0.88. E.g. select(runs, proxy="envoy", policy="SR_dyn", rho=0.88, valid=True)."""
+    return [r for r in runs if all(_same(_field(r, k), v) for k, v in where.items())]
 
 
 def paired(runs: list[Run], num: str, den: str, key: str, **where) -> list[float]:
