@@ -6,17 +6,22 @@
 #   compose/build.sh --stage    stage only (compose/dist/)
 set -euo pipefail
 cd "$(dirname "$0")"
-ROOT=..
+ROOT=$(cd .. && pwd)
+python=$ROOT/.venv/bin/python   # made by `make setup`; harness needs its pyyaml
+[ -x "$python" ] || python=python3
 COMPOSE=${COMPOSE:-$(docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)}
 
 "$ROOT/scripts/docker-setup.sh" base
 (cd "$ROOT" && cargo build -q --release -p huntlb-agent -p huntlb-instruments)
+target=${CARGO_TARGET_DIR:-$ROOT/target}/release
 rm -rf dist && mkdir -p dist/lua
 for b in huntlb-agent huntlb-workload huntlb-loadgen; do
-    ln "$ROOT/target/release/$b" "dist/$b" 2>/dev/null || cp "$ROOT/target/release/$b" "dist/$b"
+    ln "$target/$b" "dist/$b" 2>/dev/null || cp "$target/$b" "dist/$b"
 done
-envoy=$(cd "$ROOT" && python3 -c 'from harness import envoy_binary; print(envoy_binary())')
+envoy=$(PYTHONPATH=$ROOT "$python" -c 'from harness import envoy_binary; print(envoy_binary())')
 ln "$envoy" dist/envoy 2>/dev/null || cp "$envoy" dist/envoy
 cp -r "$ROOT/haproxy-lua/huntlb.lua" "$ROOT/haproxy-lua/huntlb" dist/lua/
+# the proxies' configs, derived from the shipped fronts (configs.py says how)
+PYTHONPATH=$ROOT "$python" configs.py dist
 [ "${1:-}" = "--stage" ] && exit 0
 $COMPOSE build -q

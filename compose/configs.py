@@ -9,16 +9,18 @@ container answering to the Docker DNS name `backends`):
     port 10001  the proxy's own least-request (Envoy LEAST_REQUEST, HAProxy leastconn), no hunting
     port 10002  random, no hunting
 
-Derived structurally (harness.front_config, harness.haproxy_config), so a change
-to a shipped front reaches the demo. `python3 compose/configs.py` rewrites
-compose/config/{envoy.yaml,haproxy.cfg}; tests/test_compose_config.py checks
-the committed files are what this prints. `${NAME}` values come from compose/.env
+Derived structurally (harness.front_config, harness.haproxy_config) each time
+the images are built (compose/build.sh runs `configs.py dist`), so a change to a
+shipped front reaches the demo and the two cannot drift. Also writes
+compose/grafana/huntlb.json, the dashboard's panels (dashboard/panels.json) for
+Grafana, which is committed: tests/test_compose_config.py checks it is current. `${NAME}` values come from compose/.env
 (Envoy: substituted by the container's entrypoint; HAProxy reads its environment).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import sys
 from pathlib import Path
@@ -139,15 +141,61 @@ frontend metrics
     return HEADER + text.rstrip() + "\n" + extra
 
 
-def render() -> dict[str, str]:
-    return {"envoy.yaml": HEADER + yaml.safe_dump(envoy_config(), sort_keys=False, width=200),
-            "haproxy.cfg": haproxy_config_text()}
+def grafana_dashboard() -> dict:
+    """The dashboard's panels (dashboard/panels.json) as a Grafana dashboard to
+    import, over a Prometheus data source chosen at import."""
+    spec = json.loads((HERE / "dashboard" / "panels.json").read_text())
+    ds = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+    panels = []
+    for i, p in enumerate(spec["panels"]):
+        grid = {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)}
+        targets = [{"datasource": ds, "expr": q["expr"], "legendFormat": q["legend"], "refId": chr(65 + j),
+                    **({"instant": True, "format": "table"} if p["kind"] != "lines" else {})}
+                   for j, q in enumerate(p["queries"])]
+        panel = {"id": i + 1, "title": p["title"], "datasource": ds, "gridPos": grid, "targets": targets,
+                 "fieldConfig": {"defaults": {"unit": {"ms": "ms", "req/s": "reqps", "/s": "ops"}.get(p.get("unit", ""), "none")},
+                                 "overrides": []}}
+        if p["kind"] == "lines":
+            panel["type"] = "timeseries"
+        elif p["kind"] == "bars":
+            panel["type"] = "bargauge"
+            panel["options"] = {"orientation": "vertical", "displayMode": "basic",
+                                "reduceOptions": {"calcs": ["lastNotNull"], "values": False}}
+            panel["targets"] = [{**t, "format": "time_series"} for t in targets]
+        else:
+            panel["type"] = "table"
+            # one row per front: the instant queries joined on the row label
+            panel["transformations"] = [
+                {"id": "merge", "options": {}},
+                {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True, "instance": True, "job": True,
+                                                                  "quantile": True},
+                                               "renameByName": {f"Value #{chr(65 + j)}": q["legend"]
+                                                                for j, q in enumerate(p["queries"])}}}]
+        panels.append(panel)
+    return {
+        "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource", "pluginId": "prometheus",
+                      "pluginName": "Prometheus"}],
+        "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "9.0.0"},
+                       {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"}],
+        "title": spec["title"], "uid": "huntlb-demo", "schemaVersion": 36, "version": 1, "editable": True,
+        "refresh": f"{spec['refresh_s']}s", "time": {"from": f"now-{spec['range_s'] // 60}m", "to": "now"},
+        "tags": ["huntlb"], "timezone": "", "panels": panels, "templating": {"list": []}, "annotations": {"list": []},
+    }
+
+
+def grafana_text() -> str:
+    return json.dumps(grafana_dashboard(), indent=2) + "\n"
 
 
 def main() -> int:
-    for name, text in render().items():
-        (HERE / "config" / name).write_text(text)
-        print(f"wrote compose/config/{name}")
+    """configs.py [DIR]: the proxy configs into DIR/config/ (default compose/dist),
+    and compose/grafana/huntlb.json."""
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "dist"
+    (out / "config").mkdir(parents=True, exist_ok=True)
+    (out / "config" / "envoy.yaml").write_text(HEADER + yaml.safe_dump(envoy_config(), sort_keys=False, width=200))
+    (out / "config" / "haproxy.cfg").write_text(haproxy_config_text())
+    (HERE / "grafana" / "huntlb.json").write_text(grafana_text())
+    print(f"configs: {out}/config/envoy.yaml, haproxy.cfg; compose/grafana/huntlb.json")
     return 0
 
 
