@@ -6,13 +6,17 @@ Other real-client cases live beside the behaviour they test: chunked uploads
 and HTTP/1.0 in test_fronts.py, many headers and slowloris in test_agent.py
 and test_fronts.py."""
 
+import os
 import re
 import socket
+import subprocess
 import time
+import uuid
 
 import pytest
-from harness import FRONTS, request, start_front
+from harness import FRONTS, path_count, request, start_backends, start_front, wait_until
 from harness.apps import SseApp, WsEchoApp, start_app_backends
+from workload_hash import fnv64
 
 PATHS = {"accept": "always", "refuse-then-final": "static:0"}
 
@@ -73,4 +77,72 @@ def test_server_sent_events_arrive_as_written(procs, addrs, kind, path):
     # 150 ms apart, so a held-back event shows as a delay near 0.2 s; on loopback
     # an event passes three processes in a few milliseconds
     assert max(delays) < 0.1, [round(d, 3) for d in delays]
+    assert request(f.listen, "GET", "/after")[0] == 200
+
+
+def curl(*args: str, data: bytes | None = None) -> tuple[int, bytes]:
+    """Run curl (stdin: `data`); the status it reports and the body it got."""
+    out = subprocess.run(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", *args], input=data, capture_output=True, timeout=30)
+    body, _, code = out.stdout.rpartition(b"\n")
+    return int(code or 0), body
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("kind", FRONTS)
+def test_expect_100_continue_upload(procs, addrs, kind, path):
+    # curl waits for `100 Continue` before sending a body (forced here for 8 KB).
+    bs = start_backends(procs, addrs, 2, PATHS[path])
+    f = start_front(kind, procs, addrs, bs)
+    body = os.urandom(8000)
+    p = f"/continue/{uuid.uuid4()}"
+    code, out = curl("-H", "Expect: 100-continue", "--data-binary", "@-", f"http://{f.listen}{p}", data=body)
+    assert code == 200, out[:200]
+    assert b'"len":8000' in out and f'"fnv64":"{fnv64(body):016x}"'.encode() in out
+    assert path_count(bs, p) == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("kind", FRONTS)
+def test_http2_client(procs, addrs, kind, path):
+    # HTTP/2 from the client (cleartext, prior knowledge); the front speaks
+    # HTTP/1.1 to the agents. A GET and a POST with a length.
+    bs = start_backends(procs, addrs, 2, PATHS[path])
+    f = start_front(kind, procs, addrs, bs)
+    p = f"/h2/{uuid.uuid4()}"
+    code, _ = curl("--http2-prior-knowledge", f"http://{f.listen}{p}")
+    assert code == 200 and path_count(bs, p) == 1
+    body = os.urandom(5000)
+    code, out = curl("--http2-prior-knowledge", "--data-binary", "@-", f"http://{f.listen}{p}-post", data=body)
+    assert code == 200 and f'"fnv64":"{fnv64(body):016x}"'.encode() in out
+    assert path_count(bs, f"{p}-post") == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("kind", FRONTS)
+def test_ab_keepalive(procs, addrs, kind, path):
+    # ab -k, the tool seeds 000 and 004 measure with: HTTP/1.0 with keep-alive.
+    bs = start_backends(procs, addrs, 2, PATHS[path])
+    f = start_front(kind, procs, addrs, bs)
+    out = subprocess.run(["ab", "-k", "-n", "2000", "-c", "20", f"http://{f.listen}/ab"], capture_output=True, text=True, timeout=60).stdout
+    field = lambda name: int(re.search(rf"^{name}:\s+(\d+)", out, re.M).group(1))  # noqa: E731
+    assert field("Complete requests") == 2000 and field("Failed requests") == 0, out
+    assert "Non-2xx responses" not in out, out
+    assert path_count(bs, "/ab") == 2000
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("kind", FRONTS)
+def test_client_disconnect_is_not_replayed(procs, addrs, kind, path):
+    # A client gives up on a slow request: it reached one app once and is never
+    # re-sent elsewhere; the agents' in-flight count comes back to 0.
+    bs = start_backends(procs, addrs, 2, PATHS[path])
+    f = start_front(kind, procs, addrs, bs)
+    p = f"/gone/{uuid.uuid4()}"
+    host, port = f.listen.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(f"POST {p}?work_ms=1500 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello".encode())
+        wait_until(lambda: any(b.metrics()["huntlb_inflight"] == 1 for b in bs), timeout=5, what="at the app")
+    time.sleep(2.0)  # past the app's work: a replay would have arrived by now
+    assert path_count(bs, p) == 1
+    wait_until(lambda: all(b.metrics()["huntlb_inflight"] == 0 for b in bs), timeout=5, what="nothing in flight")
     assert request(f.listen, "GET", "/after")[0] == 200

@@ -38,3 +38,21 @@ def test_busy_time_integral_counts_worker_seconds(procs, addrs):
     # 3 requests x 0.3 s of a worker each: 0.9 worker-seconds (plus a little overhead)
     assert 0.89 <= s["busy_integral_s"] < 1.2, s["busy_integral_s"]
     assert s["busy_max"] == 3 and s["busy"] == 0
+
+
+def test_request_abandoned_mid_work_is_counted_and_frees_its_worker(procs, addrs):
+    # A client (or a proxy resetting its upstream) goes away while the app works:
+    # the request was processed (its path counts, for the exactly-once tests) and
+    # its worker is free again. Completion-time counting missed it, and the
+    # worker stayed busy for the rest of the run.
+    import socket
+
+    host = addrs.host()
+    _, app = procs.workload(host, workers=2, cores=2, demand="const:0")
+    h, port = app.rsplit(":", 1)
+    with socket.create_connection((h, int(port)), timeout=5) as s:
+        s.sendall(b"GET /gone?work_ms=3000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: app_stats(app)["busy"] == 1, what="at work")
+    wait_until(lambda: app_stats(app)["busy"] == 0, timeout=2, what="worker freed when the connection closed")
+    s = app_stats(app)
+    assert s["paths"].get("/gone") == 1 and s["served"] == 0

@@ -58,6 +58,44 @@ impl Stats {
     }
 }
 
+/// One request on a worker: counted (and its path recorded) when it starts,
+/// the worker released when it ends, however it ends.
+struct Working<'a> {
+    stats: &'a Mutex<Stats>,
+}
+
+impl<'a> Working<'a> {
+    fn start(stats: &'a Mutex<Stats>, path: &str) -> Self {
+        let mut s = stats.lock().unwrap();
+        s.account(Instant::now());
+        s.busy += 1;
+        s.busy_max = s.busy_max.max(s.busy);
+        if let Some(n) = s.paths.get_mut(path) {
+            *n += 1;
+        } else if s.paths.len() < MAX_PATHS {
+            s.paths.insert(path.to_string(), 1);
+        } else {
+            s.paths_dropped += 1;
+        }
+        Working { stats }
+    }
+
+    /// The work is done and answered.
+    fn served(self, bytes: u64) {
+        let mut s = self.stats.lock().unwrap();
+        s.served += 1;
+        s.bytes_in += bytes;
+    }
+}
+
+impl Drop for Working<'_> {
+    fn drop(&mut self) {
+        let mut s = self.stats.lock().unwrap();
+        s.account(Instant::now());
+        s.busy -= 1;
+    }
+}
+
 pub struct App {
     cfg: Config,
     slots: Semaphore,
@@ -107,12 +145,11 @@ impl App {
             }
         };
         let (parts, body) = req.into_parts();
-        {
-            let mut s = self.stats.lock().unwrap();
-            s.account(Instant::now());
-            s.busy += 1;
-            s.busy_max = s.busy_max.max(s.busy);
-        }
+        // Counted on arrival at a worker, not on completion: a request whose
+        // client went away mid-work was still processed (the exactly-once tests
+        // count it), and its worker is freed by the guard even if hyper drops
+        // this future.
+        let working = Working::start(&self.stats, parts.uri.path());
         let body = Limited::new(body, self.cfg.max_body).collect().await;
         let demand = self.demand_for(&parts);
         let status = query(&parts.uri, "status")
@@ -122,13 +159,13 @@ impl App {
         let body = match body {
             Ok(b) => b.to_bytes(),
             Err(e) => {
-                self.finish(&parts, 0);
+                drop(working);
                 drop(permit);
                 return Ok(text(StatusCode::PAYLOAD_TOO_LARGE, &format!("workload: body: {e}\n")));
             }
         };
         self.ps.run(demand).await;
-        self.finish(&parts, body.len() as u64);
+        working.served(body.len() as u64);
         drop(permit);
 
         let hunt_seen: Vec<String> = parts
@@ -169,22 +206,6 @@ impl App {
         match given {
             Some(ms) => Duration::from_secs_f64(ms / 1000.0),
             None => self.cfg.demand.sample(&mut *self.rng.lock().unwrap()),
-        }
-    }
-
-    fn finish(&self, parts: &http::request::Parts, bytes: u64) {
-        let mut s = self.stats.lock().unwrap();
-        s.account(Instant::now());
-        s.busy -= 1;
-        s.served += 1;
-        s.bytes_in += bytes;
-        let path = parts.uri.path();
-        if let Some(n) = s.paths.get_mut(path) {
-            *n += 1;
-        } else if s.paths.len() < MAX_PATHS {
-            s.paths.insert(path.to_string(), 1);
-        } else {
-            s.paths_dropped += 1;
         }
     }
 
