@@ -39,8 +39,10 @@ test-lua:
 	lua5.3 haproxy-lua/test/test_upmap.lua
 	lua5.4 haproxy-lua/test/test_upmap.lua
 
+# TESTS: which tests (pytest node ids), e.g. make test-integration TESTS=tests/test_envoy.py
+TESTS ?= tests
 test-integration: build
-	$(PYTEST) -q tests
+	$(PYTEST) -q $(TESTS)
 
 demo: setup build
 	$(PYTHON) scripts/demo.py

@@ -115,9 +115,9 @@ if ((${#missing_apt[@]})); then
     need_disk /usr 700 "Debian packages"
 fi
 if ((need_trixie)); then
-    need_disk "$TRIXIE" 600 "the HAProxy 3.0 trixie root"
+    need_disk "$TRIXIE" 400 "the HAProxy 3.0 trixie root"
 fi
-[ -d target ] || need_disk . 2500 "the Rust builds (target/) and .venv"
+[ -d target ] || need_disk . 2000 "the Rust builds (target/), ~/.cargo and .venv"
 
 if ((${#missing_apt[@]} || need_trixie)) && [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null ||
@@ -183,8 +183,8 @@ trixie_install() {
         chroot "$TRIXIE" apt-get install -y -q --no-install-recommends haproxy
 }
 if ((need_trixie)); then
-    step "HAProxy 3.0 in a trixie root at $TRIXIE (debootstrap, about 2 minutes)" trixie_install
+    step "HAProxy 3.0 in a trixie root at $TRIXIE (debootstrap, under a minute)" trixie_install
 fi
 
-echo "setup: ok ($(haproxy -v | head -1 | cut -d' ' -f1-3); $(scripts/trixie-haproxy -v | head -1 | cut -d' ' -f1-3);" \
+echo "setup: ok ($(/usr/sbin/haproxy -v | head -1 | cut -d' ' -f1-3); $(scripts/trixie-haproxy -v | head -1 | cut -d' ' -f1-3);" \
     "envoy $ENVOY_VERSION and pytest in $VENV; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"
