@@ -125,6 +125,58 @@ pub fn carry(app_status: u16, named_by_target: bool) -> (u16, Option<&'static st
     }
 }
 
+/// What a front knows of a request's body when it decides whether to offer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// No body: a request without `content-length` on a method that carries
+    /// none, or `content-length: 0`.
+    Empty,
+    /// The body's length is known before the first try: `content-length`, or a
+    /// body the proxy has buffered whole (HAProxy's `http-buffer-request`).
+    Length(u64),
+    /// A body whose length the proxy does not know (chunked, an HTTP/2 upload
+    /// without `content-length`, not buffered).
+    Unknown,
+}
+
+/// Why a front sends a request to one candidate as a final instead of offering it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotOffered {
+    /// A body of unknown length might not fit the proxy's copy: a refusal could
+    /// not be re-sent.
+    UnknownLength,
+    /// The body is longer than the proxy's copy (`replay_limit`).
+    TooBig,
+}
+
+impl NotOffered {
+    pub fn name(self) -> &'static str {
+        match self {
+            NotOffered::UnknownLength => "unknown_length",
+            NotOffered::TooBig => "too_big",
+        }
+    }
+}
+
+/// "Why was this request not offered?" in one function. A refused offer is
+/// re-sent from the proxy's own copy of the request, so a request is offered
+/// only when its whole body is known to fit that copy (`replay_limit` bytes:
+/// Envoy's 1 MiB retry buffer, HAProxy's 12000 within one 16 KB buffer).
+/// The fronts implement it in native config (Envoy: three routes; HAProxy: the
+/// `hunt_big_body` acl), and `policy/vectors/offer.json` holds the rule and
+/// each real front to the same answers (`tests/test_offer_rule.py`). Besides
+/// the body, a front does not offer with fewer than two usable candidates when
+/// its retry could come back to the same one marked as an offer again
+/// (HAProxy, `docs/protocol.md` § 1).
+pub fn offerable(body: Body, replay_limit: u64) -> Result<(), NotOffered> {
+    match body {
+        Body::Empty => Ok(()),
+        Body::Length(n) if n <= replay_limit => Ok(()),
+        Body::Length(_) => Err(NotOffered::TooBig),
+        Body::Unknown => Err(NotOffered::UnknownLength),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

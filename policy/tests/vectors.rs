@@ -197,3 +197,27 @@ fn metrics_vector_is_the_table() {
         assert_eq!(label, listed_label, "{}", m.name);
     }
 }
+
+#[test]
+fn offer_vectors() {
+    use huntlb_policy::protocol::{offerable, Body};
+    let doc = vectors("offer.json");
+    let body = |v: &Value| match v {
+        Value::String(s) if s == "empty" => Body::Empty,
+        Value::String(s) if s == "unknown" => Body::Unknown,
+        v => Body::Length(v.as_u64().unwrap_or_else(|| panic!("body {v}"))),
+    };
+    for case in doc["rule"].as_array().unwrap() {
+        let got = offerable(body(&case["body"]), case["limit"].as_u64().unwrap()).map_or_else(|why| why.name(), |()| "offer");
+        assert_eq!(got, case["expect"].as_str().unwrap(), "{case}");
+    }
+    let mut n = 0;
+    for (proxy, front) in doc["fronts"].as_object().unwrap() {
+        let limit = front["limit"].as_u64().unwrap();
+        for r in front["requests"].as_array().unwrap() {
+            assert_eq!(offerable(body(&r["sees"]), limit).is_ok(), r["offered"].as_bool().unwrap(), "{proxy}: {r}");
+            n += 1;
+        }
+    }
+    assert!(n >= 10);
+}
