@@ -96,18 +96,22 @@ def test_refusal_of_body_over_drain_limit_closes_connection(procs, addrs):
     assert request(agent, "GET", "/ok", headers=FINAL)[0] == 200
 
 
-def test_dead_app_refuses_offers_and_answers_finals_502(procs, addrs):
+def test_dead_app_refuses_offers_and_finals_as_unreachable(procs, addrs):
     host = addrs.host()
     app = f"{host}:9000"  # nothing listening yet
     _, agent, admin = procs.agent(host, app, policy="always", app_probe_ms=50)
-    status, _, _ = request(agent, "GET", "/x", headers=OFFER)
-    assert status == 425, "an offer to an agent whose app is down must be refused"
-    status, _, body = request(agent, "GET", "/x", headers=FINAL)
+    status, h, _ = request(agent, "GET", "/x", headers=OFFER)
+    assert (status, h.get("hunt")) == (425, "busy"), "an offer to an agent whose app is down must be refused"
+    # A final reached no app (no connection): the front may send it elsewhere.
+    status, h, _ = request(agent, "POST", "/x", headers=FINAL, body=b"order")
+    assert (status, h.get("hunt"), h.get("connection")) == (425, "unreachable", "close")
+    # Plain traffic has no front that would re-send it: a 502 naming the app.
+    status, _, body = request(agent, "GET", "/x")
     assert status == 502 and b"unreachable" in body and app.encode() in body
     assert request(agent, "GET", "/.hunt/health")[0] == 503
     m = metrics(admin)
     assert m['huntlb_refusals_total{reason="app_down"}'] == 1
-    assert m['huntlb_app_errors_total{kind="connect"}'] == 1
+    assert m['huntlb_app_errors_total{kind="connect"}'] == 2
     # the app comes up: offers are accepted again without any request discovering it
     procs.workload(host, demand="const:0")
     wait_until(lambda: metrics(admin)["huntlb_app_up"] == 1, what="app seen up again")
@@ -121,7 +125,8 @@ def test_app_killed_mid_run(procs, addrs):
     _, agent, _ = procs.agent(host, app, policy="always")
     assert request(agent, "GET", "/x", headers=OFFER)[0] == 200
     app_proc.stop()
-    assert request(agent, "GET", "/x", headers=FINAL)[0] == 502
+    assert request(agent, "GET", "/x")[0] == 502
+    assert request(agent, "GET", "/x", headers=FINAL)[0] == 425
     assert request(agent, "GET", "/x", headers=OFFER)[0] == 425
 
 

@@ -153,6 +153,34 @@ def test_killed_backend_is_marked_down_and_back_without_client_errors(procs, add
     assert request(victim.agent, "GET", "/x")[0] == 200
 
 
+def test_dead_app_behind_a_live_agent_costs_no_client_errors(procs, addrs, front):
+    # An app dies, its agent lives on. Offers to it are refused (app_down); a
+    # final that lands on it reached no app (no connection), so the agent answers
+    # `425 hunt: unreachable` and the front sends it to another backend. Before,
+    # each such final came back to the client as a 502 until health checks
+    # marked the backend down. Agents refuse every offer, so every request ends
+    # as a final; POSTs, counted at the apps. HAProxy cannot send a third try
+    # (it could return to the offered server, still named as the offer): its
+    # clients get a clear 503 for those, never a request processed twice.
+    import signal
+    import time
+
+    bs = start_backends(procs, addrs, 3, "static:0")
+    f = front(bs)
+    bs[0].app_proc.signal(signal.SIGKILL)
+    statuses, paths = [], []
+    for i in range(40):
+        path = f"/dead/{uuid.uuid4()}"
+        paths.append(path)
+        statuses.append(request(f.listen, "POST", path, body=b"x" * 100)[0])
+        time.sleep(0.01)
+    ok = {200} if f.kind == "envoy" else {200, 503}
+    assert set(statuses) <= ok, {s: statuses.count(s) for s in set(statuses)}
+    assert all(path_count(bs, p) == (1 if s == 200 else 0) for p, s in zip(paths, statuses))
+    unreachable = bs[0].metrics()['huntlb_app_errors_total{kind="connect"}']
+    assert unreachable >= 1, "no final met the dead app before health took it out: the run proves nothing"
+
+
 def test_sigkilled_backend_costs_only_its_in_flight_requests(procs, addrs, front, tmp_path):
     # Open-loop keep-alive load; one backend's app and agent are SIGKILLed mid-run.
     # Requests in flight on it are lost (the proxy cannot know whether the app

@@ -137,7 +137,7 @@ impl Agent {
             n.fetch_add(1, Ordering::Relaxed);
         }
         Ok(match verdict {
-            Verdict::Accept => self.forward(req, named_by_target).await,
+            Verdict::Accept => self.forward(req, named_by_target, mark == Mark::Final).await,
             Verdict::Refuse(why) => self.refuse(req, why).await,
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
         })
@@ -188,7 +188,9 @@ impl Agent {
 
     /// Forward to the app. `named_by_target`: the try carried `hunt-target`, so
     /// its front may retry a 425 by status alone (`protocol::carry`).
-    async fn forward(&self, mut req: Request<Incoming>, named_by_target: bool) -> Response<AgentBody> {
+    /// `final_try`: the try is a final from a hunting front, which may send it
+    /// once more if it never reached the app.
+    async fn forward(&self, mut req: Request<Incoming>, named_by_target: bool, final_try: bool) -> Response<AgentBody> {
         let guard = self.inflight.enter();
         // An upgrade (WebSocket) passes through: the app answers the handshake,
         // and on 101 the two connections are joined (`tunnel`).
@@ -221,6 +223,11 @@ impl Agent {
                 m.app_errors_connect.fetch_add(1, Ordering::Relaxed);
                 if self.app_up.swap(false, Ordering::AcqRel) {
                     warn!(app = %self.cfg.app, error = %e, "app unreachable: refusing offers until it answers");
+                }
+                if final_try {
+                    // No connection, so the app never saw it: the front may send
+                    // it to another backend, which a 502 would not let it do.
+                    return unreachable_response();
                 }
                 plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: app at {} unreachable: {}\n", self.cfg.app, source_chain(&e)))
             }
@@ -445,6 +452,14 @@ fn busy_response(close: bool) -> Response<AgentBody> {
     if close {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    r
+}
+
+/// A final whose app could not be reached: the refusal's status with `hunt:
+/// unreachable`. Its body was never read, so the connection closes.
+fn unreachable_response() -> Response<AgentBody> {
+    let mut r = busy_response(true);
+    r.headers_mut().insert(protocol::BUSY_HEADER, HeaderValue::from_static(protocol::UNREACHABLE_VALUE));
     r
 }
 

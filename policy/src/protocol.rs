@@ -16,6 +16,10 @@ pub const ENVOY_ATTEMPT: &str = "x-envoy-attempt-count";
 /// On a refusal: `hunt: busy`.
 pub const BUSY_HEADER: &str = "hunt";
 pub const BUSY_VALUE: &str = "busy";
+/// On a final the agent could not even connect to its app for: `hunt:
+/// unreachable`, with the refusal's status. The request reached no app, so the
+/// front may send it once more, to another backend (`docs/protocol.md` § 4).
+pub const UNREACHABLE_VALUE: &str = "unreachable";
 /// A refusal's status: 425 Too Early, "not processed, safe to replay".
 pub const BUSY_STATUS: u16 = 425;
 /// Optional on an accepted response: which agent served it.

@@ -35,6 +35,9 @@ struct Args {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 16 << 20)]
     max_body: usize,
+    /// Append each arriving request's path to this file (survives a SIGKILL).
+    #[arg(long)]
+    arrivals: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -47,8 +50,13 @@ async fn main() -> anyhow::Result<()> {
     if !(args.cores > 0.0 && args.cores.is_finite()) {
         bail!("--cores must be a positive number");
     }
+    let arrivals = match &args.arrivals {
+        Some(p) => Some(std::fs::OpenOptions::new().create(true).append(true).open(p).with_context(|| format!("--arrivals {}", p.display()))?),
+        None => None,
+    };
     let app = server::App::new(server::Config {
         id: args.id.clone(),
+        arrivals,
         workers: args.workers,
         backlog: args.backlog,
         cores: args.cores,

@@ -10,6 +10,10 @@
 //! * `GET /.workload/stats`: counters, including the busy-worker time integral
 //!   (the bench derives per-server load and the fairness index from it).
 //! * `GET /.workload/health`: 200.
+//!
+//! With `arrivals` set, each request's path is also appended to that file when a
+//! worker takes it: one line, one `write` (O_APPEND), so the count survives a
+//! SIGKILL of the app (the exactly-once tests kill apps mid-run).
 
 use crate::workload::{Demand, ProcessorSharing};
 use bytes::Bytes;
@@ -25,6 +29,8 @@ use tokio::sync::Semaphore;
 
 pub struct Config {
     pub id: String,
+    /// Append each arriving request's path here (see the module doc).
+    pub arrivals: Option<std::fs::File>,
     pub workers: usize,
     pub backlog: usize,
     pub cores: f64,
@@ -65,7 +71,12 @@ struct Working<'a> {
 }
 
 impl<'a> Working<'a> {
-    fn start(stats: &'a Mutex<Stats>, path: &str) -> Self {
+    fn start(app: &'a App, path: &str) -> Self {
+        if let Some(mut f) = app.cfg.arrivals.as_ref() {
+            use std::io::Write;
+            let _ = f.write_all(format!("{path}\n").as_bytes());
+        }
+        let stats = &app.stats;
         let mut s = stats.lock().unwrap();
         s.account(Instant::now());
         s.busy += 1;
@@ -149,7 +160,7 @@ impl App {
         // client went away mid-work was still processed (the exactly-once tests
         // count it), and its worker is freed by the guard even if hyper drops
         // this future.
-        let working = Working::start(&self.stats, parts.uri.path());
+        let working = Working::start(&self, parts.uri.path());
         let body = Limited::new(body, self.cfg.max_body).collect().await;
         let demand = self.demand_for(&parts);
         let status = query(&parts.uri, "status")
