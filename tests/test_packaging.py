@@ -1,0 +1,187 @@
+"""Mesh and gateway packaging (packaging/), checked without a cluster: each
+document against its project's published schema (packaging/validate, the
+kubernetes-models packages from npm), and what it configures against the
+shipped fronts and the real proxies: the Istio plugin's settings loaded by the
+real Wasm filter in a real Envoy, the Envoy Gateway patches applied to a real
+Envoy config, the HAProxy Ingress lines assembled and checked by HAProxy."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import ROOT, WASM, envoy_binary, front_config, request, sidecar_config, start_envoy
+
+PKG = ROOT / "packaging"
+VALIDATE = PKG / "validate"
+
+
+def docs(path: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((PKG / path).read_text()) if d]
+
+
+@pytest.fixture(scope="module")
+def validator():
+    """The schema validator: node + the kubernetes-models packages (pinned in
+    packaging/validate/package.json), installed from npm on first use."""
+    if not shutil.which("npm"):
+        pytest.skip("npm not installed (apt-get install npm): the packaging schemas come from npm packages")
+    if not (VALIDATE / "node_modules" / "kubernetes-models").exists():
+        subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--no-package-lock"], cwd=VALIDATE,
+                       check=True, timeout=300, capture_output=True)
+
+    def validate(documents: list[dict]) -> tuple[int, str]:
+        p = subprocess.run(["node", "validate.mjs"], cwd=VALIDATE, input=json.dumps(documents), capture_output=True,
+                           text=True, timeout=60)
+        return p.returncode, p.stdout + p.stderr
+    return validate
+
+
+SCHEMA_CHECKED = [("istio/wasmplugin.yaml", "WasmPlugin"), ("envoy-gateway/front.yaml", "HTTPRoute"),
+                  ("haproxy-ingress/front.yaml", "ConfigMap"), ("haproxy-ingress/front.yaml", "Ingress")]
+
+
+@pytest.mark.parametrize("path,kind", SCHEMA_CHECKED)
+def test_documents_match_their_schemas(validator, path, kind):
+    doc = next(d for d in docs(path) if d["kind"] == kind)
+    rc, out = validator([doc])
+    assert rc == 0 and out.startswith("ok "), out
+
+
+def test_the_validator_rejects_what_the_schemas_forbid(validator):
+    """Each schema check can fail: a wrong enum, type or shape is named."""
+    wasm = next(d for d in docs("istio/wasmplugin.yaml"))
+    route = next(d for d in docs("envoy-gateway/front.yaml") if d["kind"] == "HTTPRoute")
+    ingress = next(d for d in docs("haproxy-ingress/front.yaml") if d["kind"] == "Ingress")
+    broken = [
+        {**wasm, "spec": {**wasm["spec"], "failStrategy": "FAIL_SOMETIMES"}},
+        {**route, "spec": {**route["spec"], "rules": [{**route["spec"]["rules"][0], "backendRefs": [{"name": "shop", "port": "http"}]}]}},
+        {**ingress, "metadata": {**ingress["metadata"], "annotations": {"haproxy.org/check": True}}},
+    ]
+    for doc in broken:
+        rc, out = validator([doc])
+        assert rc == 1 and out.startswith("invalid "), out
+    rc, out = validator([{"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "BackendTrafficPolicy", "metadata": {"name": "x"}}])
+    assert rc == 1 and out.startswith("noschema"), out   # never silently "valid"
+
+
+def test_istio_plugin_config_is_what_the_filter_accepts(procs, addrs):
+    """The WasmPlugin's pluginConfig, given to the real filter in a real Envoy:
+    it loads, and the sidecar refuses an offer when busy by its settings."""
+    if not WASM.exists():
+        pytest.skip("target/huntlb_filter.wasm not built (make wasm; make test builds it)")
+    plugin = docs("istio/wasmplugin.yaml")[0]["spec"]["pluginConfig"]
+    host = addrs.host()
+    app_proc, app = procs.workload(host, workers=4, demand="const:0")
+    cfg = sidecar_config(f"{host}:8080", f"{host}:9901", app, plugin["policy"], plugin["workers"], plugin["id"])
+    # sidecar_config hands the filter exactly these four keys: the plugin may have no other
+    cfg_json = json.dumps({"role": "sidecar", "policy": plugin["policy"], "workers": plugin["workers"], "id": plugin["id"]})
+    assert json.loads(cfg_json) == plugin, "pluginConfig has keys the filter's config does not"
+    start_envoy(procs, f"istio-sidecar-{host}", cfg, concurrency=1)
+    status, headers, _ = request(f"{host}:8080", "GET", "/", headers={"hunt-offer": "1", "hunt-target": "1"})
+    assert status == 200 and headers.get("hunt-served-by") == plugin["id"], (status, headers)
+
+
+def _apply(doc: dict, patch: dict) -> None:
+    """One RFC 6902 `add` (what the EnvoyPatchPolicy uses)."""
+    op = patch["operation"]
+    assert op["op"] == "add"
+    *parents, last = op["path"].lstrip("/").split("/")
+    node = doc
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    node[last] = op["value"]
+
+
+def test_envoy_gateway_policies_are_the_shipped_front(tmp_path):
+    """The Envoy Gateway resources say what envoy-filter/examples/front.yaml says:
+    the patches, applied to a front without them, give a config the real Envoy
+    accepts and that hunts as the shipped one does."""
+    route, btp, epp = docs("envoy-gateway/front.yaml")
+    shipped = front_config("127.0.0.1:10000", "127.0.0.1:9902", ["127.0.0.1:8080"])
+    vh = shipped["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]
+    retry = vh["routes"][0]["route"]["retry_policy"]
+    cluster = shipped["static_resources"]["clusters"][0]
+    hc = cluster["health_checks"][0]
+
+    # HTTPRoute: the offer mark and the header hygiene
+    filters = {f["type"]: f for f in route["spec"]["rules"][0]["filters"]}
+    req = filters["RequestHeaderModifier"]["requestHeaderModifier"]
+    assert req["set"] == [{"name": h["header"]["key"], "value": h["header"]["value"]} for h in vh["routes"][0]["request_headers_to_add"]]
+    assert req["remove"] == vh["request_headers_to_remove"]
+    assert filters["ResponseHeaderModifier"]["responseHeaderModifier"]["remove"] == ["hunt", "hunt-served-by", "hunt-status"]
+
+    # BackendTrafficPolicy: the pick, one retry on the refusal, health checks
+    s = btp["spec"]
+    assert s["loadBalancer"]["type"] == "LeastRequest" and cluster["lb_policy"] == "LEAST_REQUEST"
+    assert s["retry"]["numRetries"] == retry["num_retries"]
+    # the agent's refusals are hunt: busy|unreachable with 425, and only they: an app's own 425 arrives as 400
+    assert [h["name"] for h in retry["retriable_headers"]] == ["hunt"] and s["retry"]["retryOn"]["httpStatusCodes"] == [425]
+    assert set(s["retry"]["retryOn"]["triggers"]) == set(retry["retry_on"].split(",")) - {"retriable-headers"}
+    assert s["retry"]["perRetry"]["backOff"]["baseInterval"] == "1ms" == retry["retry_back_off"]["base_interval"].replace("0.001s", "1ms")
+    a = s["healthCheck"]["active"]
+    assert a["http"]["path"] == hc["http_health_check"]["path"]
+    assert (a["interval"], a["timeout"]) == ("500ms", "250ms") and (hc["interval"], hc["timeout"]) == ("0.5s", "0.25s")
+    assert (a["unhealthyThreshold"], a["healthyThreshold"]) == (hc["unhealthy_threshold"], hc["healthy_threshold"])
+
+    # EnvoyPatchPolicy: applied to the front without those fields, the result is the shipped front's
+    bare = front_config("127.0.0.1:10000", "127.0.0.1:9902", ["127.0.0.1:8080"])
+    rc = bare["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
+    rc["virtual_hosts"][0].pop("include_request_attempt_count")
+    for r in rc["virtual_hosts"][0]["routes"]:
+        # (the routes share one retry_policy: front.yaml writes it once, as a YAML anchor)
+        r["route"]["retry_policy"].pop("retry_host_predicate", None)
+        r["route"]["retry_policy"].pop("host_selection_retry_max_attempts", None)
+    for p in epp["spec"]["jsonPatches"]:
+        assert p["type"] == "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+        _apply(rc, p)
+    patched = rc["virtual_hosts"][0]
+    assert patched["include_request_attempt_count"] is True
+    assert patched["routes"][0]["route"]["retry_policy"] == retry
+    path = tmp_path / "patched.yaml"
+    path.write_text(yaml.safe_dump(bare))
+    p = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def test_haproxy_ingress_lines_are_the_shipped_front(tmp_path):
+    """Every line of the Ingress snippet is one of the shipped front's (map path
+    aside), every hunting line of the front is there, and HAProxy accepts the
+    assembled config."""
+    cm, ing = docs("haproxy-ingress/front.yaml")
+    snippet = ing["metadata"]["annotations"]["haproxy.org/backend-config-snippet"].splitlines()
+    front = (ROOT / "haproxy-lua/examples/front.cfg").read_text()
+    hunt = front[front.index("backend hunt"):]
+    shipped = [re.sub(r"\s+#.*$", "", l).strip() for l in hunt.splitlines()]
+    mapped = [l.replace("/etc/haproxy/huntlb/huntlb-up.map", "haproxy-lua/examples/huntlb-up.map") for l in snippet]
+    for line in mapped:
+        assert line in shipped, f"not in the shipped front: {line}"
+    for line in shipped:
+        # (the health check path is the Ingress's check-http annotation)
+        if ("hunt" in line and line != "backend hunt" and not line.startswith("option httpchk")) \
+                or line in ("retry-on conn-failure 425", "retries 1"):
+            assert line in mapped, f"the shipped front's hunting line is missing: {line}"
+
+    # assembled as the controller would: global snippet, a backend with the snippet, two servers
+    lua_dir = tmp_path / "huntlb"
+    shutil.copytree(ROOT / "haproxy-lua/huntlb", lua_dir / "huntlb")
+    shutil.copy(ROOT / "haproxy-lua/huntlb.lua", lua_dir / "huntlb.lua")
+    (lua_dir / "huntlb-up.map").write_text("")
+    glob = cm["data"]["global-config-snippet"].replace("/etc/haproxy/huntlb", str(lua_dir))
+    body = "\n".join("    " + l.replace("/etc/haproxy/huntlb", str(lua_dir)) for l in snippet)
+    a = ing["metadata"]["annotations"]
+    cfg = (f"global\n{glob}\ndefaults\n    mode http\n    timeout connect 250ms\n    timeout client 60s\n    timeout server 60s\n"
+           f"frontend front\n    bind 127.0.0.1:18080\n    default_backend shop_svc_shop_http\n"
+           f"backend shop_svc_shop_http\n    balance {a['haproxy.org/load-balance']}\n"
+           f"    option httpchk GET {a['haproxy.org/check-http']}\n{body}\n"
+           f"    default-server check inter {a['haproxy.org/check-interval']}\n"
+           "    server SRV_1 127.0.0.1:8080\n    server SRV_2 127.0.0.2:8080\n")
+    (tmp_path / "haproxy.cfg").write_text(cfg)
+    p = subprocess.run(["/usr/sbin/haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
