@@ -6,8 +6,8 @@
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
 // a front's colour is fixed by its name, so every panel agrees
 const FRONT_COLORS = {
-  "envoy-hunting": "#1f77b4", "envoy-least": "#17becf", "envoy-random": "#9e9e9e",
-  "haproxy-hunting": "#d62728", "haproxy-least": "#ff7f0e", "haproxy-random": "#bcbd22",
+  "envoy-hunting": "#1f77b4", "envoy-least": "#17becf", "envoy-least-req": "#17becf", "envoy-random": "#9e9e9e",
+  "haproxy-hunting": "#d62728", "haproxy-least": "#ff7f0e", "haproxy-leastconn": "#ff7f0e", "haproxy-random": "#bcbd22",
 };
 
 function colorOf(name, i) { return FRONT_COLORS[name] || COLORS[i % COLORS.length]; }
