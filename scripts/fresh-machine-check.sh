@@ -145,7 +145,10 @@ as_user() {
     as_root chroot "$ROOT" /usr/bin/env -i HOME="/home/$NEWUSER" USER="$NEWUSER" LOGNAME="$NEWUSER" LANG=C.UTF-8 \
         PATH="/opt/rust/cargo-bin:/usr/local/bin:/usr/bin:/bin" RUSTUP_HOME=/opt/rust/rustup "${passenv[@]}" \
         /usr/bin/setpriv --reuid="$NEWUID" --regid="$NEWUID" --init-groups \
-        /bin/bash -c "cd ~/huntlb && $1"
+        /bin/bash -c "cd ~/huntlb && $1" &
+    # in the background, so a TERM or INT to this script cleans up at once
+    # rather than after the step
+    wait $!
 }
 timed() { # timed WHAT CMD: as the user, with its time
     local t=$SECONDS
