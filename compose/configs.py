@@ -79,6 +79,24 @@ class _Paths:
         return str(p)
 
 
+def resolve_off(text: str) -> str:
+    """HAProxy's `.if [!]defined(HUNTLB_OFF)` / `.else` / `.endif` resolved as with
+    HUNTLB_OFF defined (the shipped front's plain form); other lines kept."""
+    out, keep = [], []
+    for line in text.splitlines(True):
+        d = line.strip()
+        m = re.fullmatch(r"\.if (!?)defined\(HUNTLB_OFF\)", d)
+        if m:
+            keep.append(m.group(1) == "")
+        elif d == ".else" and keep:
+            keep[-1] = not keep[-1]
+        elif d == ".endif" and keep:
+            keep.pop()
+        elif all(keep):
+            out.append(line)
+    return "".join(out)
+
+
 def haproxy_config_text(max_backends: int = 16) -> str:
     class Root(_Paths):
         pass
@@ -92,7 +110,6 @@ def haproxy_config_text(max_backends: int = 16) -> str:
             text = haproxy_config(root, "front.cfg", {"127.0.2.254:10000": ":10000", "127.0.0.1:9999": "127.0.0.1:9999"}, **kw)
             return text.replace(str(scratch), "/etc/haproxy")
         hunting = one()
-        plain = one(hunting=False)
     finally:
         import shutil
         shutil.rmtree(scratch, ignore_errors=True)
@@ -100,11 +117,15 @@ def haproxy_config_text(max_backends: int = 16) -> str:
     servers = re.compile(r"^    server web\d+ .*\n", re.M)
     hunting = servers.sub("", hunting).rstrip() + "\n" + template
 
-    # the controls: the plain front's backend section (every hunting line out),
-    # renamed, with its own balance; the hunting comments go with the hunting lines
-    section = re.search(r"^backend hunt\n(?:(?!\S).*\n|\n)*", plain + "\n", re.M).group(0)
-    section = servers.sub("", section)
-    section = "".join(l for l in section.splitlines(True) if not l.lstrip().startswith("#")).rstrip() + "\n" + template
+    # the controls: the hunting backend as HAProxy reads it with HUNTLB_OFF
+    # defined (front.cfg keeps every hunting line in a `.if !defined(HUNTLB_OFF)`
+    # block: one process cannot define it for two of its three backends, so the
+    # blocks are resolved here), renamed, with its own balance; comments go with
+    # the hunting lines they explained
+    section = re.search(r"^backend hunt\n(?:[ .].*\n|\n)*", hunting + "\n", re.M).group(0)
+    section = servers.sub("", resolve_off(section))
+    # (the section ends with the server-template line, taken with it)
+    section = "".join(l for l in section.splitlines(True) if not l.lstrip().startswith("#")).rstrip() + "\n"
     controls = []
     for name, port in FRONTS[1:]:
         balance = {"least": "leastconn", "random": "random(1)"}[name]
@@ -115,6 +136,10 @@ def haproxy_config_text(max_backends: int = 16) -> str:
     # env-driven knobs (compose/.env): health thresholds, keep-alive, tcp-smart
     # the shipped header names loopback addresses; the compose topology's is above
     text = hunting[hunting.index("global"):]
+    # `docker compose logs haproxy` shows every request that failed, with HAProxy's
+    # termination flags (dontlog-normal: nothing for the ones that went well)
+    text = text.replace("global\n", "global\n    log stdout format raw local0 info\n", 1)
+    text = text.replace("defaults\n", "defaults\n    log global\n    option httplog\n    option dontlog-normal\n", 1)
     text = re.sub(r"^(\s*default-server check) inter \S+ fall \S+ rise \S+", r'\1 inter "${HEALTH_INTERVAL_MS}" fall "${HEALTH_FALL}" rise "${HEALTH_RISE}"', text, flags=re.M)
     text = text + "\n" + "\n".join(controls)
     text = re.sub(r"^(\s*default-server check) inter \S+ fall \S+ rise \S+", r'\1 inter "${HEALTH_INTERVAL_MS}" fall "${HEALTH_FALL}" rise "${HEALTH_RISE}"', text, flags=re.M)

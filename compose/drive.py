@@ -122,9 +122,27 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+def wait_ready(timeout: float = 120.0) -> None:
+    """Load starts once every front has answered 200 three times in a row: the
+    proxies have found the backends and passed their first health checks."""
+    import urllib.request
+    t0, ok = time.monotonic(), {name: 0 for name, _ in FRONTS}
+    while time.monotonic() - t0 < timeout and min(ok.values()) < 3:
+        for name, url in FRONTS:
+            try:
+                ok[name] = ok[name] + 1 if urllib.request.urlopen(url, timeout=2).status == 200 else 0
+            except OSError:
+                ok[name] = 0
+        time.sleep(0.2)
+    waiting = [n for n, k in ok.items() if k < 3]
+    print(f"drive: fronts ready after {time.monotonic() - t0:.1f} s" + (f", still not: {waiting}" if waiting else ""),
+          file=sys.stderr, flush=True)
+
+
 def main() -> int:
     srv = ThreadingHTTPServer(("0.0.0.0", 9100), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+    wait_ready()
     work = tempfile.mkdtemp(prefix="drive-")
     print(f"drive: {len(FRONTS)} fronts x {RATE} req/s, {WINDOW} s windows; metrics on :9100", file=sys.stderr, flush=True)
     seed = 0

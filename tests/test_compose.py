@@ -149,6 +149,11 @@ def test_compose_demo(dockerd):
     try:
         _exercise(stack, timings)
     finally:
+        # what every container said, kept for a failed run (drive.py names each client error's status)
+        logs = ROOT / ".cache" / "compose-check.log"
+        logs.parent.mkdir(exist_ok=True)
+        logs.write_text(run(stack.cmd + ["logs", "--no-color"], env=stack.env, check=False, timeout=120).stdout)
+        log(f"container logs: {logs}")
         t = time.monotonic()
         stack.compose("down", "-v", "--remove-orphans", "-t", "10", timeout=180)
         timings["down"] = time.monotonic() - t

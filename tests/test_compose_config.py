@@ -57,6 +57,14 @@ def test_haproxy_config_is_valid(tmp_path):
     text = configs.haproxy_config_text()
     assert text.count("server-template web 1-16 backends:8080 resolvers docker") == 3
     assert "use-server" in text.split("frontend least")[0] and "use-server" not in text.split("frontend least")[1]
+    # each control is the shipped backend without hunting: health checks and the
+    # connect-failure retry kept, nothing of hunt/1
+    for name in ("least", "random"):
+        section = re.search(rf"^backend {name}\n(?:[ .].*\n|\n)*", text, re.M).group(0)
+        for line in ("retries 1", "option redispatch 1", "retry-on conn-failure\n", "option httpchk GET /.hunt/health",
+                     "default-server check", "server-template web"):
+            assert line in section, f"backend {name} lacks `{line.strip()}`"
+        assert "hunt-" not in section and "425" not in section and ".if" not in section
     # the image's paths -> this checkout's; HAProxy reads ${VAR} from its environment
     text = text.replace("/etc/haproxy/?.lua", str(ROOT / "haproxy-lua/?.lua"))
     text = text.replace("/etc/haproxy/huntlb.lua", str(ROOT / "haproxy-lua/huntlb.lua"))

@@ -1,11 +1,19 @@
-#!/bin/sh
+#!/bin/bash
 # One backend: the emulated app on loopback, the huntlb agent in front of it
 # (offers on :8080, /metrics on :9901). The agent is the container's main
 # process, so `docker stop` (SIGTERM through init) drains it: offers refused,
-# health 503 for 2 s, in-flight requests finish, then it exits.
+# health 503 for DRAIN_GRACE_MS, in-flight requests finish, then it exits.
 set -eu
 seed=$(hostname | cksum | cut -d' ' -f1)
 huntlb-workload --listen 127.0.0.1:9000 --id "app-$(hostname)" --workers "$WORKERS" --cores "$CORES" \
     --demand "$DEMAND" --backlog 1024 --seed "$seed" &
+# The agent listens only once the app does: a proxy that sends to a new backend
+# before its first health check (HAProxy does, as a DNS-found server leaves
+# maintenance) then meets a refused connection, which it retries elsewhere,
+# not an agent answering 502 for an app still starting.
+for _ in $(seq 1 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/9000) 2>/dev/null && break
+    sleep 0.05
+done
 exec huntlb-agent --listen 0.0.0.0:8080 --admin 0.0.0.0:9901 --app 127.0.0.1:9000 --id "$(hostname)" \
-    --policy "$POLICY" --workers "$WORKERS"
+    --policy "$POLICY" --workers "$WORKERS" --drain-grace-ms "${DRAIN_GRACE_MS:-5000}"
