@@ -13,7 +13,25 @@ from harness.hunters import Backend
 from harness.procs import Addrs, Procs
 
 
-class WsEchoApp:
+class _Served:
+    """A server object with serve_forever()/shutdown(), run in a daemon thread."""
+
+    def _serve(self, server):
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self):
+        self._server.shutdown()
+        if hasattr(self._server, "server_close"):
+            self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class WsEchoApp(_Served):
     """Echoes every WebSocket message; any other request gets 200 `ok`.
     `handshakes` counts the upgrade requests that reached the app."""
 
@@ -35,19 +53,10 @@ class WsEchoApp:
             for msg in ws:
                 ws.send(msg)
 
-        self._server = serve(echo, host, port, process_request=process_request)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def close(self):
-        self._server.shutdown()
-        self._thread.join(timeout=5)
+        self._serve(serve(echo, host, port, process_request=process_request))
 
 
-class SseApp:
+class SseApp(_Served):
     """GET /events?n=N&every_ms=T streams N events T ms apart (chunked, as
     server-sent events are); each event's data is the monotonic time it was
     written, so a client in the same process measures each event's delay."""
@@ -89,18 +98,9 @@ class SseApp:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def close(self):
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        server = ThreadingHTTPServer((host, port), Handler)
+        server.daemon_threads = True
+        self._serve(server)
 
 
 def start_app_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_class) -> list[Backend]:
