@@ -113,3 +113,26 @@ def test_dashboard_loads_nothing_from_elsewhere():
         text = f.read_text()
         assert not re.search(r"(src|href)=\"(https?:)?//", text), f.name
         assert "http://" not in text and "https://" not in text, f.name
+
+
+def test_scaler_decisions():
+    """compose/scaler.py's rule: out after 3 readings at or above 0.40, in after 12
+    below 0.10, a pause of 4 readings after each change, within 3-8 backends."""
+    import scaler  # compose/scaler.py
+
+    rule = scaler.Rule()
+
+    def run(readings, n):
+        st, out = scaler.State(), []
+        for r in readings:
+            st, n = scaler.decide(rule, st, r, n)
+            out.append(n)
+        return out
+
+    assert run([0.5, 0.5, 0.5], 3) == [3, 3, 4]
+    assert run([0.5, 0.5, 0.3, 0.5, 0.5], 3) == [3, 3, 3, 3, 3]            # a dip resets the count
+    assert run([0.5] * 3 + [0.9] * 4 + [0.9] * 3, 3) == [3, 3, 4, 4, 4, 4, 4, 4, 4, 5]   # the cooldown
+    assert run([0.05] * 12, 4) == [4] * 11 + [3]
+    assert run([0.05] * 12, 3) == [3] * 12                               # never below min
+    assert run([0.9] * 3, 8) == [8] * 3                                  # never above max
+    assert run([None, 0.5, 0.5, None, 0.5], 3) == [3] * 5                # no reading, no change
