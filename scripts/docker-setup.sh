@@ -26,9 +26,15 @@ install() {
     fi
 }
 
+# dockerd adds iptables chains and rules, sets the FORWARD policy to DROP and
+# leaves its docker0 bridge when it exits: `start` keeps the rules as they were,
+# `stop` puts them back and removes the bridge, so the machine is left as found.
+SAVED_RULES=/run/huntlb-dockerd.iptables
+
 start() {
     if docker info >/dev/null 2>&1; then return 0; fi
     local log=${HUNTLB_DOCKERD_LOG:-/tmp/huntlb-dockerd.log}
+    $SUDO sh -c "iptables-save > $SAVED_RULES"
     # overlay2 where the kernel allows it (fast), else vfs (always works, slower builds)
     for driver in overlay2 vfs; do
         $SUDO dockerd --storage-driver "$driver" --pidfile /run/huntlb-dockerd.pid >"$log" 2>&1 &
@@ -47,10 +53,15 @@ start() {
 
 stop() {
     local pid=${1:?usage: stop PID}
-    kill "$pid" 2>/dev/null || return 0
-    # dockerd stops its containerd and exits; wait at most 20 s
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
-    kill -9 "$pid" 2>/dev/null || true
+    if kill "$pid" 2>/dev/null; then
+        # dockerd stops its containerd and exits; wait at most 20 s
+        for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    if [ -f "$SAVED_RULES" ]; then
+        $SUDO sh -c "iptables-restore < $SAVED_RULES" && $SUDO rm -f "$SAVED_RULES"
+    fi
+    $SUDO ip link delete docker0 2>/dev/null || true
 }
 
 base() {
