@@ -163,6 +163,7 @@ def start_dashboard(procs: Procs, addrs: Addrs, work: Path, scrape: dict, client
     (work / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     p = procs.start("prometheus", [prom, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'tsdb'}",
                                    f"--web.listen-address={host}:9090", f"--web.user-assets={ROOT / 'compose' / 'dashboard'}"])
+    procs.cleanups.append(lambda: shutil.rmtree(work / "tsdb", ignore_errors=True))  # its data goes with it
     wait_http(f"{host}:9090", "/-/ready", proc=p, timeout=20)
     return f"http://{host}:9090/user/index.html"
 
