@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo \
-	bench bench-quick bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least clean
+	bench bench-quick bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -84,6 +84,13 @@ bench-agent: setup release
 
 bench-proxies: bench-setup release
 	$(BENCH) bench/proxy_overhead.py
+
+# Faults under load, overload, and a 10-minute soak per proxy, through both
+# fronts (about 35 minutes); each writes its section of docs/reliability.md.
+bench-reliability: bench-setup release
+	$(BENCH) bench/reliability.py faults
+	$(BENCH) bench/reliability.py overload
+	$(BENCH) bench/reliability.py soak --minutes 10
 
 clean:
 	$(CARGO) clean

@@ -168,17 +168,51 @@ def test_dead_app_behind_a_live_agent_costs_no_client_errors(procs, addrs, front
     bs = start_backends(procs, addrs, 3, "static:0")
     f = front(bs)
     bs[0].app_proc.signal(signal.SIGKILL)
+    # Let the agent's idle pooled connections to the app see their close: a
+    # request written into one in that instant cannot be told from one the app
+    # took, and gets a 502 (correctly: it may have reached the app).
+    time.sleep(0.3)
     statuses, paths = [], []
     for i in range(40):
         path = f"/dead/{uuid.uuid4()}"
         paths.append(path)
         statuses.append(request(f.listen, "POST", path, body=b"x" * 100)[0])
         time.sleep(0.01)
-    ok = {200} if f.kind == "envoy" else {200, 503}
-    assert set(statuses) <= ok, {s: statuses.count(s) for s in set(statuses)}
+    # HAProxy cannot re-send: the first final to meet the dead app is a 503, and
+    # marks the server down at once (lua.huntlb-unreachable), so it stays one
+    errors = len(statuses) - statuses.count(200)
+    assert set(statuses) <= {200, 503} and errors <= (0 if f.kind == "envoy" else 1), {s: statuses.count(s) for s in set(statuses)}
     assert all(path_count(bs, p) == (1 if s == 200 else 0) for p, s in zip(paths, statuses))
     unreachable = bs[0].metrics()['huntlb_app_errors_total{kind="connect"}']
     assert unreachable >= 1, "no final met the dead app before health took it out: the run proves nothing"
+
+
+def test_overload_gets_every_request_an_answer_in_at_most_two_tries(procs, addrs, front, tmp_path):
+    # Short form of bench/reliability.py overload: twice what 3 small apps can
+    # serve (2 workers, 1 core, 20 ms jobs: 150 req/s), open loop for 3 s. Every
+    # request is answered, served or a clear 503 (an app's backlog full), none
+    # hangs or is reset; no request takes more than two tries (counted by the
+    # agents); and the fleet serves normally right after.
+    import json
+    import subprocess
+
+    bs = start_backends(procs, addrs, 3, "dynamic:window=20", app_opts={"workers": 2, "cores": 1, "demand": "const:20", "backlog": 8},
+                        agent_opts={"workers": 2})
+    f = front(bs)
+    tries0 = sum(sum(v for k, v in b.metrics().items() if k.startswith(("huntlb_offers_total", "huntlb_finals_total", "huntlb_plain_total")))
+                 for b in bs)
+    out = tmp_path / "over.json"
+    subprocess.run([harness.binary("huntlb-loadgen"), "--target", f"http://{f.listen}/", "--rate", "300", "--duration", "3",
+                    "--arrival", "poisson", "--json", str(out), "--max-lateness-us", "50000"], capture_output=True, timeout=120)
+    rep = json.loads(out.read_text())
+    answered = rep["completed"] + rep["errors"]
+    assert answered == rep["scheduled"], rep
+    assert rep["errors"] == 0, f"requests with no answer: {rep['error_kinds']}"
+    assert set(rep["status"]) <= {"200", "503"} and rep["status"].get("200", 0) > 0, rep["status"]
+    tries = sum(sum(v for k, v in b.metrics().items() if k.startswith(("huntlb_offers_total", "huntlb_finals_total", "huntlb_plain_total")))
+                for b in bs) - tries0
+    assert tries <= 2 * rep["scheduled"], (tries, rep["scheduled"])
+    assert request(f.listen, "GET", "/after")[0] == 200
 
 
 def test_sigkilled_backend_costs_only_its_in_flight_requests(procs, addrs, front, tmp_path):

@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""Reliability under faults, overload and time (issue 12 sections 3, 5, 7),
+through the shipped hunting fronts over real agents and workload apps.
+
+* faults: 12 backends (32 workers, 2 emulated cores, exp 20 ms jobs), Poisson
+  load at rho 0.8 through each proxy; one backend's app is SIGKILLed, then its
+  agent, then both, then its app SIGSTOPped for 10 s, then every backend is
+  restarted in turn (SIGTERM, drain, start again); last, one of three fronts
+  is killed while the other two carry the load. Per fault: client errors,
+  the requests that were inside the broken backend when it broke (the most a
+  proxy may lose without replaying), how long until the front marked it down
+  (health: 0.5 s interval x 2 failures) and back up (x 2 successes).
+* overload: rho 1.2 for 30 s, then rho 0.5: every request answered (served or
+  a clear error), tries per request from the proxy's own stats, latency back
+  to normal within 10 s.
+* soak: rho 0.9 for N minutes through each proxy; RSS and open fds of the
+  proxy and the agents every 10 s.
+
+Usage: python3 bench/reliability.py {faults,overload,soak} [--proxies envoy haproxy] [--minutes 10]
+Writes its section of docs/results/reliability.json and regenerates docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchlib.fleet import Fleet, drive, summary
+from benchlib.fronts import Front, wait_all_up
+from benchlib.reports import ROOT, RESULTS, flag, machine
+from harness import Addrs, HaproxyRoot, Procs, envoy_stats, haproxy_runtime
+
+PROXIES = ("envoy", "haproxy")
+N, CORES, MEAN_MS = 12, 2.0, 20.0
+CAPACITY = N * CORES / (MEAN_MS / 1000)  # req/s the apps can serve
+JSON = RESULTS / "reliability.json"
+DOC = ROOT / "docs" / "reliability.md"
+
+
+def fleet_and_front(work: Path, proxy: str, hr: HaproxyRoot, fronts: int = 1) -> tuple[Procs, Fleet, list[Front]]:
+    procs, addrs = Procs(work), Addrs()
+    fleet = Fleet(procs, addrs, [CORES] * N, workers=32, mean_ms=MEAN_MS, policy="dynamic").start()
+    # the shipped front as it is: Envoy offers to LEAST_REQUEST's pick, HAProxy to a random server
+    fs = [fleet.front(proxy, True, None, hr, name=f"rel{i}") for i in range(fronts)]
+    return procs, fleet, fs
+
+
+def health_key(proxy: str, fleet: Fleet, i: int) -> str:
+    return fleet.backends[i].agent if proxy == "envoy" else f"web{i + 1}"
+
+
+class Watch:
+    """Polls the front's view of one backend every 50 ms: when it went down, when up."""
+
+    def __init__(self, front: Front, key: str):
+        self.front, self.key = front, key
+        self.events: list[tuple[float, bool]] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        last, deadline = None, time.monotonic() + 600
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                up = self.front.health().get(self.key)
+            except OSError:
+                up = None
+            if up is not None and up != last:
+                self.events.append((time.monotonic(), up))
+                last = up
+            self._stop.wait(0.05)
+
+    def first(self, up: bool, after: float) -> float | None:
+        t = next((t for t, u in self.events if u == up and t >= after), None)
+        return None if t is None else round(t - after, 2)
+
+    def stop(self):
+        self._stop.set()
+        self._t.join(timeout=5)
+
+
+def inflight(b) -> int:
+    try:
+        return int(b.metrics()["huntlb_inflight"])
+    except (OSError, KeyError):
+        return 0
+
+
+def drive_during(urls: list[str], rate: float, seconds: float, out: Path, action) -> dict:
+    """Run the load and, meanwhile, `action()` (which returns what it measured)."""
+    got = {}
+    t = threading.Thread(target=lambda: got.update(rep=summary(drive(urls, rate, seconds, out, max_lateness_us=20000))))
+    t.start()
+    try:
+        measured = action()
+    finally:
+        t.join(timeout=seconds + 240)
+    return {**got["rep"], **measured}
+
+
+def fault_row(proxy: str, fault: str, rep: dict, expect_inside: bool = True) -> dict:
+    row = {"proxy": proxy, "fault": fault, "requests": rep["completed"] + rep["errors"], "errors": rep["errors"],
+           "inside": rep.get("inside", 0), "down_s": rep.get("down_s"), "up_s": rep.get("up_s"),
+           "p99_ms": round(rep["p99_ms"], 1), "valid": rep["valid"]}
+    print(f"  {proxy:8s} {fault:28s} errors {row['errors']:4d} (inside {row['inside']}), down after {row['down_s']} s,"
+          f" up after {row['up_s']} s, p99 {row['p99_ms']} ms", flush=True)
+    return row
+
+
+def faults(work: Path, proxies) -> list[dict]:
+    rows = []
+    rate = 0.8 * CAPACITY
+    for proxy in proxies:
+        hr = HaproxyRoot("2.6")
+        procs, fleet, (front,) = fleet_and_front(work, proxy, hr)
+        try:
+            for fault in ("app SIGKILL", "agent SIGKILL", "app and agent SIGKILL", "app SIGSTOP 10 s"):
+                v = fleet.backends[0]
+                w = Watch(front, health_key(proxy, fleet, 0))
+
+                def act():
+                    time.sleep(4)
+                    inside = inflight(v)
+                    t0 = time.monotonic()
+                    if fault == "app SIGKILL":
+                        v.app_proc.signal(signal.SIGKILL)
+                    elif fault == "agent SIGKILL":
+                        v.agent_proc.signal(signal.SIGKILL)
+                    elif fault == "app and agent SIGKILL":
+                        fleet.kill(0)
+                    else:
+                        v.app_proc.signal(signal.SIGSTOP)
+                    time.sleep(10 if "SIGSTOP" in fault else 5)
+                    t1 = time.monotonic()
+                    if fault == "app SIGKILL":
+                        v.app_proc, _ = procs.workload(v.host, workers=32, cores=CORES, demand=f"exp:{MEAN_MS}", seed=77)
+                    elif fault == "agent SIGKILL":
+                        v.agent_proc, _, _ = procs.agent(v.host, v.app, policy="dynamic", workers=32, drain_grace_ms=0)
+                    elif fault == "app and agent SIGKILL":
+                        fleet.revive(0)
+                    else:
+                        v.app_proc.signal(signal.SIGCONT)
+                    time.sleep(6)
+                    # a SIGSTOPped app keeps its requests: they are answered late, not lost
+                    return {"inside": 0 if "SIGSTOP" in fault else inside, "down_s": w.first(False, t0), "up_s": w.first(True, t1)}
+
+                rep = drive_during([front.url], rate, 25 if "SIGSTOP" in fault else 20, work / f"{proxy}-{len(rows)}.json", act)
+                w.stop()
+                rows.append(fault_row(proxy, fault, rep))
+                wait_all_up(front, N, timeout=30)
+            rows.append(fault_row(proxy, "rolling SIGTERM restart", rolling_restart(work, procs, fleet, front, rate)))
+        finally:
+            procs.stop_all()
+            hr.cleanup()
+        rows.append(fault_row(proxy, "one of 3 fronts SIGKILLed", front_killed(work, proxy, rate)))
+    return rows
+
+
+def rolling_restart(work: Path, procs: Procs, fleet: Fleet, front: Front, rate: float) -> dict:
+    # Agents as deployed: after SIGTERM each keeps serving for drain_grace (2 s)
+    # while its health says 503, so the front stops sending before it closes
+    # (the fleet's agents start with no grace, for the kills above).
+    for b in fleet.backends:
+        b.agent_proc.stop()
+        b.agent_proc, _, _ = procs.agent(b.host, b.app, policy="dynamic", workers=32)
+    wait_all_up(front, N, timeout=30)
+
+    def act():
+        time.sleep(2)
+        for i, b in enumerate(fleet.backends):
+            b.agent_proc.signal(signal.SIGTERM)  # the agent drains: health 503, in-flight finished
+            b.agent_proc.wait(timeout=40)
+            b.app_proc.stop()
+            b.app_proc, _ = procs.workload(b.host, workers=32, cores=CORES, demand=f"exp:{MEAN_MS}", seed=300 + i)
+            b.agent_proc, _, _ = procs.agent(b.host, b.app, policy="dynamic", workers=32)
+            wait_all_up(front, N, timeout=30)
+        return {}
+    return drive_during([front.url], rate, 75, work / "rolling.json", act)
+
+
+def front_killed(work: Path, proxy: str, rate: float) -> dict:
+    hr = HaproxyRoot("2.6")
+    procs, fleet, fs = fleet_and_front(work, proxy, hr, fronts=3)
+    try:
+        def act():
+            time.sleep(4)
+            fs[0].proc.signal(signal.SIGKILL)
+            # the survivors' clients: does anything they send fail?
+            return {}
+        # load on the two survivors; the killed front's own clients are the ones it had
+        return drive_during([f.url for f in fs[1:]], rate, 15, work / "fronts.json", act)
+    finally:
+        procs.stop_all()
+        hr.cleanup()
+
+
+def tries(proxy: str, front: Front, fleet: Fleet) -> dict:
+    """Cumulative counts of client requests and of tries sent upstream: from the
+    proxy's own stats, and as the agents counted the tries they received."""
+    host = front.url.split("//")[1].split(":")[0]
+    if proxy == "envoy":
+        s = envoy_stats(f"{host}:9902")
+        req, up = s.get("http.front.downstream_rq_total", 0), s.get("cluster.backends.upstream_rq_total", 0)
+    else:
+        out = haproxy_runtime(f"{host}:9999", "show stat").splitlines()
+        head = out[0].lstrip("# ").split(",")
+        rows = [dict(zip(head, line.split(","))) for line in out[1:] if line]
+        fe = next(r for r in rows if r["svname"] == "FRONTEND" and r["pxname"] == "front")
+        be = next(r for r in rows if r["svname"] == "BACKEND" and r["pxname"] == "hunt")
+        # every try past a request's first is a retry (wretr counts L7 retries too)
+        req = float(fe["req_tot"] or 0)
+        up = req + float(be["wretr"] or 0)
+    at_agents = 0.0
+    for b in fleet.backends:
+        m = b.metrics()
+        at_agents += sum(v for k, v in m.items() if k.startswith(("huntlb_offers_total", "huntlb_finals_total", "huntlb_plain_total",
+                                                                   "huntlb_malformed_total")))
+    return {"requests": req, "tries": up, "at_agents": at_agents}
+
+
+def overload(work: Path, proxies) -> list[dict]:
+    rows = []
+    for proxy in proxies:
+        hr = HaproxyRoot("2.6")
+        procs, fleet, (front,) = fleet_and_front(work, proxy, hr)
+        try:
+            base = summary(drive([front.url], 0.5 * CAPACITY, 10, work / f"{proxy}-base.json", max_lateness_us=20000))
+            c0 = tries(proxy, front, fleet)
+            raw = drive([front.url], 1.2 * CAPACITY, 30, work / f"{proxy}-over.json", max_lateness_us=20000)
+            over = summary(raw)
+            c1 = tries(proxy, front, fleet)
+            per = lambda k: round((c1[k] - c0[k]) / max(1, c1["requests"] - c0["requests"]), 3)  # noqa: E731
+            after = [summary(drive([front.url], 0.5 * CAPACITY, 10, work / f"{proxy}-after{k}.json", max_lateness_us=20000))
+                     for k in range(2)]
+            row = {"proxy": proxy, "base_p50_ms": round(base["p50_ms"], 1), "over_requests": over["completed"] + over["errors"],
+                   "over_served": over["completed"], "over_errors": over["errors"], "over_p99_ms": round(over["p99_ms"], 1),
+                   # what the errors were: statuses the clients got, and failures with no answer
+                   "over_error_kinds": {**{k: v for k, v in raw["status"].items() if not k.startswith("2")}, **raw["error_kinds"]},
+                   "tries_per_request": per("tries"), "tries_per_request_at_agents": per("at_agents"),
+                   "after_p50_ms": [round(a["p50_ms"], 1) for a in after], "after_errors": [a["errors"] for a in after],
+                   "valid": over["valid"] and base["valid"]}
+            print(f"  {proxy}: {row}", flush=True)
+            rows.append(row)
+        finally:
+            procs.stop_all()
+            hr.cleanup()
+    return rows
+
+
+def rss_fds(pid: int) -> tuple[float, int]:
+    try:
+        rss = next(int(l.split()[1]) for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS:")) / 1024
+        fds = len(list(Path(f"/proc/{pid}/fd").iterdir()))
+        return rss, fds
+    except (OSError, StopIteration):
+        return float("nan"), -1
+
+
+def soak(work: Path, proxies, minutes: float) -> list[dict]:
+    rows = []
+    for proxy in proxies:
+        hr = HaproxyRoot("2.6")
+        procs, fleet, (front,) = fleet_and_front(work, proxy, hr)
+        samples, stop = [], threading.Event()
+
+        def sample():
+            t0 = time.monotonic()
+            while not stop.is_set() and time.monotonic() - t0 < minutes * 60 + 120:
+                agents = [rss_fds(b.agent_proc.pid) for b in fleet.backends]
+                samples.append({"t": round(time.monotonic() - t0, 1), "proxy": rss_fds(front.pid),
+                                "agents_rss_mb": sum(a[0] for a in agents), "agents_fds": sum(a[1] for a in agents)})
+                stop.wait(10)
+        s = threading.Thread(target=sample, daemon=True)
+        s.start()
+        try:
+            rep = summary(drive([front.url], 0.9 * CAPACITY, minutes * 60, work / f"{proxy}-soak.json", max_lateness_us=20000))
+        finally:
+            stop.set()
+            s.join(timeout=20)
+            procs.stop_all()
+            hr.cleanup()
+        warm = [x for x in samples if x["t"] >= 60] or samples
+        growth = lambda f: (f(warm[-1]) / f(warm[0]) - 1) * 100 if f(warm[0]) else 0.0  # noqa: E731
+        row = {"proxy": proxy, "minutes": minutes, "requests": rep["completed"] + rep["errors"], "errors": rep["errors"],
+               "p99_ms": round(rep["p99_ms"], 1), "valid": rep["valid"],
+               "proxy_rss_growth_pct": round(growth(lambda x: x["proxy"][0]), 1),
+               "proxy_fds": [warm[0]["proxy"][1], warm[-1]["proxy"][1]],
+               "agents_rss_growth_pct": round(growth(lambda x: x["agents_rss_mb"]), 1),
+               "agents_fds": [warm[0]["agents_fds"], warm[-1]["agents_fds"]], "samples": samples}
+        print(f"  {proxy}: { {k: v for k, v in row.items() if k != 'samples'} }", flush=True)
+        rows.append(row)
+    plot_soak(rows)
+    return rows
+
+
+def plot_soak(rows: list[dict]) -> None:
+    from benchlib.plots import pyplot, save
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for r in rows:
+        ts = [s["t"] / 60 for s in r["samples"]]
+        axes[0].plot(ts, [s["proxy"][0] for s in r["samples"]], label=f"{r['proxy']} proxy")
+        axes[0].plot(ts, [s["agents_rss_mb"] for s in r["samples"]], ls="--", label=f"12 agents ({r['proxy']} run)")
+        axes[1].plot(ts, [s["proxy"][1] for s in r["samples"]], label=f"{r['proxy']} proxy")
+        axes[1].plot(ts, [s["agents_fds"] for s in r["samples"]], ls="--", label=f"12 agents ({r['proxy']} run)")
+    for ax, what in zip(axes, ("RSS (MB)", "open fds")):
+        ax.set_xlabel("minutes at ρ 0.9")
+        ax.set_ylabel(what)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    save(fig, RESULTS, "reliability-soak.png")
+
+
+def report(data: dict) -> str:
+    out = ["# Reliability: faults, overload, soak", "",
+           "Through the shipped hunting fronts (Envoy offers to LEAST_REQUEST's pick, HAProxy to a random server;",
+           f"agents SR_dyn) over {N} workload apps (32 workers, {CORES:g} emulated cores, exp {MEAN_MS:g} ms jobs: capacity",
+           f"{CAPACITY:.0f} req/s), each behind an agent, Poisson load from `huntlb-loadgen`, on one 2-core machine.",
+           "Every row is one run of `python3 bench/reliability.py EXPERIMENT` (`make bench-reliability`); a run",
+           "with client errors says so. Exactly-once at volume and the replay paths are in the default tests",
+           "(`tests/test_exactly_once.py`); the short forms of these experiments too (`tests/test_fronts.py`).", ""]
+    if "faults" in data:
+        d = data["faults"]
+        out += ["## Faults under load (ρ 0.8)", "", f"{d['machine']}; {d['date']}. Health: interval 0.5 s, fall 2, rise 2",
+                "(so down after about 1-1.5 s, up after about 1 s). \"inside\": requests in flight at the backend when it",
+                "broke: the most a front may fail without replaying a request an app may have processed.", "",
+                "| proxy | fault | requests | client errors | inside | marked down after | back up after | p99 ms |",
+                "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in d["rows"]:
+            fmt = lambda v: "-" if v is None else f"{v} s"  # noqa: E731
+            out.append(f"| {r['proxy']} | {r['fault']} | {r['requests']} | {flag(r['errors'])} | {r['inside']} | "
+                       f"{fmt(r['down_s'])} | {fmt(r['up_s'])} | {r['p99_ms']} |")
+        out.append("")
+    if "overload" in data:
+        d = data["overload"]
+        out += ["## Overload (ρ 1.2 for 30 s, then ρ 0.5)", "", f"{d['machine']}; {d['date']}.", "",
+                "| proxy | p50 before (ρ 0.5) | requests at ρ 1.2 | served | errors (what) | p99 ms | tries per request (proxy / agents) | p50 after, 0-10 s / 10-20 s | errors after |",
+                "|---|---:|---:|---:|---|---:|---:|---|---|"]
+        for r in d["rows"]:
+            out.append(f"| {r['proxy']} | {r['base_p50_ms']} ms | {r['over_requests']} | {r['over_served']} | {r['over_errors']} "
+                       f"({', '.join(f'{k}: {v}' for k, v in sorted(r.get('over_error_kinds', {}).items()))}) | "
+                       f"{r['over_p99_ms']} | {r['tries_per_request']} / {r['tries_per_request_at_agents']} | {r['after_p50_ms'][0]} / {r['after_p50_ms'][1]} ms | "
+                       f"{r['after_errors'][0]} / {r['after_errors'][1]} |")
+        out.append("")
+    if "soak" in data:
+        d = data["soak"]
+        out += ["## Soak (ρ 0.9)", "", f"{d['machine']}; {d['date']}. Growth is from the first sample after a",
+                "minute of warm-up to the last.", "", "![RSS and fds over the soak](results/reliability-soak.png)", "",
+                "| proxy | minutes | requests | errors | p99 ms | proxy RSS growth | proxy fds | agents' RSS growth | agents' fds |",
+                "|---|---:|---:|---:|---:|---:|---|---:|---|"]
+        for r in d["rows"]:
+            out.append(f"| {r['proxy']} | {r['minutes']} | {r['requests']} | {flag(r['errors'])} | {r['p99_ms']} | "
+                       f"{r['proxy_rss_growth_pct']}% | {r['proxy_fds'][0]} → {r['proxy_fds'][1]} | "
+                       f"{r['agents_rss_growth_pct']}% | {r['agents_fds'][0]} → {r['agents_fds'][1]} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("experiment", choices=["faults", "overload", "soak", "report"])
+    ap.add_argument("--proxies", nargs="+", default=list(PROXIES), choices=PROXIES)
+    ap.add_argument("--minutes", type=float, default=10.0, help="soak length per proxy")
+    a = ap.parse_args()
+    data = json.loads(JSON.read_text()) if JSON.exists() else {}
+    if a.experiment != "report":
+        work = Path(tempfile.mkdtemp(prefix=f"huntlb-{a.experiment}-"))
+        run = {"faults": lambda: faults(work, a.proxies), "overload": lambda: overload(work, a.proxies),
+               "soak": lambda: soak(work, a.proxies, a.minutes)}[a.experiment]
+        rows = run()
+        # a run of some proxies replaces their rows and keeps the others'
+        kept = [r for r in data.get(a.experiment, {}).get("rows", []) if r["proxy"] not in a.proxies]
+        data[a.experiment] = {"machine": machine(), "date": time.strftime("%Y-%m-%d"),
+                              "rows": sorted(kept + rows, key=lambda r: PROXIES.index(r["proxy"]))}
+        JSON.write_text(json.dumps(data, indent=1) + "\n")
+    DOC.write_text(report(data) + "\n")
+    print(f"wrote {DOC.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
