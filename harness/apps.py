@@ -103,13 +103,42 @@ class SseApp(_Served):
         self._serve(server)
 
 
-def start_app_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_class) -> list[Backend]:
+class GrpcEchoApp:
+    """A gRPC server (grpcio, HTTP/2) with one unary method, /huntlb.Echo/Say,
+    that answers `echo:` + the request bytes; `calls` counts what reached it."""
+
+    def __init__(self, host: str, port: int = 9000):
+        from concurrent import futures
+
+        import grpc
+
+        self.addr = f"{host}:{port}"
+        self.calls = 0
+
+        def say(request, context):
+            self.calls += 1
+            return b"echo:" + request
+
+        self._server = grpc.server(futures.ThreadPoolExecutor(4))
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("huntlb.Echo", {"Say": grpc.unary_unary_rpc_method_handler(say)}),))
+        self._server.add_insecure_port(self.addr)
+        self._server.start()
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self):
+        self._server.stop(0)
+
+
+def start_app_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_class, **agent_opts) -> list[Backend]:
     """n apps of `app_class`, each behind an agent; `.app_proc` is the app object."""
     out = []
     for _ in range(n):
         host = addrs.host()
         app = app_class(host)
         procs.cleanups.append(app.close)
-        agent_proc, agent, admin = procs.agent(host, app.addr, policy=policy)
+        agent_proc, agent, admin = procs.agent(host, app.addr, policy=policy, **agent_opts)
         out.append(Backend(host, app.addr, agent, admin, app, agent_proc))
     return out

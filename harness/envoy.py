@@ -43,10 +43,11 @@ def _walk(node, fn):
 
 
 def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | None = None, hunting: bool = True,
-                 keep_served_by: bool = True, example: str = "front.yaml") -> dict:
+                 keep_served_by: bool = True, example: str = "front.yaml", upstream_h2: bool = False) -> dict:
     """The committed example front config, pointed at this test's addresses.
 
     keep_served_by: let `hunt-served-by` through to the client (tests read it).
+    upstream_h2: speak HTTP/2 (prior knowledge) to the agents.
     hunting=False gives the plain baseline, derived from the config's structure:
     the same Envoy without its hunting parts (the hunt-offer mark, the per-try
     attempt count, the hunt header edits and the retry policy).
@@ -58,6 +59,9 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
     cluster = cfg["static_resources"]["clusters"][0]
     if lb_policy:
         cluster["lb_policy"] = lb_policy
+    if upstream_h2:
+        opts = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        opts["explicit_http_config"] = {"http2_protocol_options": {}}
     if "load_assignment" in cluster:
         cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(b)}} for b in backends]
     hcm = lst["filter_chains"][0]["filters"][0]["typed_config"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -37,7 +38,17 @@ class Addrs:
         self._host = itertools.count(1)
 
     def host(self) -> str:
-        return f"{self.prefix}.{next(self._host)}"
+        """The next address whose ports are free: another run on this machine
+        (a benchmark, a second pytest) may have drawn the same block."""
+        for _ in range(250):
+            h = f"{self.prefix}.{next(self._host)}"
+            with socket.socket() as probe:
+                try:
+                    probe.bind((h, 8080))
+                except OSError:
+                    continue
+            return h
+        raise RuntimeError(f"no free address left in {self.prefix}.0/24")
 
 
 class Proc:

