@@ -146,3 +146,45 @@ def test_client_disconnect_is_not_replayed(procs, addrs, kind, path):
     assert path_count(bs, p) == 1
     wait_until(lambda: all(b.metrics()["huntlb_inflight"] == 0 for b in bs), timeout=5, what="nothing in flight")
     assert request(f.listen, "GET", "/after")[0] == 200
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("kind", FRONTS)
+def test_pipelined_requests_answered_in_order_once(procs, addrs, kind, path):
+    # Three requests written at once on one connection (HTTP/1.1 pipelining):
+    # three answers, in order, each request processed once.
+    from harness import raw_exchange
+
+    bs = start_backends(procs, addrs, 2, PATHS[path])
+    f = start_front(kind, procs, addrs, bs)
+    paths = [f"/pipe/{i}/{uuid.uuid4()}" for i in range(3)]
+    out = raw_exchange(f.listen, b"".join(f"GET {p} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for p in paths), timeout=10)
+    assert out.count(b"HTTP/1.1 200") == 3, out[:500]
+    assert [out.find(p.encode()) for p in paths] == sorted(out.find(p.encode()) for p in paths), "answers out of order"
+    assert all(path_count(bs, p) == 1 for p in paths)
+
+
+@pytest.mark.parametrize("kind", FRONTS)
+def test_conflicting_content_length_and_chunked_has_one_meaning(procs, addrs, kind):
+    # Both Content-Length and Transfer-Encoding: chunked: the request-smuggling
+    # shape. RFC 9112 6.1 lets a server reject it, or let chunked win and close
+    # the connection after. Envoy rejects it (400, nothing reaches an app);
+    # HAProxy reads it as chunked, removes the length, passes it once and
+    # closes the connection. Either way no second request hides in the body.
+    from harness import raw_exchange
+
+    bs = start_backends(procs, addrs, 2, "always")
+    f = start_front(kind, procs, addrs, bs)
+    p = f"/smuggle/{uuid.uuid4()}"
+    hidden = f"/hidden/{uuid.uuid4()}"
+    out = raw_exchange(f.listen, (f"POST {p} HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                  f"5\r\nhello\r\n0\r\n\r\nGET {hidden} HTTP/1.1\r\nHost: x\r\n\r\n").encode(), timeout=10)
+    status = int(out.split(b" ", 2)[1]) if out.startswith(b"HTTP/1.1 ") else None
+    if kind == "envoy":
+        assert status == 400 and path_count(bs, p) == 0, out[:300]
+    else:
+        assert status == 200 and b'"len":5' in out and path_count(bs, p) == 1, out[:300]
+        assert b"connection: close" in out.lower()
+    # the connection ends there: the bytes after the body are not a request
+    assert path_count(bs, hidden) == 0 and out.count(b"HTTP/1.1 ") == 1, out
+    assert request(f.listen, "GET", "/after")[0] == 200
