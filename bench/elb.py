@@ -50,7 +50,7 @@ def gain_loss(work: Path, quick: bool) -> dict:
         curves, points = {k: [] for k in paths}, []
         for rate in rates:
             for name, urls in paths.items():
-                rep = summary(drive(urls, rate, 3.0, work / f"gain-{rate}-{len(points)}.json", seed=rate))
+                rep = summary(drive(urls, rate, 3.0, work / f"gain-{rate}-{len(points)}.json", seed=rate), must_keep_up=False)
                 points.append({"path": name, "rate": rate, **{k: rep[k] for k in ("achieved_rate", "completed", "errors",
                                                                                     "p50_ms", "p99_ms", "valid")}})
                 if rep["valid"]:

@@ -233,7 +233,7 @@ def overload(work: Path, proxies) -> list[dict]:
             base = summary(drive([front.url], 0.5 * CAPACITY, 10, work / f"{proxy}-base.json", max_lateness_us=20000))
             c0 = tries(proxy, front, fleet)
             raw = drive([front.url], 1.2 * CAPACITY, 30, work / f"{proxy}-over.json", max_lateness_us=20000)
-            over = summary(raw)
+            over = summary(raw, must_keep_up=False)  # overload cannot keep up, by design
             c1 = tries(proxy, front, fleet)
             per = lambda k: round((c1[k] - c0[k]) / max(1, c1["requests"] - c0["requests"]), 3)  # noqa: E731
             after = [summary(drive([front.url], 0.5 * CAPACITY, 10, work / f"{proxy}-after{k}.json", max_lateness_us=20000))
@@ -359,6 +359,20 @@ def report(data: dict) -> str:
                        f"{r['proxy_rss_growth_pct']}% | {r['proxy_fds'][0]} → {r['proxy_fds'][1]} | "
                        f"{r['agents_rss_growth_pct']}% | {r['agents_fds'][0]} → {r['agents_fds'][1]} |")
         out.append("")
+    out += ["## Runs the machine could not keep up with", "",
+            "A `make bench-quick` this session kept an Envoy SR_4 run at ρ 0.88 with a 1.5 s mean. Its own numbers say",
+            "why: it answered 798 requests/s of the 1109/s it sent. SR_4 refused",
+            "78% of offers there, so about 1.8 tries per request went through a single-worker Envoy and 12 agents on",
+            "two cores that other work was also using (load average about 7): the chain, not the balancer, was the",
+            "bottleneck, and the latency measured its queue. The generator only checked its own send lateness, which",
+            "was fine. Now a run that answers under 90% of the rate it sent is invalid (`benchlib.fleet.summary`),",
+            "repeated like any other invalid run, and never averaged in; runs with client errors are flagged in every",
+            "report (`benchlib.reports.flag`). Overload runs, which cannot keep up by design, say so.", "",
+            "An older report (Envoy SR_4 at ρ 0.3: 115 client errors, one backend at a mean load of 16 while the others",
+            "were under 1) kept no run record to re-read. One part of it is explained: the workload app counted a",
+            "request busy until it completed, so a request its proxy abandoned (the clients' errors) stayed busy",
+            "forever; now a request is counted when a worker takes it and released however it ends",
+            "(`tests/test_workload.py`). Its errors would now be flagged; why they happened is not known.", ""]
     return "\n".join(out)
 
 
