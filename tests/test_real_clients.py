@@ -21,6 +21,15 @@ from workload_hash import fnv64
 PATHS = {"accept": "always", "refuse-then-final": "static:0"}
 
 
+@pytest.fixture(params=[(k, p) for k in FRONTS for p in PATHS], ids=lambda kp: f"{kp[0]}-{kp[1]}")
+def workloads(request, procs, addrs):
+    """Two workload apps behind agents (accepting or refusing every offer) and a
+    front of each kind over them: (backends, front)."""
+    kind, path = request.param
+    bs = start_backends(procs, addrs, 2, PATHS[path])
+    return bs, start_front(kind, procs, addrs, bs)
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("kind", FRONTS)
 def test_websocket_echo(procs, addrs, kind, path):
@@ -87,12 +96,9 @@ def curl(*args: str, data: bytes | None = None) -> tuple[int, bytes]:
     return int(code or 0), body
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("kind", FRONTS)
-def test_expect_100_continue_upload(procs, addrs, kind, path):
+def test_expect_100_continue_upload(workloads):
     # curl waits for `100 Continue` before sending a body (forced here for 8 KB).
-    bs = start_backends(procs, addrs, 2, PATHS[path])
-    f = start_front(kind, procs, addrs, bs)
+    bs, f = workloads
     body = os.urandom(8000)
     p = f"/continue/{uuid.uuid4()}"
     code, out = curl("-H", "Expect: 100-continue", "--data-binary", "@-", f"http://{f.listen}{p}", data=body)
@@ -101,13 +107,10 @@ def test_expect_100_continue_upload(procs, addrs, kind, path):
     assert path_count(bs, p) == 1
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("kind", FRONTS)
-def test_http2_client(procs, addrs, kind, path):
+def test_http2_client(workloads):
     # HTTP/2 from the client (cleartext, prior knowledge); the front speaks
     # HTTP/1.1 to the agents. A GET and a POST with a length.
-    bs = start_backends(procs, addrs, 2, PATHS[path])
-    f = start_front(kind, procs, addrs, bs)
+    bs, f = workloads
     p = f"/h2/{uuid.uuid4()}"
     code, _ = curl("--http2-prior-knowledge", f"http://{f.listen}{p}")
     assert code == 200 and path_count(bs, p) == 1
@@ -117,12 +120,9 @@ def test_http2_client(procs, addrs, kind, path):
     assert path_count(bs, f"{p}-post") == 1
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("kind", FRONTS)
-def test_ab_keepalive(procs, addrs, kind, path):
+def test_ab_keepalive(workloads):
     # ab -k, the tool seeds 000 and 004 measure with: HTTP/1.0 with keep-alive.
-    bs = start_backends(procs, addrs, 2, PATHS[path])
-    f = start_front(kind, procs, addrs, bs)
+    bs, f = workloads
     out = subprocess.run(["ab", "-k", "-n", "2000", "-c", "20", f"http://{f.listen}/ab"], capture_output=True, text=True, timeout=60).stdout
     field = lambda name: int(re.search(rf"^{name}:\s+(\d+)", out, re.M).group(1))  # noqa: E731
     assert field("Complete requests") == 2000 and field("Failed requests") == 0, out
@@ -130,13 +130,10 @@ def test_ab_keepalive(procs, addrs, kind, path):
     assert path_count(bs, "/ab") == 2000
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("kind", FRONTS)
-def test_client_disconnect_is_not_replayed(procs, addrs, kind, path):
+def test_client_disconnect_is_not_replayed(workloads):
     # A client gives up on a slow request: it reached one app once and is never
     # re-sent elsewhere; the agents' in-flight count comes back to 0.
-    bs = start_backends(procs, addrs, 2, PATHS[path])
-    f = start_front(kind, procs, addrs, bs)
+    bs, f = workloads
     p = f"/gone/{uuid.uuid4()}"
     host, port = f.listen.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5) as s:
@@ -148,15 +145,12 @@ def test_client_disconnect_is_not_replayed(procs, addrs, kind, path):
     assert request(f.listen, "GET", "/after")[0] == 200
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("kind", FRONTS)
-def test_pipelined_requests_answered_in_order_once(procs, addrs, kind, path):
+def test_pipelined_requests_answered_in_order_once(workloads):
     # Three requests written at once on one connection (HTTP/1.1 pipelining):
     # three answers, in order, each request processed once.
     from harness import raw_exchange
 
-    bs = start_backends(procs, addrs, 2, PATHS[path])
-    f = start_front(kind, procs, addrs, bs)
+    bs, f = workloads
     paths = [f"/pipe/{i}/{uuid.uuid4()}" for i in range(3)]
     out = raw_exchange(f.listen, b"".join(f"GET {p} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for p in paths), timeout=10)
     assert out.count(b"HTTP/1.1 200") == 3, out[:500]
