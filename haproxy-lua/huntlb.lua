@@ -214,7 +214,8 @@ local function start_sidecar(args)
         if class == "offer" then
             local busy = tonumber(txn:get_var("txn.hunt_busy")) or 0
             -- no gates: HAProxy itself drains and health-checks this sidecar
-            if p:admit("offer", NO_GATES, busy, workers) == "accept" then
+            local seen = policy.parse_seen(values(hdrs["hunt-seen"]))
+            if p:admit("offer", NO_GATES, busy, workers, seen) == "accept" then
                 counts.offers_accept = counts.offers_accept + 1
             else
                 counts.offers_refuse = counts.offers_refuse + 1

@@ -120,7 +120,8 @@ impl Agent {
             field(req.headers(), protocol::OFFER),
             protocol::per_try_mark(target, field(req.headers(), protocol::ENVOY_ATTEMPT)),
         );
-        let (verdict, load) = self.admit(mark);
+        let seen = protocol::parse_seen(field(req.headers(), protocol::SEEN));
+        let (verdict, load) = self.admit(mark, seen);
         let m = &self.metrics;
         if mark == Mark::Final && self.policy.is_busy(load) {
             m.finals_busy.fetch_add(1, Ordering::Relaxed); // accepted while busy: the scaling signal
@@ -146,13 +147,13 @@ impl Agent {
 
     /// This try's verdict, and the load it saw: the agent knows every gate
     /// (`huntlb_policy::admit`).
-    fn admit(&self, mark: Mark) -> (Verdict, Load) {
+    fn admit(&self, mark: Mark, seen: Option<u32>) -> (Verdict, Load) {
         let gates = Gates {
             draining: self.draining.load(Ordering::Acquire),
             app_down: !self.app_up.load(Ordering::Acquire),
             at_capacity: self.inflight.get() >= self.cfg.max_inflight,
         };
-        let load = Load { busy: self.busy(), workers: self.cfg.workers };
+        let load = Load { busy: self.busy(), workers: self.cfg.workers, seen };
         let verdict = self.policy.admit(mark.as_try(), gates, load);
         if mark == Mark::Offer {
             debug!(busy = load.busy, workers = load.workers, c = self.policy.state().c, ?gates, ?verdict, "offer");

@@ -217,7 +217,8 @@ impl HttpContext for Sidecar {
         match mark {
             Mark::Offer => {
                 // The sidecar knows no gate: its Envoy drains and health-checks.
-                let load = Load { busy: self.inflight(), workers: *workers };
+                let seen = self.field(&headers, protocol::SEEN);
+                let load = Load { busy: self.inflight(), workers: *workers, seen: protocol::parse_seen(as_field(&seen)) };
                 let cell = SharedState { policy_c: self.metrics.policy_c };
                 if let Verdict::Refuse(_) = admission::admit(policy, &cell, Try::Offer, Gates::OPEN, load) {
                     inc(self.metrics.offers_refuse);
@@ -233,7 +234,7 @@ impl HttpContext for Sidecar {
             }
             Mark::Final => {
                 inc(self.metrics.finals);
-                let load = Load { busy: self.inflight(), workers: *workers };
+                let load = Load::new(self.inflight(), *workers);
                 let cell = SharedState { policy_c: self.metrics.policy_c };
                 if cell.read().is_some_and(|(state, _)| policy.is_busy(state, load)) {
                     inc(self.metrics.finals_busy); // accepted while busy: the scaling signal

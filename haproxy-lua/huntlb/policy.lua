@@ -62,7 +62,7 @@ local function fail(key, reason)
 end
 
 local function parse_dynamic(args)
-    local p = { kind = "dynamic", window = 50, low = 0.4, high = 0.6, c0 = 1, c_max = nil }
+    local p = { kind = "dynamic", window = 50, low = 0.4, high = 0.6, c0 = 1, c_max = nil, c_min = 0, slack = nil }
     local seen = {}
     -- split on commas, keeping empty pieces so "a=1," is an error like in Rust
     for kv in str_gmatch(args .. ",", "([^,]*),") do
@@ -80,10 +80,10 @@ local function parse_dynamic(args)
             val, err = parse_window(k, v)
         elseif k == "low" or k == "high" then
             val, err = parse_ratio(k, v)
-        elseif k == "c0" or k == "c_max" then
+        elseif k == "c0" or k == "c_max" or k == "c_min" or k == "slack" then
             val, err = parse_c(k, v)
         else
-            return fail(k, "unknown key (expected window, low, high, c0, c_max)")
+            return fail(k, "unknown key (expected window, low, high, c0, c_max, c_min, slack)")
         end
         if err then
             return nil, err, k
@@ -95,6 +95,9 @@ local function parse_dynamic(args)
     end
     if p.c_max and p.c0 > p.c_max then
         return fail("c0", str_format("c0 (%d) is above c_max (%d)", p.c0, p.c_max))
+    end
+    if p.c_max and p.c_min > p.c_max then
+        return fail("c_min", str_format("c_min (%d) is above c_max (%d)", p.c_min, p.c_max))
     end
     return p
 end
@@ -126,7 +129,7 @@ function _M.parse(spec)
         return { kind = "static", c = c }
     elseif name == "dynamic" then
         if not args then
-            return { kind = "dynamic", window = 50, low = 0.4, high = 0.6, c0 = 1 }
+            return { kind = "dynamic", window = 50, low = 0.4, high = 0.6, c0 = 1, c_min = 0 }
         end
         return parse_dynamic(args)
     end
@@ -143,14 +146,15 @@ function _M.new(spec)
     if p.kind == "static" then
         self.c = p.c
     elseif p.kind == "dynamic" then
-        self.c = p.c0
+        self.c = p.c0 > p.c_min and p.c0 or p.c_min
     end
     return setmetatable(self, mt)
 end
 
---- Decide on one try. `try` is "offer" or "final"; busy and workers are integers.
+--- Decide on one try. `try` is "offer" or "final"; busy and workers are integers;
+-- seen (optional) is the front's hunt-seen on an offer (see slack in the Rust crate).
 -- Returns true to accept, false to refuse. Finals are always accepted.
-function _M.decide(self, try, busy, workers)
+function _M.decide(self, try, busy, workers, seen)
     if try ~= "offer" then
         return true
     end
@@ -160,6 +164,10 @@ function _M.decide(self, try, busy, workers)
         return true
     elseif kind == "static" then
         return busy < self.c
+    end
+    -- an offer the front counted right is accepted outside the window
+    if p.slack and seen and busy <= seen + p.slack then
+        return true
     end
     -- SR_dyn, Algorithm 2 step for step (see the Rust crate for the window note)
     local attempt = self.attempt + 1
@@ -171,7 +179,7 @@ function _M.decide(self, try, busy, workers)
         end
         if ratio < p.low and self.c < ceiling then
             self.c = self.c + 1
-        elseif ratio > p.high and self.c > 0 then
+        elseif ratio > p.high and self.c > p.c_min then
             self.c = self.c - 1
         end
         attempt = 0
@@ -192,14 +200,14 @@ end
 -- that may not be refused, at capacity: an error, never a refusal), or
 -- "refuse" and the reason (policy, draining, app_down, overload). A gate that
 -- refuses does not advance the policy's state.
-function _M.admit(self, try, gates, busy, workers)
+function _M.admit(self, try, gates, busy, workers, seen)
     if try ~= "offer" then
         return gates.at_capacity and "overloaded" or "accept"
     end
     if gates.draining then return "refuse", "draining" end
     if gates.app_down then return "refuse", "app_down" end
     if gates.at_capacity then return "refuse", "overload" end
-    if self:decide(try, busy, workers) then
+    if self:decide(try, busy, workers, seen) then
         return "accept"
     end
     return "refuse", "policy"
@@ -240,6 +248,20 @@ function _M.classify(offer, target, attempt)
     end
     local v = offer[1] or target[1]
     return is_token(v) and "final" or "malformed"
+end
+
+--- hunt-seen as the policy takes it (protocol::parse_seen): the list of values
+-- received; a number for one value of 1 to 9 plain digits, else nil (the offer
+-- is then decided as if the front had sent none).
+function _M.parse_seen(values)
+    if #values ~= 1 then
+        return nil
+    end
+    local v = values[1]
+    if #v < 1 or #v > 9 or not str_match(v, "^%d+$") then
+        return nil
+    end
+    return tonumber(v)
 end
 
 --- The threshold in effect (nil for `always`).

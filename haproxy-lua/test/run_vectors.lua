@@ -23,7 +23,7 @@ for _, file in ipairs({ "static.json", "dynamic.json" }) do
         local ok_case = true
         for i, step in ipairs(case.steps) do
             for r = 1, step["repeat"] or 1 do
-                local got = p:decide(step.try, step.busy, case.workers)
+                local got = p:decide(step.try, step.busy, case.workers, step.seen)
                 local want = step.expect == "accept"
                 if got ~= want then
                     ok_case = false
@@ -61,7 +61,7 @@ for _, v in ipairs(specs.valid) do
     local p, err = policy.parse(v.spec)
     local ok = p ~= nil and p.kind == v.kind
     if ok then
-        for _, k in ipairs({ "c", "window", "low", "high", "c0", "c_max" }) do
+        for _, k in ipairs({ "c", "window", "low", "high", "c0", "c_max", "c_min", "slack" }) do
             if v[k] ~= nil and p[k] ~= v[k] then ok = false end
         end
     end
@@ -75,6 +75,12 @@ end
 for i, c in ipairs(load("classify.json").cases) do
     local got = policy.classify(c.offer, c.target, c.attempt)
     check(got == c.class, string.format("classify case %d: got %s want %s", i, got, c.class))
+end
+
+for i, c in ipairs(load("seen.json").cases) do
+    local got = policy.parse_seen(c.values)
+    local want = c.seen
+    check(got == want, string.format("seen case %d: got %s want %s", i, tostring(got), tostring(want)))
 end
 
 local function show(args)

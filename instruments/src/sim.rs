@@ -239,11 +239,15 @@ impl FromStr for Assign {
 pub struct ServerSpec {
     pub cores: f64,
     pub workers: u32,
+    /// SR_dyn's floor `c_min` for this server, overriding the dispatch's
+    /// policy's (a capacity-aware fleet sets it to each server's cores).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub c_min: Option<u32>,
 }
 
 /// `servers` identical servers.
 pub fn uniform(servers: usize, workers: u32, cores: f64) -> Vec<ServerSpec> {
-    vec![ServerSpec { cores, workers }; servers]
+    vec![ServerSpec { cores, workers, c_min: None }; servers]
 }
 
 /// One simulated experiment.
@@ -323,6 +327,8 @@ struct Server {
     in_service: Vec<(f64, u64)>,
     queue: VecDeque<Job>,
     state: State,
+    /// This server's own policy when its spec sets `c_min`.
+    policy: Option<Policy>,
     version: u64,
     served: u64,
 }
@@ -373,6 +379,14 @@ impl PartialOrd for Event {
     }
 }
 
+/// `policy` with SR_dyn's floor set to `c_min` (other policies have none).
+fn with_c_min(policy: Policy, c_min: u32) -> Policy {
+    match policy {
+        Policy::Dynamic(d) => Policy::Dynamic(huntlb_policy::DynamicParams { c_min, ..d }),
+        other => other,
+    }
+}
+
 /// Run `cfg` with a generator seeded from `cfg.seed`.
 pub fn run(cfg: &Config) -> Report {
     run_with(cfg, &mut SmallRng::seed_from_u64(cfg.seed))
@@ -398,7 +412,8 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             last: 0.0,
             in_service: Vec::new(),
             queue: VecDeque::new(),
-            state: policy.initial_state(),
+            policy: f.c_min.map(|m| with_c_min(policy, m)),
+            state: f.c_min.map_or(policy, |m| with_c_min(policy, m)).initial_state(),
             version: 0,
             served: 0,
         })
@@ -457,7 +472,10 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                     let first = pick(rule, own, None, rng);
                     offers += 1;
                     let srv = &mut servers[first];
-                    let out = p.decide(srv.state, Try::Offer, Load { busy: srv.inflight(), workers: srv.workers });
+                    // The front sends its own count with the offer (hunt-seen), as
+                    // the HAProxy front does; a policy without `slack` ignores it.
+                    let load = Load { busy: srv.inflight(), workers: srv.workers, seen: Some(own[first]) };
+                    let out = srv.policy.unwrap_or(p).decide(srv.state, Try::Offer, load);
                     srv.state = out.state;
                     if out.decision.is_accept() {
                         accepted += 1;
@@ -752,7 +770,7 @@ mod tests {
     fn mixed_fleet_random_offers_overflow_small_servers_hunting_over_least_does_not() {
         let mixed = |d: &str| {
             let mut c = cfg(d, 0.0);
-            c.fleet = [1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0].iter().map(|&cores| ServerSpec { cores, workers: 32 }).collect();
+            c.fleet = [1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0].iter().map(|&cores| ServerSpec { cores, workers: 32, c_min: None }).collect();
             c.rate = 0.88 * c.capacity();
             c.requests = 40_000;
             run(&c)

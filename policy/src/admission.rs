@@ -160,7 +160,7 @@ mod tests {
     use std::sync::atomic::AtomicU64;
 
     fn load(busy: u32) -> Load {
-        Load { busy, workers: 32 }
+        Load::new(busy, 32)
     }
 
     #[test]

@@ -48,6 +48,16 @@ pub struct Load {
     pub busy: u32,
     /// Worker count `n`. SR_dyn never raises `c` above `n` (Algorithm 2: `c < n`).
     pub workers: u32,
+    /// On an offer, the front's own count of its requests at this backend when
+    /// it chose it (`hunt-seen`), if it sent one: see [`DynamicParams::slack`].
+    pub seen: Option<u32>,
+}
+
+impl Load {
+    /// A load with no `hunt-seen` from the front.
+    pub fn new(busy: u32, workers: u32) -> Load {
+        Load { busy, workers, seen: None }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,11 +85,23 @@ pub struct DynamicParams {
     pub c0: u32,
     /// Upper bound for `c`, on top of the paper's `c < n`. `None`: only `n` bounds it.
     pub c_max: Option<u32>,
+    /// Lower bound for `c` (the start is `max(c0, c_min)`). Set to the backend's
+    /// cores, it never refuses while a core is free, so on a mixed fleet a big
+    /// backend keeps what it can serve at once instead of refusing half its
+    /// offers like a small one (issue 18; `docs/protocol.md`).
+    pub c_min: u32,
+    /// Accept, outside the window, an offer whose front already counted at
+    /// least `busy - slack` of its requests here (`busy <= seen + slack`): the
+    /// front chose this backend as its least loaded, and its count is right, so
+    /// a refusal would only send the request to one it thinks is worse. With one
+    /// front every offer is such; with many, the agent refuses what the others
+    /// have loaded it with. `None` (or no `hunt-seen`): the paper's SR_dyn.
+    pub slack: Option<u32>,
 }
 
 impl Default for DynamicParams {
     fn default() -> Self {
-        DynamicParams { window: 50, low: 0.4, high: 0.6, c0: 1, c_max: None }
+        DynamicParams { window: 50, low: 0.4, high: 0.6, c0: 1, c_max: None, c_min: 0, slack: None }
     }
 }
 
@@ -126,7 +148,7 @@ impl Policy {
         let c = match *self {
             Policy::Always => u32::MAX,
             Policy::Static { c } => c,
-            Policy::Dynamic(p) => p.c0,
+            Policy::Dynamic(p) => p.c0.max(p.c_min),
         };
         State { c, attempt: 0, accepted: 0 }
     }
@@ -166,13 +188,19 @@ fn sr_c(c: u32, busy: u32) -> Decision {
 /// and counts towards the next window, so the very first window holds
 /// `window - 1` decisions and every later one `window`.)
 fn sr_dyn(p: &DynamicParams, mut s: State, load: Load) -> Outcome {
+    if let (Some(slack), Some(seen)) = (p.slack, load.seen) {
+        if load.busy <= seen.saturating_add(slack) {
+            // The front's view of this backend is right: not the window's business.
+            return Outcome { decision: Decision::Accept, state: s };
+        }
+    }
     s.attempt += 1;
     if s.attempt == p.window {
         let ratio = f64::from(s.accepted) / f64::from(p.window);
         let ceiling = p.c_max.map_or(load.workers, |m| m.min(load.workers));
         if ratio < p.low && s.c < ceiling {
             s.c += 1;
-        } else if ratio > p.high && s.c > 0 {
+        } else if ratio > p.high && s.c > p.c_min {
             s.c -= 1;
         }
         s.attempt = 0;
@@ -202,6 +230,12 @@ impl fmt::Display for Policy {
                 write!(f, "dynamic:window={},low={},high={},c0={}", p.window, p.low, p.high, p.c0)?;
                 if let Some(m) = p.c_max {
                     write!(f, ",c_max={m}")?;
+                }
+                if p.c_min > 0 {
+                    write!(f, ",c_min={}", p.c_min)?;
+                }
+                if let Some(k) = p.slack {
+                    write!(f, ",slack={k}")?;
                 }
                 Ok(())
             }
@@ -255,7 +289,7 @@ mod tests {
     use super::*;
 
     fn load(busy: u32) -> Load {
-        Load { busy, workers: 32 }
+        Load::new(busy, 32)
     }
 
     #[test]

@@ -13,6 +13,12 @@ pub const TARGET: &str = "hunt-target";
 /// An Envoy front names its tries with it instead of `hunt-target`, natively,
 /// with no upstream filter: see [`per_try_mark`].
 pub const ENVOY_ATTEMPT: &str = "x-envoy-attempt-count";
+/// On an offer, optional: the front's own count of its requests outstanding at
+/// this backend when it chose it (HAProxy: `srv_conn`). The policy's `slack`
+/// reads it (`Load::seen`); see [`parse_seen`].
+pub const SEEN: &str = "hunt-seen";
+/// Longest `hunt-seen` value: 9 digits always fit a `u32`.
+pub const MAX_SEEN_DIGITS: usize = 9;
 /// On a refusal: `hunt: busy`.
 pub const BUSY_HEADER: &str = "hunt";
 pub const BUSY_VALUE: &str = "busy";
@@ -74,6 +80,19 @@ pub fn classify(offer: Field<'_>, target: Field<'_>) -> Mark {
         }
         (Field::One(v), Field::Absent) | (Field::Absent, Field::One(v)) if is_token(v) => Mark::Final,
         _ => Mark::Malformed,
+    }
+}
+
+/// `hunt-seen` as the policy takes it: once, 1 to 9 plain decimal digits.
+/// Anything else (repeated, empty, signed, too long) is no value, and the offer
+/// is decided as if the front had sent none: a bad header can only lose the
+/// front's hint, never make the agent refuse what it would have accepted.
+pub fn parse_seen(f: Field<'_>) -> Option<u32> {
+    match f {
+        Field::One(v) if !v.is_empty() && v.len() <= MAX_SEEN_DIGITS && v.iter().all(u8::is_ascii_digit) => {
+            Some(v.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')))
+        }
+        _ => None,
     }
 }
 

@@ -4,7 +4,7 @@
 //! ```text
 //! always
 //! static:C                      C in 0..=65535
-//! dynamic[:k=v{,k=v}]           k in window, low, high, c0, c_max
+//! dynamic[:k=v{,k=v}]           k in window, low, high, c0, c_max, c_min, slack
 //! ```
 
 use crate::{DynamicParams, Policy};
@@ -107,7 +107,9 @@ fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
             "high" => p.high = parse_ratio(k, v)?,
             "c0" => p.c0 = parse_c(k, v)?,
             "c_max" => p.c_max = Some(parse_c(k, v)?),
-            _ => return Err(err(k, "unknown key (expected window, low, high, c0, c_max)")),
+            "c_min" => p.c_min = parse_c(k, v)?,
+            "slack" => p.slack = Some(parse_c(k, v)?),
+            _ => return Err(err(k, "unknown key (expected window, low, high, c0, c_max, c_min, slack)")),
         }
     }
     if p.low >= p.high {
@@ -116,6 +118,9 @@ fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
     if let Some(m) = p.c_max {
         if p.c0 > m {
             return Err(err("c0", format!("c0 ({}) is above c_max ({m})", p.c0)));
+        }
+        if p.c_min > m {
+            return Err(err("c_min", format!("c_min ({}) is above c_max ({m})", p.c_min)));
         }
     }
     Ok(p)

@@ -10,21 +10,29 @@ fn policies() -> impl Strategy<Value = Policy> {
     prop_oneof![
         Just("always".to_string()),
         (0u32..70).prop_map(|c| format!("static:{c}")),
-        (1u16..60, 0u32..40, proptest::option::of(0u32..80), 0u8..3).prop_map(|(w, c0, cmax, band)| {
-            let (low, high) = [(0.4, 0.6), (0.1, 0.9), (0.5, 0.5)][band as usize];
-            let mut s = format!("dynamic:window={w},low={low},high={high},c0={c0}");
-            if let Some(m) = cmax {
-                s += &format!(",c_max={m}");
+        (1u16..60, 0u32..40, proptest::option::of(0u32..80), 0u8..3, 0u32..10, proptest::option::of(0u32..4)).prop_map(
+            |(w, c0, cmax, band, cmin, slack)| {
+                let (low, high) = [(0.4, 0.6), (0.1, 0.9), (0.5, 0.5)][band as usize];
+                let mut s = format!("dynamic:window={w},low={low},high={high},c0={c0}");
+                if let Some(m) = cmax {
+                    s += &format!(",c_max={m}");
+                }
+                if cmin > 0 {
+                    s += &format!(",c_min={cmin}");
+                }
+                if let Some(k) = slack {
+                    s += &format!(",slack={k}");
+                }
+                s
             }
-            s
-        }),
+        ),
     ]
     .prop_filter_map("valid spec", |s| s.parse::<Policy>().ok())
 }
 
-fn steps() -> impl Strategy<Value = Vec<(bool, u32)>> {
-    // (is an offer, busy workers)
-    proptest::collection::vec((any::<bool>(), 0u32..80), 1..400)
+fn steps() -> impl Strategy<Value = Vec<(bool, u32, Option<u32>)>> {
+    // (is an offer, busy workers, the front's hunt-seen)
+    proptest::collection::vec((any::<bool>(), 0u32..80, proptest::option::of(0u32..80)), 1..400)
 }
 
 proptest! {
@@ -37,9 +45,9 @@ proptest! {
     fn state_stays_valid(policy in policies(), workers in 1u32..64, steps in steps()) {
         let mut state = policy.initial_state();
         let start_c = state.c;
-        for (offer, busy) in steps {
+        for (offer, busy, seen) in steps {
             let try_ = if offer { Try::Offer } else { Try::Final };
-            let out = policy.decide(state, try_, Load { busy, workers });
+            let out = policy.decide(state, try_, Load { busy, workers, seen });
             if try_ == Try::Final {
                 prop_assert_eq!(out.decision, Decision::Accept);
                 prop_assert_eq!(out.state, state);
@@ -47,6 +55,16 @@ proptest! {
             if let Policy::Dynamic(p) = policy {
                 let ceiling = p.c_max.map_or(workers, |m| m.min(workers)).max(start_c);
                 prop_assert!(out.state.c <= ceiling, "c {} above {}", out.state.c, ceiling);
+                prop_assert!(out.state.c >= p.c_min, "c {} below c_min {}", out.state.c, p.c_min);
+                // an offer the front saw right is accepted and moves nothing
+                if let (true, Some(k), Some(s)) = (offer, p.slack, seen) {
+                    if busy <= s.saturating_add(k) {
+                        prop_assert_eq!(out.decision, Decision::Accept);
+                        prop_assert_eq!(out.state, state);
+                        state = out.state;
+                        continue;
+                    }
+                }
                 prop_assert!(out.state.attempt < p.window);
                 // the offer that closes a window counts towards the next one (see
                 // sr_dyn), so the window's acceptances may lead its offers by one
@@ -74,9 +92,9 @@ proptest! {
     fn shared_cell_matches_pure(policy in policies(), workers in 1u32..64, steps in steps()) {
         let cell = AtomicU64::new(policy.initial_state().to_bits());
         let mut state = policy.initial_state();
-        for (offer, busy) in steps {
+        for (offer, busy, seen) in steps {
             let try_ = if offer { Try::Offer } else { Try::Final };
-            let load = Load { busy, workers };
+            let load = Load { busy, workers, seen };
             let want = policy.decide(state, try_, load);
             prop_assert_eq!(decide_in(&policy, &cell, try_, load), want.decision);
             state = want.state;
@@ -89,7 +107,7 @@ proptest! {
     fn gates_spare_the_state(policy in policies(), busy in 0u32..80, d in any::<bool>(), a in any::<bool>(), cap in any::<bool>()) {
         let gates = Gates { draining: d, app_down: a, at_capacity: cap };
         let cell = AtomicU64::new(policy.initial_state().to_bits());
-        let load = Load { busy, workers: 32 };
+        let load = Load::new(busy, 32);
         let v = admit(&policy, &cell, Try::Offer, gates, load);
         if d || a || cap {
             prop_assert!(matches!(v, Verdict::Refuse(_)));

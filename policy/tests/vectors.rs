@@ -28,7 +28,8 @@ fn run_cases(file: &str) -> usize {
             };
             let want_accept = step["expect"].as_str().unwrap() == "accept";
             for r in 0..step["repeat"].as_u64().unwrap_or(1) {
-                let out = policy.decide(state, try_, Load { busy, workers });
+                let seen = step.get("seen").and_then(Value::as_u64).map(|v| v as u32);
+                let out = policy.decide(state, try_, Load { busy, workers, seen });
                 state = out.state;
                 assert_eq!(out.decision.is_accept(), want_accept, "{file} `{name}` step {i} repeat {r}");
                 if let Some(c) = step.get("c") {
@@ -57,7 +58,7 @@ fn admission_vectors() {
             let gate = |k: &str| g.get(k).and_then(Value::as_bool).unwrap_or(false);
             let gates = Gates { draining: gate("draining"), app_down: gate("app_down"), at_capacity: gate("at_capacity") };
             let try_ = if step["try"] == "offer" { Try::Offer } else { Try::Final };
-            let load = Load { busy: step["busy"].as_u64().unwrap() as u32, workers };
+            let load = Load::new(step["busy"].as_u64().unwrap() as u32, workers);
             for r in 0..step["repeat"].as_u64().unwrap_or(1) {
                 let got = match admission::admit(&policy, &cell, try_, gates, load) {
                     Verdict::Accept => "accept".to_string(),
@@ -104,6 +105,8 @@ fn spec_vectors() {
                 assert_eq!(d.high, v["high"].as_f64().unwrap(), "{spec}");
                 assert_eq!(u64::from(d.c0), v["c0"].as_u64().unwrap(), "{spec}");
                 assert_eq!(d.c_max.map(u64::from), v.get("c_max").and_then(Value::as_u64), "{spec}");
+                assert_eq!(u64::from(d.c_min), v.get("c_min").and_then(Value::as_u64).unwrap_or(0), "{spec}");
+                assert_eq!(d.slack.map(u64::from), v.get("slack").and_then(Value::as_u64), "{spec}");
             }
             (kind, p) => panic!("`{spec}`: expected {kind}, got {p:?}"),
         }
@@ -220,4 +223,22 @@ fn offer_vectors() {
         }
     }
     assert!(n >= 10);
+}
+
+#[test]
+fn seen_vectors() {
+    use huntlb_policy::protocol::{parse_seen, Field};
+    let doc = vectors("seen.json");
+    let cases = doc["cases"].as_array().unwrap();
+    for c in cases {
+        let vals: Vec<&str> = c["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let f = match vals.len() {
+            0 => Field::Absent,
+            1 => Field::One(vals[0].as_bytes()),
+            _ => Field::Repeated,
+        };
+        let want = c["seen"].as_u64().map(|v| v as u32);
+        assert_eq!(parse_seen(f), want, "seen.json {vals:?}");
+    }
+    assert!(cases.len() >= 10);
 }

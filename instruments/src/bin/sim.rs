@@ -25,6 +25,10 @@ struct Args {
     cores_list: Vec<f64>,
     #[arg(long, default_value_t = 128)]
     backlog: u32,
+    /// Capacity-aware SR_dyn: each server's c_min is its cores (rounded up), as an
+    /// agent configured `dynamic:c_min=<cores>` has.
+    #[arg(long)]
+    c_min_cores: bool,
     /// Mean exponential service demand, ms of one core.
     #[arg(long, default_value_t = 100.0)]
     mean_ms: f64,
@@ -78,7 +82,11 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(cores.len() >= 2, "--servers: need at least 2 (hunting needs a second candidate)");
     let fleet: Vec<ServerSpec> = cores
         .iter()
-        .map(|&c| ServerSpec { cores: c, workers: a.workers_per_core.map_or(a.workers, |w| ((w * c).round() as u32).max(1)) })
+        .map(|&c| ServerSpec {
+            cores: c,
+            workers: a.workers_per_core.map_or(a.workers, |w| ((w * c).round() as u32).max(1)),
+            c_min: a.c_min_cores.then(|| c.ceil() as u32),
+        })
         .collect();
     anyhow::ensure!(a.mean_ms > 0.0 && a.mean_ms.is_finite(), "--mean-ms: must be positive");
     anyhow::ensure!(a.proxies >= 1, "--proxies: need at least 1");
