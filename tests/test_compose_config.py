@@ -46,7 +46,7 @@ def test_envoy_config_is_valid(tmp_path):
     routes = [r for l in cfg["static_resources"]["listeners"]
               for vh in l["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"] for r in vh["routes"]]
     # hunting only on :10000; the controls carry no offer and no retry on refusals
-    assert sum("retry_policy" in r["route"] for r in routes) == 3
+    assert sum("retry_policy" in r["route"] for r in routes) == 4
     path = tmp_path / "envoy.yaml"
     path.write_text(text)
     p = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60)

@@ -3,6 +3,8 @@
 //!
 //! ```text
 //!  proxy ──► agent ──┬── offer & policy says busy ──► 425 `hunt: busy` (app never sees it)
+//!                    │     (a body of no declared length: only once it has ended within
+//!                    │      the proxy's copy; else accepted after all, `hold`)
 //!                    └── otherwise ──► app (hunt-* stripped) ──► response (its hunt-* stripped,
 //!                                                               an app 425 carried as 400) + hunt-served-by
 //! ```
@@ -13,11 +15,12 @@ use crate::metrics::{Gauges, Metrics};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited};
-use huntlb_policy::protocol::{self, Field, Mark};
+use huntlb_policy::protocol::{self, Field, Hold, Mark};
 use huntlb_policy::{Gates, Load, Policy, Reason, SharedPolicy, Verdict};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,6 +33,10 @@ pub type AgentBody = UnsyncBoxBody<Bytes, hyper::Error>;
 /// How long a refused request's body may take to drain before the connection is
 /// closed instead.
 const DRAIN_TIME: Duration = Duration::from_secs(2);
+/// How long a refusal of an offer whose body has no declared length (a gRPC
+/// call) waits for that body to end before the offer is accepted instead
+/// (`Agent::hold`): an open stream costs at most this, and only when refused.
+const HOLD_TIME: Duration = Duration::from_millis(100);
 const HEALTH_CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
 
 pub struct Agent {
@@ -38,7 +45,7 @@ pub struct Agent {
     inflight: Arc<Inflight>,
     pub scoreboard: Option<Arc<Scoreboard>>,
     pub metrics: Metrics,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, Replayed>,
     app_authority: http::uri::Authority,
     app_up: AtomicBool,
     /// No sign of life from the app for `app_stall` while requests waited on it
@@ -139,8 +146,8 @@ impl Agent {
             n.fetch_add(1, Ordering::Relaxed);
         }
         Ok(match verdict {
-            Verdict::Accept => self.forward(req, named_by_target, mark == Mark::Final).await,
-            Verdict::Refuse(why) => self.refuse(req, why).await,
+            Verdict::Accept => self.forward(req, VecDeque::new(), named_by_target, mark == Mark::Final).await,
+            Verdict::Refuse(why) => self.refuse(req, why, named_by_target).await,
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
         })
     }
@@ -164,15 +171,18 @@ impl Agent {
     /// The busy refusal: 425, `hunt: busy`, empty body. A body up to `drain_limit`
     /// is read and dropped first so the connection can carry the next request;
     /// a larger or slower one gets the refusal with `connection: close`.
-    async fn refuse(&self, req: Request<Incoming>, why: Reason) -> Response<AgentBody> {
-        self.metrics.refused(why);
+    async fn refuse(&self, req: Request<Incoming>, why: Reason, named_by_target: bool) -> Response<AgentBody> {
         let h1 = req.version() < http::Version::HTTP_2;
         let declared = req
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let has_body = declared.map_or_else(|| !req.body().is_end_stream(), |n| n > 0);
+        if declared.is_none() && !req.body().is_end_stream() {
+            return self.hold(req, why, named_by_target).await;
+        }
+        self.metrics.refused(why);
+        let has_body = declared.is_some_and(|n| n > 0);
         let mut close = false;
         if has_body {
             close = match declared {
@@ -191,11 +201,63 @@ impl Agent {
         busy_response(close && h1)
     }
 
-    /// Forward to the app. `named_by_target`: the try carried `hunt-target`, so
-    /// its front may retry a 425 by status alone (`protocol::carry`).
-    /// `final_try`: the try is a final from a hunting front, which may send it
-    /// once more if it never reached the app.
-    async fn forward(&self, mut req: Request<Incoming>, named_by_target: bool, final_try: bool) -> Response<AgentBody> {
+    /// A refusal of an offer whose body has no declared length (a gRPC call, a
+    /// chunked upload) is held until the front is known to hold the whole body
+    /// (`protocol::held_refusal`): the body is read, and the refusal goes only
+    /// once it has ended within `drain_limit` (the front's replay copy). A body
+    /// that passes it, or is still open after `HOLD_TIME`, may be one the front
+    /// can no longer re-send, so the offer is accepted after all, as a final:
+    /// what was read goes to the app first, then the rest as it comes.
+    async fn hold(&self, req: Request<Incoming>, why: Reason, named_by_target: bool) -> Response<AgentBody> {
+        let h1 = req.version() < http::Version::HTTP_2;
+        let (parts, mut body) = req.into_parts();
+        let limit = self.cfg.drain_limit as u64;
+        let mut held = VecDeque::new();
+        let (mut read, mut ended, mut waited_out) = (0u64, false, false);
+        let deadline = tokio::time::sleep(HOLD_TIME);
+        tokio::pin!(deadline);
+        loop {
+            match protocol::held_refusal(read, ended, waited_out, limit) {
+                Hold::Wait => {}
+                Hold::Refuse => {
+                    self.metrics.refused(why);
+                    return busy_response(false);
+                }
+                Hold::Accept => break,
+            }
+            tokio::select! {
+                frame = body.frame(), if !ended => match frame {
+                    Some(Ok(f)) => {
+                        if let Some(d) = f.data_ref() {
+                            read += d.len() as u64;
+                        }
+                        held.push_back(f);
+                    }
+                    None => ended = true,
+                    Some(Err(e)) => {
+                        // The front gave up the request: nothing reached the app.
+                        debug!(error = %e, "held offer's body failed");
+                        self.metrics.refused(why);
+                        return busy_response(h1);
+                    }
+                },
+                _ = &mut deadline, if !waited_out => waited_out = true,
+            }
+        }
+        debug!(read, ended, ?why, "held refusal: the front may not hold the whole body, accepted");
+        self.metrics.offers_accepted.fetch_add(1, Ordering::Relaxed);
+        if self.inflight.get() >= self.cfg.max_inflight {
+            return plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n");
+        }
+        // Not a final the front may send once more: it may not hold the body.
+        self.forward(Request::from_parts(parts, body), held, named_by_target, false).await
+    }
+
+    /// Forward to the app, `held` (body frames already read) first. `named_by_target`:
+    /// the try carried `hunt-target`, so its front may retry a 425 by status
+    /// alone (`protocol::carry`). `final_try`: the try is a final from a hunting
+    /// front, which may send it once more if it never reached the app.
+    async fn forward(&self, mut req: Request<Incoming>, held: VecDeque<Frame<Bytes>>, named_by_target: bool, final_try: bool) -> Response<AgentBody> {
         let guard = self.inflight.enter();
         // An upgrade (WebSocket) passes through: the app answers the handshake,
         // and on 101 the two connections are joined (`tunnel`).
@@ -222,6 +284,7 @@ impl Agent {
         parts.version = if self.cfg.app_h2 { http::Version::HTTP_2 } else { http::Version::HTTP_11 };
         let start = Instant::now();
         let waiting = self.progress.wait();
+        let body = Replayed { held, rest: body };
         let sent = tokio::time::timeout(self.cfg.app_timeout, self.client.request(Request::from_parts(parts, body))).await;
         drop(waiting);
         let m = &self.metrics;
@@ -354,6 +417,44 @@ async fn answers_http(addr: std::net::SocketAddr, limit: Duration) -> bool {
         Ok::<bool, std::io::Error>(&head == b"HTTP/")
     };
     matches!(tokio::time::timeout(limit, ask).await, Ok(Ok(true)))
+}
+
+/// A request body on its way to the app: frames the agent already read (a held
+/// refusal that became an accept), then the rest as it comes. Nothing is held
+/// on the usual path, and the body is the proxy's, untouched.
+pub struct Replayed {
+    held: VecDeque<Frame<Bytes>>,
+    rest: Incoming,
+}
+
+impl Body for Replayed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(f) = self.held.pop_front() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let rest = self.rest.size_hint();
+        if self.held.is_empty() {
+            return rest;
+        }
+        let held: u64 = self.held.iter().filter_map(Frame::data_ref).map(|d| d.len() as u64).sum();
+        let mut hint = SizeHint::new();
+        hint.set_lower(held + rest.lower());
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(held + upper);
+        }
+        hint
+    }
 }
 
 /// A response body that holds its request's in-flight slot until it ends.

@@ -163,6 +163,12 @@ pub enum Body {
     /// A body whose length the proxy does not know (chunked, an HTTP/2 upload
     /// without `content-length`, not buffered).
     Unknown,
+    /// A body whose length the proxy does not know, on a request it routes to
+    /// backends that *hold* a refusal until the body has ended within the
+    /// proxy's copy ([`held_refusal`]): whenever a refusal arrives, the proxy
+    /// holds the whole body. The Envoy front routes gRPC calls so (they carry no
+    /// `content-length`); a huntlb agent holds every such refusal.
+    Held,
 }
 
 /// Why a front sends a request to one candidate as a final instead of offering it.
@@ -187,8 +193,11 @@ impl NotOffered {
 /// "Why was this request not offered?" in one function. A refused offer is
 /// re-sent from the proxy's own copy of the request, so a request is offered
 /// only when its whole body is known to fit that copy (`replay_limit` bytes:
-/// Envoy's 1 MiB retry buffer, HAProxy's 12000 within one 16 KB buffer).
-/// The fronts implement it in native config (Envoy: three routes; HAProxy: the
+/// Envoy's 1 MiB retry buffer, HAProxy's 12000 within one 16 KB buffer), or
+/// when the backend makes sure it does before refusing ([`Body::Held`]: the
+/// backend refuses only once the body has ended within the copy,
+/// [`held_refusal`], and otherwise accepts).
+/// The fronts implement it in native config (Envoy: four routes; HAProxy: the
 /// `hunt_big_body` acl), and `policy/vectors/offer.json` holds the rule and
 /// each real front to the same answers (`tests/test_offer_rule.py`). Besides
 /// the body, a front does not offer with fewer than two usable candidates when
@@ -196,10 +205,57 @@ impl NotOffered {
 /// (HAProxy, `docs/protocol.md` § 1).
 pub fn offerable(body: Body, replay_limit: u64) -> Result<(), NotOffered> {
     match body {
-        Body::Empty => Ok(()),
+        Body::Empty | Body::Held => Ok(()),
         Body::Length(n) if n <= replay_limit => Ok(()),
         Body::Length(_) => Err(NotOffered::TooBig),
         Body::Unknown => Err(NotOffered::UnknownLength),
+    }
+}
+
+/// What a backend does with an offer it would refuse whose body has no
+/// declared length ([`held_refusal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Read more of the body first.
+    Wait,
+    /// The body ended within the proxy's copy: the proxy holds all of it and
+    /// can re-send it, so the refusal may go.
+    Refuse,
+    /// The body passed the proxy's copy (the proxy gave up its copy: Envoy's
+    /// `retry_or_shadow_abandoned`), or was still open when the backend stopped
+    /// waiting: a refusal might not be re-sent, so the offer is accepted, as a
+    /// final would be, with what was read passed on first.
+    Accept,
+}
+
+impl Hold {
+    pub fn name(self) -> &'static str {
+        match self {
+            Hold::Wait => "wait",
+            Hold::Refuse => "refuse",
+            Hold::Accept => "accept",
+        }
+    }
+}
+
+/// "May this refusal go yet?" for an offer whose body length was not declared
+/// (a gRPC call, a chunked upload). A proxy re-sends a refused try from its own
+/// copy of the request, which holds at most `replay_limit` bytes of body; the
+/// proxy keeps forwarding the body as it comes, and gives its copy up for good
+/// once the body passes the limit (Envoy's router: `retry_or_shadow_abandoned`).
+/// So the backend refuses only after reading the end of a body of at most
+/// `replay_limit` bytes: the proxy then holds all of it. `read`: body bytes
+/// read so far; `ended`: the body has ended; `waited_out`: the backend's time
+/// bound for holding has passed (an open stream, a slow upload).
+pub fn held_refusal(read: u64, ended: bool, waited_out: bool, replay_limit: u64) -> Hold {
+    if read > replay_limit {
+        Hold::Accept
+    } else if ended {
+        Hold::Refuse
+    } else if waited_out {
+        Hold::Accept
+    } else {
+        Hold::Wait
     }
 }
 
@@ -233,6 +289,17 @@ mod tests {
             assert_eq!(carry(s, true), (s, None));
         }
         assert!(is_hunt_header(APP_STATUS));
+    }
+
+    #[test]
+    fn a_held_refusal_goes_only_when_the_proxy_holds_the_whole_body() {
+        assert_eq!(held_refusal(0, true, false, 1024), Hold::Refuse);
+        assert_eq!(held_refusal(1024, true, true, 1024), Hold::Refuse);
+        assert_eq!(held_refusal(1025, true, false, 1024), Hold::Accept);
+        assert_eq!(held_refusal(1025, false, false, 1024), Hold::Accept);
+        assert_eq!(held_refusal(10, false, false, 1024), Hold::Wait);
+        assert_eq!(held_refusal(10, false, true, 1024), Hold::Accept);
+        assert_eq!(offerable(Body::Held, 0), Ok(()));
     }
 
     #[test]

@@ -203,16 +203,22 @@ fn metrics_vector_is_the_table() {
 
 #[test]
 fn offer_vectors() {
-    use huntlb_policy::protocol::{offerable, Body};
+    use huntlb_policy::protocol::{held_refusal, offerable, Body};
     let doc = vectors("offer.json");
     let body = |v: &Value| match v {
         Value::String(s) if s == "empty" => Body::Empty,
         Value::String(s) if s == "unknown" => Body::Unknown,
+        Value::String(s) if s == "held" => Body::Held,
         v => Body::Length(v.as_u64().unwrap_or_else(|| panic!("body {v}"))),
     };
     for case in doc["rule"].as_array().unwrap() {
         let got = offerable(body(&case["body"]), case["limit"].as_u64().unwrap()).map_or_else(|why| why.name(), |()| "offer");
         assert_eq!(got, case["expect"].as_str().unwrap(), "{case}");
+    }
+    for case in doc["held"].as_array().unwrap() {
+        let flag = |k: &str| case[k].as_bool().unwrap_or_else(|| panic!("{k} in {case}"));
+        let got = held_refusal(case["read"].as_u64().unwrap(), flag("ended"), flag("waited_out"), case["limit"].as_u64().unwrap());
+        assert_eq!(got.name(), case["expect"].as_str().unwrap(), "{case}");
     }
     let mut n = 0;
     for (proxy, front) in doc["fronts"].as_object().unwrap() {
