@@ -104,24 +104,54 @@ class SseApp(_Served):
 
 
 class GrpcEchoApp:
-    """A gRPC server (grpcio, HTTP/2) with one unary method, /huntlb.Echo/Say,
-    that answers `echo:` + the request bytes; `calls` counts what reached it."""
+    """A gRPC server (grpcio, HTTP/2) with raw-bytes methods: unary
+    /huntlb.Echo/Say answers `echo:` + the request; client-streaming
+    /huntlb.Echo/Collect answers `<messages> <bytes> <sha256>` of what it read;
+    bidi /huntlb.Echo/Chat answers `echo:` + each message as it comes. `calls`
+    counts calls that reached it, `by_method` per method."""
 
     def __init__(self, host: str, port: int = 9000):
         from concurrent import futures
 
         import grpc
 
+        import hashlib
+        import threading
+
         self.addr = f"{host}:{port}"
         self.calls = 0
+        self.by_method: dict[str, int] = {}
+        lock = threading.Lock()
+
+        def arrived(method: str):
+            with lock:
+                self.calls += 1
+                self.by_method[method] = self.by_method.get(method, 0) + 1
 
         def say(request, context):
-            self.calls += 1
+            arrived("Say")
             return b"echo:" + request
 
-        self._server = grpc.server(futures.ThreadPoolExecutor(4))
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("huntlb.Echo", {"Say": grpc.unary_unary_rpc_method_handler(say)}),))
+        def collect(requests, context):
+            arrived("Collect")
+            n, size, h = 0, 0, hashlib.sha256()
+            for m in requests:
+                n, size = n + 1, size + len(m)
+                h.update(m)
+            return b"%d %d %s" % (n, size, h.hexdigest().encode())
+
+        def chat(requests, context):
+            arrived("Chat")
+            for m in requests:
+                yield b"echo:" + m
+
+        opts = [("grpc.max_receive_message_length", 8 << 20), ("grpc.max_send_message_length", 8 << 20)]
+        self._server = grpc.server(futures.ThreadPoolExecutor(8), options=opts)
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("huntlb.Echo", {
+            "Say": grpc.unary_unary_rpc_method_handler(say),
+            "Collect": grpc.stream_unary_rpc_method_handler(collect),
+            "Chat": grpc.stream_stream_rpc_method_handler(chat),
+        }),))
         self._server.add_insecure_port(self.addr)
         self._server.start()
 

@@ -59,17 +59,92 @@ def test_envoy_front_hunts_over_http2_to_the_agents(procs, addrs, policy):
     assert s.get("cluster.backends.upstream_cx_http2_total", 0) > 0 and s.get("cluster.backends.upstream_cx_http1_total", 0) == 0
 
 
+def offers(bs) -> tuple[float, float, float]:
+    """(offers accepted, offers refused, finals) over the agents."""
+    ms = [b.metrics() for b in bs]
+    return tuple(sum(m[k] for m in ms) for k in ('huntlb_offers_total{decision="accept"}', 'huntlb_offers_total{decision="refuse"}',
+                                                   "huntlb_finals_total"))
+
+
+def stat_delta(admin: str, before: dict, name: str) -> float:
+    return envoy_stats(admin).get(f"cluster.backends.{name}", 0) - before.get(f"cluster.backends.{name}", 0)
+
+
 @pytest.mark.parametrize("policy", ["always", "static:0"])
 def test_grpc_unary_through_the_envoy_front(procs, addrs, policy):
-    # gRPC calls carry no content-length, so under hunt/1's rule the front cannot
-    # know they fit its copy: they go to one backend as finals (protocol.md § 1).
+    # gRPC calls carry no content-length. The front offers them anyway (its gRPC
+    # route) because the agent holds a refusal until the call's body has ended
+    # within Envoy's retry buffer: a refused call is re-sent whole, as a final.
     import grpc
 
     bs = start_app_backends(procs, addrs, 2, policy, GrpcEchoApp, app_protocol="h2")
-    listen, _ = start_h2_front(procs, addrs, bs)
+    listen, admin = start_h2_front(procs, addrs, bs)
+    before = envoy_stats(admin)
     with grpc.insecure_channel(listen) as ch:
         say = ch.unary_unary("/huntlb.Echo/Say")
         for i in range(5):
             assert say(b"hi %d" % i, timeout=10) == b"echo:hi %d" % i
-    assert sum(b.app_proc.calls for b in bs) == 5
-    assert sum(b.refused() for b in bs) == 0
+            assert sum(b.app_proc.calls for b in bs) == i + 1, "each call reaches an app exactly once"
+    refusing = policy == "static:0"
+    assert offers(bs) == ((0, 5, 5) if refusing else (5, 0, 0)), "(accepted, refused, finals)"
+    assert stat_delta(admin, before, "upstream_rq_retry") == (5 if refusing else 0)
+    assert stat_delta(admin, before, "retry_or_shadow_abandoned") == 0
+
+
+@pytest.mark.parametrize("policy", ["always", "static:0"])
+def test_grpc_bodies_that_do_not_fit_the_replay_buffer_are_accepted_once(procs, addrs, policy):
+    # Offered like every gRPC call; a body past Envoy's 1 MiB retry buffer
+    # (Envoy gives its copy up: retry_or_shadow_abandoned) or still open after
+    # the agent's hold is accepted even by an agent that would refuse, so it
+    # reaches one app once. A short stream that ends at once is refused and re-sent.
+    import hashlib
+    import queue
+    import time
+
+    import grpc
+
+    bs = start_app_backends(procs, addrs, 2, policy, GrpcEchoApp, app_protocol="h2")
+    listen, admin = start_h2_front(procs, addrs, bs)
+    at_app = lambda m: sum(b.app_proc.by_method.get(m, 0) for b in bs)  # noqa: E731
+    before = envoy_stats(admin)
+    opts = [("grpc.max_receive_message_length", 8 << 20), ("grpc.max_send_message_length", 8 << 20)]
+    with grpc.insecure_channel(listen, options=opts) as ch:
+        collect = ch.stream_unary("/huntlb.Echo/Collect")
+        # client streaming, 3 MiB in 48 messages
+        msgs = [os.urandom(64 << 10) for _ in range(48)]
+        want = b"48 %d %s" % (3 << 20, hashlib.sha256(b"".join(msgs)).hexdigest().encode())
+        assert collect(iter(msgs), timeout=30) == want
+        assert at_app("Collect") == 1
+        # a short client stream that ends at once: fits, so refusable
+        msgs = [os.urandom(1000) for _ in range(3)]
+        assert collect(iter(msgs), timeout=30) == b"3 3000 %s" % hashlib.sha256(b"".join(msgs)).hexdigest().encode()
+        assert at_app("Collect") == 2
+        # a unary call of 1.5 MiB
+        big = os.urandom(1536 << 10)
+        assert ch.unary_unary("/huntlb.Echo/Say")(big, timeout=30) == b"echo:" + big
+        assert at_app("Say") == 1
+        # bidi, each message answered before the next is sent: the request stays open
+        answered = queue.Queue()
+
+        def requests():
+            for i in range(3):
+                yield b"m%d" % i
+                answered.get(timeout=10)
+
+        t0 = time.monotonic()
+        got = []
+        for r in ch.stream_stream("/huntlb.Echo/Chat")(requests(), timeout=30):
+            got.append(r)
+            answered.put(None)
+        took = time.monotonic() - t0
+        assert got == [b"echo:m0", b"echo:m1", b"echo:m2"]
+        assert at_app("Chat") == 1
+    assert sum(b.app_proc.calls for b in bs) == 4
+    refusing = policy == "static:0"
+    # static:0: the 3 MiB stream, the 1.5 MiB call and the open stream are
+    # accepted (held refusals that could not go), the short stream refused
+    assert offers(bs) == ((3, 1, 1) if refusing else (4, 0, 0)), "(accepted, refused, finals)"
+    assert stat_delta(admin, before, "upstream_rq_retry") == (1 if refusing else 0)
+    assert stat_delta(admin, before, "retry_or_shadow_abandoned") == 2
+    if refusing:
+        assert took >= 0.1, "the open stream waited out the agent's hold (100 ms) before it was accepted"
