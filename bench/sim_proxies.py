@@ -42,12 +42,14 @@ RHO = 0.88
 
 # The dispatchers of the main tables: name -> huntlb-sim --dispatch.
 MAIN = {"random": "random", "P2C": "p2c", "least": "least", "hunt, random offer": "hunt:dynamic",
-        "hunt over P2C": "hunt-p2c:dynamic", "hunt over least": "hunt-least:dynamic", "JSQ": "jsq"}
+        "hunt over P2C": "hunt-p2c:dynamic", "hunt over least": "hunt-least:dynamic",
+        "hunt over least, slack 1": "hunt-least:dynamic:slack=1", "JSQ": "jsq"}
+NEW = "hunt over least, slack 1"  # what the shipped HAProxy front and agents do (hunt-seen + slack=1)
 BASELINES = ("least", "P2C", "hunt, random offer")
 STYLE = {"random": ("tab:red", ":"), "P2C": ("tab:brown", "-"), "least": ("tab:orange", "-"),
-         "hunt, random offer": ("tab:green", "--"), "hunt over P2C": ("tab:cyan", "-"), "hunt over least": ("tab:blue", "-"),
+         "hunt, random offer": ("tab:green", "--"), "hunt over P2C": ("tab:cyan", "-"), "hunt over least": ("tab:blue", "-"), NEW: ("tab:purple", "-"),
          "JSQ": ("black", "--")}
-CANDIDATES = ("hunt over least", "hunt over P2C")
+CANDIDATES = (NEW, "hunt over least", "hunt over P2C")
 # Other acceptance policies and rules, at every ρ (SR_dyn keeps acceptance in [low, high]).
 VARIANTS = {
     "hunt, random offer, SR_4": "hunt:static:4",
@@ -69,12 +71,16 @@ REFRESH_MS = [0, 1, 10, 50, 100]
 MIXED_PROXIES = [1, 4, 16]
 # Acceptance policies beside SR_dyn's default on the mixed fleet.
 MIXED_EXTRA = {"hunt over least, SR_dyn 0.85-0.95": "hunt-least:dynamic:low=0.85,high=0.95",
-               "hunt over least, SR_3": "hunt-least:static:3", "hunt over least, SR_8": "hunt-least:static:8"}
+               "hunt over least, SR_3": "hunt-least:static:3", "hunt over least, SR_8": "hunt-least:static:8",
+               "hunt over least, slack 1, c_min = cores": "hunt-least:dynamic:slack=1 --c-min-cores",
+               "hunt, random offer, c_min = cores": "hunt:dynamic --c-min-cores"}
+CAPACITY = "hunt over least, slack 1, c_min = cores"
 
 
 def sim(dispatch: str, rhos: list[float], seed: int, requests: int, proxies: int = 1, fleet: list[str] = HOMO,
         refresh_ms: float = 0) -> list[dict]:
-    args = [*fleet, "--backlog", str(BACKLOG), "--mean-ms", str(MEAN_MS), "--dispatch", dispatch,
+    dispatch, *extra = dispatch.split()  # "DISPATCH --flag": simulator flags beside the dispatch
+    args = [*fleet, *extra, "--backlog", str(BACKLOG), "--mean-ms", str(MEAN_MS), "--dispatch", dispatch,
             "--proxies", str(proxies), "--requests", str(requests), "--seed", str(seed), "--rho", ",".join(map(str, rhos))]
     if refresh_ms:
         args += ["--refresh-ms", str(refresh_ms)]
@@ -230,7 +236,8 @@ def report(d: dict) -> str:
             mixed.append(f"| {fleet} | {name} | " + " | ".join(f"{cell(x)} | {x['rejected']:.0f}" for x in xs) + " |")
         ratio = lambda h: ", ".join(  # noqa: E731
             f"{get(d, 'mixed', h, p, fleet=fleet)['mean_ms'] / get(d, 'mixed', 'least', p, fleet=fleet)['mean_ms']:.2f}×" for p in MIXED_PROXIES)
-        mixed_vs.append(f"| {fleet} | {ratio('hunt over least')} | {ratio('hunt over least, SR_dyn 0.85-0.95')} | {ratio('hunt over least, SR_8')} |")
+        mixed_vs.append(f"| {fleet} | {ratio('hunt over least')} | {ratio('hunt over least, SR_dyn 0.85-0.95')} | {ratio('hunt over least, SR_8')}"
+                        f" | {ratio(NEW)} | {ratio(CAPACITY)} |")
     pin = get(d, "mixed", "hunt over least, SR_3", 1, fleet=next(iter(FLEETS)))
 
     stale = []
@@ -239,7 +246,13 @@ def report(d: dict) -> str:
             stale.append(f"| {p} | {name} | " + " | ".join(cell(get(d, "stale", name, p, refresh_ms=t)) for t in REFRESH_MS) + " |")
     st = lambda name, t, p=1: get(d, "stale", name, p, refresh_ms=t)["mean_ms"]  # noqa: E731
 
-    hl, hp = v88["hunt over least"], v88["hunt over P2C"]
+    hl, hp, vn = v88["hunt over least"], v88["hunt over P2C"], v88[NEW]
+    mixed_new = "; ".join(
+        f"{fleet}: " + ", ".join(
+            f"{plural(p)} {get(d, 'mixed', CAPACITY, p, fleet=fleet)['mean_ms'] / get(d, 'mixed', 'least', p, fleet=fleet)['mean_ms']:.2f}× "
+            f"least-request's mean, {get(d, 'mixed', CAPACITY, p, fleet=fleet)['p99_ms'] / get(d, 'mixed', 'least', p, fleet=fleet)['p99_ms']:.2f}× its p99, "
+            f"{get(d, 'mixed', CAPACITY, p, fleet=fleet)['rejected_total']:.0f} rejections"
+            for p in MIXED_PROXIES) for fleet in FLEETS)
     sr3 = v88["hunt over least, SR_3"]
     from_hl, from_hp = wins_from(hl), wins_from(hp)
     holders = [k for k, v in v88.items() if v["holds"]]
@@ -268,6 +281,9 @@ go to the proxies in turn; each proxy counts only its own outstanding requests.
 * **hunt over P2C / least** (`hunt-p2c:dynamic`, `hunt-least:dynamic`): the offer goes
   to the proxy's own P2C / least pick; the same agent refuses by its true state; the
   final goes to the same rule's pick among the others.
+* **hunt over least, slack 1** (`hunt-least:dynamic:slack=1`): the same, and the offer
+  carries the proxy's own count at the chosen server (`hunt-seen`); the agent accepts
+  any offer with busy ≤ seen + 1 outside SR_dyn's window (the shipped HAProxy front).
 * **JSQ**: every request to the fewest in flight by the true state, the limit.
 
 random, JSQ and hunting with a random offer use no proxy counts (with arrivals in turn
@@ -275,7 +291,18 @@ the runs are identical at every proxy count), so their rows are flat by construc
 
 ## Verdict
 
-**Hunting over own least (SR_dyn defaults) {'meets' if hl['holds'] else 'does not meet'} the acceptance point at ρ 0.88**; it
+**Hunting over own least with hunt-seen and `slack=1` {'meets' if vn['holds'] else 'does not meet'} the acceptance point at ρ 0.88**
+({'closest: ' + tightest(vn, n) if vn['holds'] else 'fails at: ' + fails(vn)}); with 1 proxy it is {vn['jsq_mean']:.2f}× JSQ on mean and
+{vn['jsq_p99']:.2f}× on p99. At ρ 0.6 it {'holds' if verdicts[0.6][NEW]['holds'] else 'fails at ' + fails(verdicts[0.6][NEW])}; at ρ 0.95 it {'holds' if verdicts[0.95][NEW]['holds'] else 'fails at ' + fails(verdicts[0.95][NEW])}.
+The front sends its own count of requests at the server it chose (`hunt-seen`); the
+agent accepts, outside SR_dyn's window, an offer with busy ≤ seen + 1, and otherwise
+decides by SR_dyn. With one proxy its count is the truth, so it never refuses
+(acceptance {get(d, 'main', NEW, 1)['acceptance']:.2f}) and is least-request, which is JSQ there; with many, the agent
+refuses what the other proxies have loaded the server with (acceptance {get(d, 'main', NEW, 64)['acceptance']:.2f} at 64).
+On the mixed fleet, each agent with `c_min` at its cores (no refusal while a core is
+free): {mixed_new}.
+
+Before hunt-seen: **hunting over own least (SR_dyn defaults) {'meets' if hl['holds'] else 'does not meet'} the acceptance point at ρ 0.88**; it
 fails at: {fails(hl)}{', in every seed at 1 proxy' if hl['rows'][0]['mean_seeds'] == 0 and hl['rows'][0]['p99_seeds'] == 0 else ''}; it is ahead of every baseline
 {f'from {plural(from_hl)} on' if from_hl else 'at no count'}. It is {hl['jsq_mean']:.2f}× JSQ on mean and {hl['jsq_p99']:.2f}× on p99 with 1 proxy ({'within' if max(hl['jsq_mean'], hl['jsq_p99']) <= 1.1 else 'not within'} 1.1×).
 **Hunting over own P2C {'meets' if hp['holds'] else 'does not meet'} it**; fails at: {fails(hp)}; ahead {f'from {plural(from_hp)} on' if from_hp else 'at no count'}.
@@ -366,8 +393,8 @@ offering to the proxy's own pick removes them. But on this fleet hunting over ow
 least with SR_dyn does not beat plain least-request at any of these counts. Mean over
 least-request's, at {', '.join(plural(p) for p in MIXED_PROXIES)}:
 
-| fleet | hunt over least, SR_dyn | SR_dyn 0.85-0.95 | SR_8 |
-|---|---:|---:|---:|
+| fleet | hunt over least, SR_dyn | SR_dyn 0.85-0.95 | SR_8 | slack 1 | slack 1, c_min = cores |
+|---|---:|---:|---:|---:|---:|
 {chr(10).join(mixed_vs)}
 
 SR_dyn keeps every agent's acceptance near one half, the big servers' included, so it
@@ -377,7 +404,8 @@ proxy sees as the least is refused at 3 in flight, and the final never goes to t
 refusing server, so an 8-core server stays at 3 busy while the rest overflow
 (`huntlb-sim --sample-every 5` shows it): {pin['mean_ms']:.0f} ms mean and {pin['rejected']:.0f} rejections
 with 1 proxy. With c = 8, at or above every server's cores, no server is refused below
-its cores (last column).
+its cores (SR_8 column). `c_min` at each server's own cores does that per server,
+without a c tuned to the fleet: with `slack=1` it is the last column.
 
 ## Stale views (ρ = 0.88, mean / p99 ms by refresh period)
 
