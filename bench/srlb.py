@@ -335,7 +335,7 @@ Mean / p99 response time (ms):
 
 # Scenario 3 (issue 18): hunting against the balancer users run, paired. Per
 # proxy: (its own least-request, hunting over that pick, hunting over a random pick).
-VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn")}
+VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn"), "haproxy": ("leastconn", "SR_dyn/least", "SR_dyn")}
 
 
 def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from harness import EXAMPLES, front_config, haproxy_config
+from harness import EXAMPLES, front_config, haproxy_config, least_pick
 
 HERE = Path(__file__).resolve().parent
 FRONTS = [("hunting", 10000), ("least", 10001), ("random", 10002)]
@@ -115,7 +115,9 @@ def haproxy_config_text(max_backends: int = 16) -> str:
         shutil.rmtree(scratch, ignore_errors=True)
     template = (f"    server-template web 1-{max_backends} backends:8080 resolvers docker init-addr none\n")
     servers = re.compile(r"^    server web\d+ .*\n", re.M)
-    hunting = servers.sub("", hunting).rstrip() + "\n" + template
+    # the pick block names every slot of the template (web1..webN); a slot
+    # without a backend is not up, so it is never offered to
+    hunting = least_pick.rewrite(servers.sub("", hunting).rstrip() + "\n" + template)
 
     # the controls: the hunting backend as HAProxy reads it with HUNTLB_OFF
     # defined (front.cfg keeps every hunting line in a `.if !defined(HUNTLB_OFF)`

@@ -1,7 +1,7 @@
 -- huntlb for HAProxy (hunt/1, see docs/protocol.md). Load with:
 --
 --   global
---       setenv HUNTLB_ARGS "role=front backend=hunt map=/etc/haproxy/huntlb-up.map"
+--       setenv HUNTLB_ARGS "role=front backend=hunt"
 --       lua-prepend-path /usr/share/huntlb/?.lua
 --       lua-load /usr/share/huntlb/huntlb.lua
 --
@@ -9,8 +9,13 @@
 -- so HUNTLB_ARGS works on both.) Args are validated at load: a bad one stops
 -- HAProxy with the key named.
 --
--- role=front  backend=NAME map=FILE [every_ms=100]
---   A background task keeps FILE current with the usable servers of backend
+-- role=front  backend=NAME [map=FILE [every_ms=100]]
+--   Registers the response action `lua.huntlb-unreachable` (a final whose agent
+--   cannot reach its app marks that server down at once). The shipped front
+--   offers to its least-loaded server with native rules
+--   (haproxy-lua/tools/least_pick.py) and needs nothing more.
+--   With map=FILE (random first candidates, the paper's SRLB), a background
+--   task also keeps FILE current with the usable servers of backend
 --   NAME: keys 0..n-1, each naming one of the n usable servers (huntlb/upmap.lua;
 --   a change rewrites only the keys whose server changed). The config picks the
 --   first candidate with native fetches and no per-request Lua, n being
@@ -77,7 +82,9 @@ function _M.parse_args(list)
     end
     if role == "front" then
         if not args.backend then return nil, "huntlb: arg `backend` is required with role=front" end
-        if not args.map then return nil, "huntlb: arg `map` is required with role=front" end
+        if args.every_ms and not args.map then
+            return nil, "huntlb: arg `every_ms` needs `map` (it is the map's refresh period)"
+        end
         local every = tonumber(args.every_ms or "100")
         if not every or every < 10 or every > 60000 then
             return nil, "huntlb: arg `every_ms` must be a number from 10 to 60000"
@@ -122,7 +129,7 @@ local function read_map(path)
     return upmap.parse(text)
 end
 
-local function start_front(args)
+local function start_map_task(args)
     local published = nil
     -- key -> server name as HAProxy holds it: the file as loaded, so the first
     -- refresh deletes whatever it held that is not wanted
@@ -153,6 +160,12 @@ local function start_front(args)
             core.msleep(args.every_ms)
         end
     end)
+end
+
+local function start_front(args)
+    if args.map then
+        start_map_task(args)
+    end
     core.register_init(function()
         if not core.backends[args.backend] then
             error(str_format("huntlb: arg `backend`: no backend named `%s`", args.backend))

@@ -4,7 +4,7 @@ once every backend passed its health checks."""
 from __future__ import annotations
 
 from harness.envoy import envoy_host_health, envoy_stats, front_config, start_envoy, wait_envoy_hosts_healthy
-from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_runtime, haproxy_server_states, start_haproxy
+from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_server_states, start_haproxy
 from harness.net import request, wait_tcp, wait_until
 from harness.procs import Addrs, Procs
 
@@ -26,12 +26,10 @@ class Front:
         return {self.backends[int(n[3:]) - 1] for n, st in haproxy_server_states(self.stats).items() if st == "UP"}
 
     def offered(self) -> set[str]:
-        """The backends a request may be offered to first: Envoy's LEAST_REQUEST
-        picks among healthy hosts; HAProxy draws from the module's map."""
-        if self.envoy_admin:
-            return self.up()
-        out = haproxy_runtime(self.stats, f"show map {self.hr.inside(self.hr.dir / 'huntlb-up.map')}")
-        return {self.backends[int(line.split()[2][3:]) - 1] for line in out.splitlines() if line.strip()}
+        """The backends a request may be offered to first: both fronts offer to
+        their own least-loaded pick among the backends their checks pass
+        (HAProxy's pick rules test srv_is_up, which is the UP state)."""
+        return self.up()
 
     def leftover_refusals(self) -> float:
         """Refusals that reached the client because Envoy could not re-send

@@ -56,9 +56,6 @@ def haproxy_config(hr: HaproxyRoot, example: str, addr_map: dict[str, str], keep
         text = text.replace(old, new)
     text = text.replace("haproxy-lua/?.lua", hr.inside(hr.dir) + "/?.lua")
     text = text.replace("haproxy-lua/huntlb.lua", hr.inside(hr.dir / "huntlb.lua"))
-    mapfile = hr.dir / "huntlb-up.map"
-    mapfile.write_text("")
-    text = text.replace("haproxy-lua/examples/huntlb-up.map", hr.inside(mapfile))
     if env_args is not None:
         text = re.sub(r'setenv HUNTLB_ARGS "[^"]*"', f'setenv HUNTLB_ARGS "{env_args}"', text)
     if keep_served_by:
@@ -86,10 +83,42 @@ def servers_section(backends: list, prefix: str = "web", opts: str = "") -> str:
     return "\n".join(f"    server {prefix}{i + 1} {b.agent}{' ' + opts if opts else ''}" for i, b in enumerate(backends))
 
 
-def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list, server_opts: str = "", **kw) -> str:
+def _least_pick():
+    """haproxy-lua/tools/least_pick.py (a script users run, so not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("least_pick", ROOT / "haproxy-lua" / "tools" / "least_pick.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+least_pick = _least_pick()
+
+
+def random_offer(hr: HaproxyRoot, text: str) -> str:
+    """The front with SRLB's random first candidate instead of its least-loaded
+    one (the paper's hunting, which the benchmarks reproduce): the module keeps a
+    map 0..n-1 -> usable server names, the offer is rand,mod(nbsrv) into it, no
+    hunt-seen, and the final is random(1)'s."""
+    mapfile = hr.inside(hr.dir / "huntlb-up.map")
+    (hr.dir / "huntlb-up.map").write_text("")
+    text = text.replace('setenv HUNTLB_ARGS "role=front backend=hunt"',
+                        f'setenv HUNTLB_ARGS "role=front backend=hunt map={mapfile}"')
+    text = least_pick.PICK_RE.sub("    http-request set-var(txn.hunt_offer) rand,mod(txn.hunt_n),"
+                          f"map_str({mapfile}) if {{ var(txn.hunt_n) -m int ge 2 }}\n", text, count=1)
+    text = re.sub(r"^\s*http-request add-header hunt-seen .*\n", "", text, flags=re.M)
+    return re.sub(r"^(\s*)balance \S+.*$", r"\1balance random(1)", text, count=1, flags=re.M)
+
+
+def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list, server_opts: str = "",
+                       offer: str = "least", **kw) -> str:
+    """The shipped front over `backends` (servers web1..webN, its pick block
+    rewritten for them). offer="random": the paper's random first candidate
+    (random_offer)."""
     text = haproxy_config(hr, "front.cfg", {"127.0.2.254:10000": listen, "127.0.0.1:9999": stats}, **kw)
     lines = [l for l in text.splitlines() if not re.match(r"\s*server web\d+ ", l)]
-    return "\n".join(lines) + "\n" + servers_section(backends, opts=server_opts) + "\n"
+    text = least_pick.rewrite("\n".join(lines) + "\n" + servers_section(backends, opts=server_opts) + "\n")
+    return random_offer(hr, text) if offer == "random" else text
 
 
 def haproxy_runtime(stats: str, command: str) -> str:

@@ -8,7 +8,8 @@ import uuid
 import pytest
 from dnsserver import DnsServer
 from harness import (HAPROXY_VERSIONS, HaproxyRoot, haproxy_config, haproxy_front_text, haproxy_runtime,
-                     haproxy_server_states, path_count, request, start_backends, start_haproxy, wait_tcp, wait_until)
+                     haproxy_server_states, least_pick, path_count, request, start_backends, start_haproxy, wait_tcp,
+                     wait_until)
 from workload_hash import fnv64
 
 pytestmark = pytest.mark.parametrize("version", HAPROXY_VERSIONS)
@@ -28,10 +29,12 @@ def front(procs, addrs, hroot):
         listen, stats = f"{host}:10000", f"{host}:9999"
         p = start_haproxy(procs, hroot, f"haproxy-{host}", haproxy_front_text(hroot, listen, stats, backends, **kw))
         wait_tcp(stats, p)
-        # ready once the module has published the usable servers (health checks pass)
+        # ready once the health checks pass (and, for random offers, the module
+        # has published the usable servers)
         if kw.get("hunting", True):
             wait_until(lambda: all(s.startswith("UP") for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
-            time.sleep(0.3)  # one map refresh (every_ms=100)
+            if kw.get("offer") == "random":
+                time.sleep(0.3)  # one map refresh (every_ms=100)
         return listen, stats
     return start
 
@@ -57,13 +60,64 @@ def front_map(hroot, stats) -> dict[int, str]:
     return {int(k): v for _, k, v in (line.split() for line in out.splitlines() if line.strip())}
 
 
-def test_not_offered_with_one_usable_server_before_the_map_catches_up(procs, addrs, front, hroot):
+def test_offered_to_the_least_loaded_server_with_its_count(procs, addrs, front):
+    # Agents on `dynamic:c0=0,c_max=0,slack=0` refuse every offer except one
+    # whose hunt-seen is at least their true in-flight count: an offer is
+    # accepted only if the front sent the right count of the right server.
+    # Slow requests held one by one land one per server (the least loaded each
+    # time); with 2, 2 and 1 held, every new request is offered to the 1.
+    import threading
+    bs = start_backends(procs, addrs, 3, "dynamic:c0=0,c_max=0,slack=0")
+    listen, _ = front(bs)
+    inflight = lambda: [int(b.metrics()["huntlb_inflight"]) for b in bs]  # noqa: E731
+    held = []
+
+    def hold(i):
+        t = threading.Thread(target=request, args=(listen, "GET", f"/slow/{i}?work_ms=4000"), kwargs={"timeout": 20}, daemon=True)
+        t.start()
+        held.append(t)
+        wait_until(lambda: sum(inflight()) == i + 1, timeout=5, what=f"{i + 1} held")
+
+    for i in range(3):
+        hold(i)
+    assert inflight() == [1, 1, 1], "each slow request went to a server with none"
+    for i in range(3, 5):
+        hold(i)
+    assert sorted(inflight()) == [1, 2, 2]
+    least = bs[inflight().index(1)]
+    for i in range(10):
+        status, headers, _ = request(listen, "GET", f"/quick/{i}")
+        assert status == 200 and headers.get("hunt-served-by") == least.id
+    assert sum(b.refused() for b in bs) == 0, "an offer carried a count below the server's in-flight requests"
+    assert sum(b.metrics()['huntlb_offers_total{decision="accept"}'] for b in bs) == 15
+    for t in held:
+        t.join(timeout=20)
+
+
+def test_not_offered_with_one_usable_server(procs, addrs, front, hroot):
     # Agents refuse every offer. With one usable server an offer's retry would
-    # come back to it, refused again: the config must not offer, from HAProxy's
-    # own count, even while the module's map still names two servers.
+    # come back to it, refused again: the config must not offer (nbsrv < 2).
+    bs = start_backends(procs, addrs, 2, "static:0")
+    listen, stats = front(bs)
+    for i in range(10):
+        assert request(listen, "GET", f"/two/{i}")[0] == 200
+    assert sum(b.refused() for b in bs) == 10, "with two usable servers every request is offered (and refused once)"
+    haproxy_runtime(stats, "set server hunt/web2 state maint")
+    wait_until(lambda: haproxy_server_states(stats)["web2"] == "MAINT", timeout=5, what="web2 MAINT")
+    for i in range(30):
+        status, headers, _ = request(listen, "GET", f"/one/{i}")
+        assert status == 200 and headers.get("hunt-served-by") == bs[0].id
+    assert sum(b.refused() for b in bs) == 10, "an offer was made with one usable server"
+
+
+def test_not_offered_with_one_usable_server_before_the_map_catches_up(procs, addrs, front, hroot):
+    # Random offers (the paper's, as the benchmarks run them). Agents refuse every
+    # offer. With one usable server an offer's retry would come back to it,
+    # refused again: the config must not offer, from HAProxy's own count, even
+    # while the module's map still names two servers.
     bs = start_backends(procs, addrs, 2, "static:0")
     mapfile = hroot.inside(hroot.dir / "huntlb-up.map")
-    listen, stats = front(bs, env_args=f"role=front backend=hunt map={mapfile} every_ms=60000")
+    listen, stats = front(bs, offer="random", env_args=f"role=front backend=hunt map={mapfile} every_ms=60000")
     wait_until(lambda: front_map(hroot, stats) == {0: "web1", 1: "web2"}, timeout=5, what="map of 2 usable")
     for i in range(20):
         assert request(listen, "GET", f"/two/{i}")[0] == 200
@@ -87,7 +141,7 @@ def test_runtime_api_adds_a_backend_live(procs, addrs, hroot):
     listen, stats = f"{host}:10000", f"{host}:9999"
     # two live servers and one pre-declared empty slot (Lua in 2.6 cannot see
     # servers created with `add server`; filling a declared slot works everywhere)
-    text = haproxy_front_text(hroot, listen, stats, bs[:2]) + "    server web3 127.0.0.1:1 disabled\n"
+    text = least_pick.rewrite(haproxy_front_text(hroot, listen, stats, bs[:2]) + "    server web3 127.0.0.1:1 disabled\n")
     wait_tcp(stats, start_haproxy(procs, hroot, f"haproxy-{host}", text))
     served = lambda n: {request(listen, "GET", f"/rt/{i}")[1].get("hunt-served-by") for i in range(n)}
     wait_until(lambda: served(30) == {bs[0].id, bs[1].id}, timeout=10, what="two servers serving")
@@ -109,7 +163,7 @@ def test_dns_discovery_adds_a_backend(procs, addrs, hroot):
         text = haproxy_front_text(hroot, listen, stats, [])
         text = text.replace("defaults\n", f"resolvers huntdns\n    nameserver ns1 {dns.addr[0]}:{dns.addr[1]}\n"
                                           "    hold valid 1s\n    timeout resolve 200ms\n    timeout retry 200ms\n\ndefaults\n", 1)
-        text += "    server-template web 4 backends.huntlb.test:8080 resolvers huntdns init-addr none\n"
+        text = least_pick.rewrite(text + "    server-template web 4 backends.huntlb.test:8080 resolvers huntdns init-addr none\n")
         wait_tcp(stats, start_haproxy(procs, hroot, f"haproxy-{host}", text))
         served = lambda n: {request(listen, "GET", f"/dns/{i}")[1].get("hunt-served-by") for i in range(n)}
         wait_until(lambda: served(30) == {bs[0].id, bs[1].id}, timeout=15, what="two DNS backends serving")

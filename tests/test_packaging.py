@@ -151,15 +151,22 @@ def test_envoy_gateway_policies_are_the_shipped_front(tmp_path):
 
 
 def test_haproxy_ingress_lines_are_the_shipped_front(tmp_path):
-    """Every line of the Ingress snippet is one of the shipped front's (map path
-    aside), every hunting line of the front is there, and HAProxy accepts the
+    """Every line of the Ingress snippet is one of the shipped front's, but the
+    pick block, which is least_pick.py's for the controller's backend and server
+    slots; every hunting line of the front is there, and HAProxy accepts the
     assembled config."""
+    from harness import least_pick
     cm, ing = docs("haproxy-ingress/front.yaml")
-    snippet = ing["metadata"]["annotations"]["haproxy.org/backend-config-snippet"].splitlines()
+    a = ing["metadata"]["annotations"]
+    snippet = a["haproxy.org/backend-config-snippet"].splitlines()
+    slots = [f"SRV_{i}" for i in range(1, int(a["haproxy.org/server-slots"]) + 1)]
+    begin = next(i for i, l in enumerate(snippet) if l.startswith(least_pick.BEGIN))
+    end = snippet.index(least_pick.END)
+    assert snippet[begin:end + 1] == least_pick.block("shop_svc_shop_http", slots, indent=""), "rewrite the pick block"
     front = (ROOT / "haproxy-lua/examples/front.cfg").read_text()
-    hunt = front[front.index("backend hunt"):]
+    hunt = least_pick.PICK_RE.sub("", front[front.index("backend hunt"):])
     shipped = [re.sub(r"\s+#.*$", "", l).strip() for l in hunt.splitlines()]
-    mapped = [l.replace("/etc/haproxy/huntlb/huntlb-up.map", "haproxy-lua/examples/huntlb-up.map") for l in snippet]
+    mapped = snippet[:begin] + snippet[end + 1:]
     for line in mapped:
         assert line in shipped, f"not in the shipped front: {line}"
     for line in shipped:
@@ -172,16 +179,14 @@ def test_haproxy_ingress_lines_are_the_shipped_front(tmp_path):
     lua_dir = tmp_path / "huntlb"
     shutil.copytree(ROOT / "haproxy-lua/huntlb", lua_dir / "huntlb")
     shutil.copy(ROOT / "haproxy-lua/huntlb.lua", lua_dir / "huntlb.lua")
-    (lua_dir / "huntlb-up.map").write_text("")
     glob = cm["data"]["global-config-snippet"].replace("/etc/haproxy/huntlb", str(lua_dir))
     body = "\n".join("    " + l.replace("/etc/haproxy/huntlb", str(lua_dir)) for l in snippet)
-    a = ing["metadata"]["annotations"]
     cfg = (f"global\n{glob}\ndefaults\n    mode http\n    timeout connect 250ms\n    timeout client 60s\n    timeout server 60s\n"
            f"frontend front\n    bind 127.0.0.1:18080\n    default_backend shop_svc_shop_http\n"
            f"backend shop_svc_shop_http\n    balance {a['haproxy.org/load-balance']}\n"
            f"    option httpchk GET {a['haproxy.org/check-http']}\n{body}\n"
            f"    default-server check inter {a['haproxy.org/check-interval']}\n"
-           "    server SRV_1 127.0.0.1:8080\n    server SRV_2 127.0.0.2:8080\n")
+           + "".join(f"    server {n} 127.0.0.{i + 1}:8080\n" for i, n in enumerate(slots)))
     (tmp_path / "haproxy.cfg").write_text(cfg)
     p = subprocess.run(["/usr/sbin/haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

@@ -32,14 +32,15 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
               "LEAST_REQUEST": (False, "LEAST_REQUEST")},
-    "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random(1)"), "leastconn": (False, "leastconn"),
-                "random(2)": (False, "random(2)")},
+    "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
+                "random(2)": (False, "random(2)"), "hunt/least": (True, None)},
 }
 
 # The acceptance policy each hunting strategy asks of the agents. A name with a
 # suffix hunts over that pick instead of a random one: `SR_dyn/LR` is SR_dyn
 # offered to Envoy's LEAST_REQUEST pick (strategy `hunt/LR`).
-HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "SR_dyn": "dynamic"}
+HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "SR_dyn": "dynamic",
+                 "SR_slack": "dynamic:slack=1"}
 
 
 def baselines(proxy: str) -> list[str]:

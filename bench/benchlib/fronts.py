@@ -56,7 +56,10 @@ def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting:
         health = lambda: {k: v == "healthy" for k, v in envoy_host_health(admin).items()}  # noqa: E731
     else:
         stats = f"{host}:9999"
-        kw = {"balance": lb} if lb else {}
+        # lb "random-offer": the paper's random first candidate and random(1)
+        # final (harness.haproxy.random_offer); otherwise the shipped offer to
+        # HAProxy's own least-loaded server.
+        kw = {"offer": "random"} if lb == "random-offer" else {"balance": lb} if lb else {}
         text = haproxy_front_text(hr, listen, stats, backends, hunting=hunting, keep_served_by=served_by,
                                   server_opts=server_opts, **kw)
         if threads:
