@@ -50,7 +50,7 @@ def main() -> int:
     try:
         print(f"huntlb demo: {BACKENDS} backends x {WORKERS} workers x {CORES} emulated cores, exp({MEAN_MS:.0f} ms) jobs; "
               f"capacity {capacity:.0f} req/s; load {rate:.0f} req/s Poisson (rho {a.rho}) for {a.seconds:.0f} s per front")
-        bs = start_backends(procs, addrs, BACKENDS, "dynamic",
+        bs = start_backends(procs, addrs, BACKENDS, "dynamic:slack=1",
                             app_opts={"workers": WORKERS, "cores": CORES, "demand": f"exp:{MEAN_MS}", "backlog": 1024},
                             agent_opts={"workers": WORKERS})
         fronts, scrape = [], {"agents": [b.admin for b in bs], "envoy": [], "haproxy": []}

@@ -85,7 +85,7 @@ pub struct Raw {
     /// Optional address for HAProxy's agent-check: answers `ready up`, `drain` or `down`.
     #[arg(long)]
     pub agent_check: Option<String>,
-    /// Acceptance policy: always | static:C | dynamic[:window=50,low=0.4,high=0.6,c0=1,c_max=N] [default: dynamic].
+    /// Acceptance policy: always | static:C | dynamic[:window=50,low=0.4,high=0.6,c0=1,c_max=N,c_min=M,slack=K] [default: dynamic:slack=1].
     #[arg(long)]
     pub policy: Option<String>,
     /// The app's worker count n [default: 32].

@@ -278,7 +278,7 @@ end
 
 -- settings every host shares (policy/src/settings.rs) ------------------------
 
-local DEFAULT_POLICY = "dynamic"
+local DEFAULT_POLICY = "dynamic:slack=1"
 local DEFAULT_WORKERS = 32
 local MAX_WORKERS = 65535
 

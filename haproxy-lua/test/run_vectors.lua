@@ -94,7 +94,7 @@ local settings = load("settings.json")
 for _, v in ipairs(settings.valid) do
     local st, err = policy.settings(v.args, settings.default_id)
     local ok = st ~= nil and st.policy.p.kind == v.kind and st.workers == v.workers and st.id == v.id
-        and (v.c == nil or st.policy:threshold() == v.c)
+        and (v.c == nil or st.policy:threshold() == v.c) and st.policy.p.slack == v.slack
     check(ok, "valid settings " .. show(v.args) .. ": " .. tostring(err))
 end
 for _, v in ipairs(settings.invalid) do

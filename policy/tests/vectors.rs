@@ -174,6 +174,11 @@ fn settings_vectors() {
         if let Some(c) = v.get("c") {
             assert_eq!(Some(s.policy.initial_state().c as u64), c.as_u64(), "{v}");
         }
+        let slack = match s.policy {
+            Policy::Dynamic(d) => d.slack.map(u64::from),
+            _ => None,
+        };
+        assert_eq!(slack, v.get("slack").and_then(Value::as_u64), "{v}");
         assert_eq!(u64::from(s.workers), v["workers"].as_u64().unwrap(), "{v}");
         assert_eq!(s.id, v["id"].as_str().unwrap(), "{v}");
     }
