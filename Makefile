@@ -78,6 +78,7 @@ bench-throughput: bench-setup release
 # (about 9 minutes; uses the last sweep's lambda0).
 bench-vs-least: bench-setup release
 	$(BENCH) bench/srlb.py --only vs-least --proxies envoy
+	$(BENCH) bench/srlb.py --only vs-least --proxies haproxy
 
 bench-agent: setup release
 	$(BENCH) bench/agent_overhead.py

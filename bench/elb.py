@@ -72,11 +72,15 @@ def agility(work: Path, quick: bool) -> dict:
         rate, seconds = 0.7 * fleet.capacity, 5.0 if quick else 10.0
         shares, runs = {}, []
         for proxy in PROXIES:
+            # hunting over the proxy's own pick, each agent's c_min at its cores
+            # (issue 18: traffic follows capacity; HAProxy adds hunt-seen, slack 1)
+            own = {"envoy": "hunt/LR", "haproxy": "hunt/least"}[proxy]
             for name, strategy, policy in (("RR", "RR", None), ("SR_4", "hunt", "static:4"), ("SR_dyn", "hunt", "dynamic"),
-                                           (LEAST[proxy], LEAST[proxy], None)):
+                                           (LEAST[proxy], LEAST[proxy], None),
+                                           ("SR_cores/own", own, "dynamic:slack=1,c_min={cores}")):
                 if policy:
                     fleet.set_policy(policy)
-                f = fleet.front(proxy, *STRATEGIES[proxy][strategy], hr, name=f"agility-{strategy}".replace("(", "").replace(")", ""))
+                f = fleet.front(proxy, *STRATEGIES[proxy][strategy], hr, name=f"agility-{strategy}".replace("(", "").replace(")", "").replace("/", "-"))
                 wait_all_up(f, len(cores))
                 before = fleet.stats()
                 rep = summary(drive([f.url], rate, seconds, work / f"agility-{proxy}-{name}.json", max_lateness_us=2500))
@@ -222,6 +226,10 @@ Poisson at {a['rate']:.0f} req/s = 70% of their total capacity, {a['seconds']:.0
 |-------|--------|--------:|-------:|--------------:|-----------------:|---------------------------|
 {ag}
 
+SR_cores/own: hunting over the proxy's own pick (Envoy LEAST_REQUEST; HAProxy's
+least-loaded server, with hunt-seen), each agent `dynamic:slack=1,c_min=<its cores>`:
+no refusal while a core is free, so a big backend keeps what it can serve at once.
+
 ## Fairness: Jain's index over homogeneous backends
 
 From the SRLB sweep's runs at ρ = 0.88 (12 identical backends). Busy: the mean over time
@@ -252,6 +260,8 @@ proxy cannot know whether the app processed it, so it does not replay it.
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["agility"],
+                    help="measure this section only; the others come from the last elb.json")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: refresh the fairness section from the SRLB sweep, redraw, rewrite the report")
     a = ap.parse_args()
@@ -262,6 +272,14 @@ def main():
         write_result("elb", d, report(d, d.get("quick", False)))
         return
     work = Path(tempfile.mkdtemp(prefix="huntlb-elb-"))
+    if a.only:
+        d = json.loads((RESULTS / "elb.json").read_text())
+        print(a.only, flush=True)
+        d[a.only] = agility(work, a.quick)
+        d["machine"] = machine()
+        plots.elb(d, RESULTS)
+        write_result("elb", d, report(d, d.get("quick", False)))
+        return
     d = {"machine": machine(), "quick": a.quick}
     print("gain/loss", flush=True)
     d["gain_loss"] = gain_loss(work, a.quick)

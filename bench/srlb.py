@@ -335,7 +335,7 @@ Mean / p99 response time (ms):
 
 # Scenario 3 (issue 18): hunting against the balancer users run, paired. Per
 # proxy: (its own least-request, hunting over that pick, hunting over a random pick).
-VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn"), "haproxy": ("leastconn", "SR_dyn/least", "SR_dyn")}
+VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn"), "haproxy": ("leastconn", "SR_slack/least", "SR_dyn")}
 
 
 def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:
@@ -359,7 +359,7 @@ def report_vs_least(data: dict) -> str:
     counts = sorted({r.instances for r in runs})
     for proxy in sorted({r.proxy for r in runs}):
         least, over, rand = VS_LEAST[proxy]
-        for n in counts:
+        for n in sorted({r.instances for r in runs if r.proxy == proxy}):
             for name in (least, over, rand):
                 sel = select(runs, proxy=proxy, policy=name, instances=n)
                 ok = select(sel, valid=True)
@@ -374,20 +374,27 @@ def report_vs_least(data: dict) -> str:
                     ratios.append(f"| {proxy} | {n} | {name} / {least} | {key[:-3]} | **{median(xs):.3f}** | {m:.3f} ± {h:.3f} "
                                   f"| {len(xs)} |")
     reps = max(r.rep for r in runs) + 1
+    ran_on = "; ".join(f"{p} on {m}" for p, m in sorted(data.get("machines", {}).items())) or data["machine"]
     return f"""# Hunting against the balancer users run
 
-`make bench-vs-least` on {data['machine']}. The SRLB setup ({SERVERS} apps × {WORKERS} workers ×
+`make bench-vs-least` ({ran_on}). The SRLB setup ({SERVERS} apps × {WORKERS} workers ×
 {CORES:g} emulated cores, exponential {MEAN_MS:g} ms jobs, each behind a huntlb agent) at ρ = 0.88 of
 λ0 = {lam0:.0f} req/s (the last sweep's), Poisson, 10 s per run (min(20000 queries, 10 s)), with
-1 and 4 independent front instances (Envoy `--concurrency 1` each; the generator sends to them in
-turn; each counts only its own requests). {reps} repetitions; in each, the strategies run back
-to back (order reversed every other repetition) and ratios pair runs of the same repetition.
+1 and 4 independent front instances (Envoy `--concurrency 1` each, HAProxy one thread; the
+generator sends to them in turn; each counts only its own requests). {reps} repetitions; in each,
+one proxy's strategies run back to back (order reversed every other repetition) and ratios pair
+runs of the same repetition.
 
-* **{VS_LEAST.get('envoy', ('',))[0]}**: Envoy's own least-request (two random hosts, the one with
-  fewer active requests), no hunting: what users run.
-* **SR_dyn/LR**: hunting over that pick: the offer goes to LEAST_REQUEST's choice, the agent
-  refuses by its true in-flight count (SR_dyn), and the final is LEAST_REQUEST's choice among
-  the other hosts (`previous_hosts`). The shipped `front.yaml` config.
+* **LEAST_REQUEST** (Envoy) / **leastconn** (HAProxy): the proxy's own least-request, no
+  hunting: what users run. Envoy's compares two random hosts' active requests; HAProxy's
+  takes the server with the fewest.
+* **SR_dyn/LR** (Envoy, the shipped `front.yaml`): hunting over that pick: the offer goes to
+  LEAST_REQUEST's choice, the agent refuses by its true in-flight count (SR_dyn), and the
+  final is LEAST_REQUEST's choice among the other hosts (`previous_hosts`).
+* **SR_slack/least** (HAProxy, the shipped `front.cfg`): the offer goes to HAProxy's own
+  least-loaded server with its count (`hunt-seen`); agents on `dynamic:slack=1` (the
+  default) refuse only when they hold more than one request beyond that count; the final is
+  leastconn's pick among the others.
 * **SR_dyn**: hunting over a random pick, as in the paper.
 
 A run the generator flags invalid is repeated (up to {REPEATS} times) and, if still invalid, left
@@ -438,7 +445,14 @@ def main():
             return
         if a.only == "vs-least":
             lam0 = json.loads((RESULTS / "srlb-poisson.json").read_text())["probe"]["lambda0"]
-            data = {"machine": machine(), "lambda0": lam0, "runs": vs_least(b, lam0, a.reps, [1, 4])}
+            runs = vs_least(b, lam0, a.reps, [1, 4])
+            # the proxies not measured this time keep their last runs (and machine note)
+            machines = {p: machine() for p in b.proxies}
+            if (out / "vs-least.json").exists():
+                old = load(out / "vs-least.json")
+                runs += [r for r in old["runs"] if r.proxy not in b.proxies]
+                machines = {**{r.proxy: old.get("machines", {}).get(r.proxy, old["machine"]) for r in old["runs"]}, **machines}
+            data = {"machine": machine(), "machines": machines, "lambda0": lam0, "runs": runs}
             write_result("vs-least", data, report_vs_least(data), out)
             return
         if a.only != "many":

@@ -8,6 +8,7 @@ integration tests' launcher), on loopback, and is stopped by PID at the end.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import threading
@@ -77,11 +78,14 @@ class Fleet:
         return sum(self.cores) / (self.mean_ms / 1000)
 
     def set_policy(self, policy: str) -> None:
-        """Restart every agent in place with this acceptance policy (fresh state)."""
+        """Restart every agent in place with this acceptance policy (fresh state).
+        `{cores}` in it becomes each backend's own cores, rounded up (a
+        capacity-aware fleet: `dynamic:c_min={cores}`)."""
         for b in self.backends:
             b.agent_proc.stop()
-        for b in self.backends:
-            b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=policy, workers=self.workers, drain_grace_ms=0)
+        for b, k in zip(self.backends, self.cores):
+            b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=policy.format(cores=math.ceil(k)), workers=self.workers,
+                                                  drain_grace_ms=0)
         self.policy = policy
 
     def kill(self, i: int) -> None:
