@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo \
+.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo fuzz \
 	bench bench-quick bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability clean
 
 CARGO ?= cargo
@@ -92,6 +92,20 @@ bench-reliability: bench-setup release
 	$(BENCH) bench/reliability.py faults
 	$(BENCH) bench/reliability.py overload
 	$(BENCH) bench/reliability.py soak --minutes 10
+
+# libFuzzer runs of the cargo-fuzz targets in fuzz/ (issue 12 section 6), one at
+# a time at the lowest priority, FUZZ_SECONDS each; new inputs land in
+# fuzz/corpus/<target>/ (shrink with `cargo +nightly fuzz cmin <target>` before
+# committing). Needs nightly Rust and `cargo install cargo-fuzz`; never part of
+# `make test`, which replays the committed corpora on stable
+# (policy/tests/fuzz_replay.rs). No sanitizer: the fuzzed crate has no unsafe.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= spec settings policy_fsm headers
+fuzz:
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		nice -n 19 $(CARGO) +nightly fuzz run -s none $$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -dict=$(CURDIR)/fuzz/hunt.dict -print_final_stats=1 || exit 1; \
+	done
 
 clean:
 	$(CARGO) clean
