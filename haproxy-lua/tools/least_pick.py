@@ -4,7 +4,9 @@ HAProxy's own count, written as native rules (no Lua per request).
 
 HAProxy's `use-server` must name the candidate before routing, and `srv_conn`
 (its count of requests at a server) takes a server name fixed in the config, so
-the least-loaded pick is one pair of rules per server. This writes them:
+the least-loaded pick is one rule per server (servers named PREFIX1..PREFIXn,
+as server-template names them; a pair per server for other names). This
+writes them:
 
     python3 haproxy-lua/tools/least_pick.py hunt web1 web2 web3     # print the block
     python3 haproxy-lua/tools/least_pick.py --config front.cfg      # rewrite its block in place
@@ -51,6 +53,22 @@ def block(backend: str, names: list[str], indent: str = "    ") -> list[str]:
         if not re.fullmatch(r"[A-Za-z0-9_.:-]+", s):
             raise ValueError(f"least_pick: server name `{s}` has characters a rule cannot hold")
     w = width(len(names))
+    numbered = [re.fullmatch(r"(.*?)(\d+)", s) for s in names]
+    prefix = numbered[0].group(1) if numbered[0] else None
+    if all(m and m.group(1) == prefix and int(m.group(2)) == k + 1 for k, m in enumerate(numbered)):
+        # Servers named PREFIX1..PREFIXn (as server-template names them): one
+        # rule per server keeps the least key; the name is rebuilt from it.
+        out = [f"{indent}{BEGIN} (written by haproxy-lua/tools/least_pick.py: one line per server)",
+               f"{indent}http-request set-var(txn.hunt_r) rand({w})",
+               f"{indent}http-request set-var(txn.hunt_best) int(2147483647)"]
+        for k, s in enumerate(names):
+            key = f"srv_conn({backend}/{s}),mul({w}),add({k}),xor(txn.hunt_r)"
+            out.append(f"{indent}http-request set-var(txn.hunt_best) {key} if {{ srv_is_up({backend}/{s}) }} {{ {key},sub(txn.hunt_best) lt 0 }}")
+        out += [f"{indent}http-request set-var(txn.hunt_k) var(txn.hunt_best),and({w - 1}),xor(txn.hunt_r),add(1) if {{ var(txn.hunt_best) -m int lt 2147483647 }}",
+                f"{indent}http-request set-var(txn.hunt_offer) str({prefix}),concat(,txn.hunt_k,) if {{ var(txn.hunt_k) -m found }}",
+                f"{indent}http-request set-var(txn.hunt_seen) var(txn.hunt_best),div({w}) if {{ var(txn.hunt_offer) -m found }}",
+                f"{indent}{END}"]
+        return out
     out = [f"{indent}{BEGIN} (written by haproxy-lua/tools/least_pick.py: one pair of lines per server)",
            f"{indent}http-request set-var(txn.hunt_r) rand({w})",
            f"{indent}http-request set-var(txn.hunt_best) int(2147483647)"]
