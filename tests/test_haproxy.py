@@ -86,10 +86,44 @@ def test_offered_to_the_least_loaded_server_with_its_count(procs, addrs, front):
     assert sorted(inflight()) == [1, 2, 2]
     least = bs[inflight().index(1)]
     for i in range(10):
+        time.sleep(0.05)  # HAProxy counts the previous quick request until its stream is released
         status, headers, _ = request(listen, "GET", f"/quick/{i}")
-        assert status == 200 and headers.get("hunt-served-by") == least.id
+        assert status == 200 and headers.get("hunt-served-by") == least.id, (i, inflight())
     assert sum(b.refused() for b in bs) == 0, "an offer carried a count below the server's in-flight requests"
     assert sum(b.metrics()['huntlb_offers_total{decision="accept"}'] for b in bs) == 15
+    for t in held:
+        t.join(timeout=20)
+
+
+def test_least_pick_with_unnumbered_server_names(procs, addrs, hroot):
+    # Servers not named PREFIX1..N get least_pick.py's other form (a pair of
+    # rules per server, the name kept in a variable): the same pick. Two slow
+    # requests held land on two servers; every quick one then goes to the third.
+    import threading
+    bs = start_backends(procs, addrs, 3, "dynamic:c0=0,c_max=0,slack=0")
+    host = addrs.host()
+    listen, stats = f"{host}:10000", f"{host}:9999"
+    text = haproxy_front_text(hroot, listen, stats, bs)
+    for i, name in enumerate(["alpha", "beta", "gamma"]):
+        text = text.replace(f"server web{i + 1} ", f"server {name} ")
+    text = least_pick.rewrite(text)
+    assert "str(gamma)" in text and "concat" not in text
+    wait_tcp(stats, start_haproxy(procs, hroot, f"haproxy-{host}", text))
+    wait_until(lambda: all(s.startswith("UP") for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
+    inflight = lambda: [int(b.metrics()["huntlb_inflight"]) for b in bs]  # noqa: E731
+    held = []
+    for i in range(2):
+        t = threading.Thread(target=request, args=(listen, "GET", f"/slow/{i}?work_ms=3000"), kwargs={"timeout": 20}, daemon=True)
+        t.start()
+        held.append(t)
+        wait_until(lambda: sum(inflight()) == i + 1, timeout=5, what=f"{i + 1} held")
+    assert sorted(inflight()) == [0, 1, 1]
+    free = bs[inflight().index(0)]
+    for i in range(5):
+        time.sleep(0.05)  # HAProxy counts the previous quick request until its stream is released
+        status, headers, _ = request(listen, "GET", f"/quick/{i}")
+        assert status == 200 and headers.get("hunt-served-by") == free.id, (i, inflight())
+    assert sum(b.refused() for b in bs) == 0
     for t in held:
         t.join(timeout=20)
 
