@@ -356,7 +356,6 @@ def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:
 def report_vs_least(data: dict) -> str:
     runs, lam0 = data["runs"], data["lambda0"]
     rows, ratios = [], []
-    counts = sorted({r.instances for r in runs})
     for proxy in sorted({r.proxy for r in runs}):
         least, over, rand = VS_LEAST[proxy]
         for n in sorted({r.instances for r in runs if r.proxy == proxy}):

@@ -107,7 +107,7 @@ def haproxy_config_text(max_backends: int = 16) -> str:
     root.dir = scratch
     try:
         def one(**kw):
-            text = haproxy_config(root, "front.cfg", {"127.0.2.254:10000": ":10000", "127.0.0.1:9999": "127.0.0.1:9999"}, **kw)
+            text = haproxy_config(root, "front.cfg", {"127.0.2.254:10000": ":10000", "/run/haproxy/huntlb-front.sock": "/tmp/huntlb-front.sock"}, **kw)
             return text.replace(str(scratch), "/etc/haproxy")
         hunting = one()
     finally:

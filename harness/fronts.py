@@ -4,8 +4,8 @@ once every backend passed its health checks."""
 from __future__ import annotations
 
 from harness.envoy import envoy_host_health, envoy_stats, front_config, start_envoy, wait_envoy_hosts_healthy
-from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_server_states, start_haproxy
-from harness.net import request, wait_tcp, wait_until
+from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_server_states, start_haproxy, wait_runtime
+from harness.net import request, wait_until
 from harness.procs import Addrs, Procs
 
 FRONTS = ["envoy", "haproxy-2.6", "haproxy-3.0"]
@@ -58,8 +58,8 @@ def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: 
         return Front(kind, listen, backends, envoy_admin=admin)
     hr = HaproxyRoot(kind.split("-")[1])
     procs.cleanups.append(hr.cleanup)
-    stats = f"{host}:9999"
-    wait_tcp(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends, hunting=hunting)))
+    stats = str(hr.dir / f"{host}.sock")  # the shipped unix socket, in this instance's folder
+    wait_runtime(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends, hunting=hunting)))
     wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
     wait_until(lambda: request(listen, "GET", "/warmup")[0] == 200, what="front serving")
     return Front(kind, listen, backends, stats=stats, hr=hr)

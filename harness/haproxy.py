@@ -115,15 +115,42 @@ def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list,
     """The shipped front over `backends` (servers web1..webN, its pick block
     rewritten for them). offer="random": the paper's random first candidate
     (random_offer)."""
-    text = haproxy_config(hr, "front.cfg", {"127.0.2.254:10000": listen, "127.0.0.1:9999": stats}, **kw)
+    text = haproxy_config(hr, "front.cfg", {"127.0.2.254:10000": listen}, **kw)
+    # the runtime API: the shipped unix socket moved to `stats` (a path, or a
+    # test's own loopback host:port; `mode` is for unix sockets only)
+    text = text.replace("stats socket /run/haproxy/huntlb-front.sock mode 600 level admin",
+                        f"stats socket {stats} mode 600 level admin" if stats.startswith("/") else f"stats socket {stats} level admin")
     lines = [l for l in text.splitlines() if not re.match(r"\s*server web\d+ ", l)]
     text = least_pick.rewrite("\n".join(lines) + "\n" + servers_section(backends, opts=server_opts) + "\n")
     return random_offer(hr, text) if offer == "random" else text
 
 
+def wait_runtime(stats: str, proc: Proc, timeout: float = 15.0) -> None:
+    """Until HAProxy answers on its runtime API (a unix socket path or host:port)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.log()}")
+        try:
+            haproxy_runtime(stats, "show info")
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{proc.name}: no runtime API on {stats} within {timeout}s") from None
+            time.sleep(0.05)
+
+
 def haproxy_runtime(stats: str, command: str) -> str:
-    host, port = stats.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as s:
+    """One runtime API command over `stats`: a unix socket path or host:port."""
+    if stats.startswith("/"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(stats)
+    else:
+        host, port = stats.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=5)
+    with s:
         s.sendall(command.encode() + b"\n")
         out = b""
         while True:

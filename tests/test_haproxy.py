@@ -8,8 +8,8 @@ import uuid
 import pytest
 from dnsserver import DnsServer
 from harness import (HAPROXY_VERSIONS, HaproxyRoot, haproxy_config, haproxy_front_text, haproxy_runtime,
-                     haproxy_server_states, least_pick, path_count, request, start_backends, start_haproxy, wait_tcp,
-                     wait_until)
+                     haproxy_server_states, least_pick, path_count, request, start_backends, start_haproxy, wait_runtime,
+                     wait_tcp, wait_until)
 from workload_hash import fnv64
 
 pytestmark = pytest.mark.parametrize("version", HAPROXY_VERSIONS)
@@ -26,9 +26,9 @@ def hroot(version):
 def front(procs, addrs, hroot):
     def start(backends, **kw):
         host = addrs.host()
-        listen, stats = f"{host}:10000", f"{host}:9999"
+        listen, stats = f"{host}:10000", str(hroot.dir / f"{host}.sock")  # the shipped unix socket
         p = start_haproxy(procs, hroot, f"haproxy-{host}", haproxy_front_text(hroot, listen, stats, backends, **kw))
-        wait_tcp(stats, p)
+        wait_runtime(stats, p)
         # ready once the health checks pass (and, for random offers, the module
         # has published the usable servers)
         if kw.get("hunting", True):
