@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 from harness import (envoy_host_health, envoy_stats, front_config, path_count, request, sidecar_config, start_backends,
-                     start_envoy, wait_envoy_hosts_healthy)
+                     start_envoy, wait_envoy_hosts_healthy, wait_until)
 
 from workload_hash import fnv64
 
@@ -128,3 +128,39 @@ def test_bad_filter_config_fails_the_load_naming_the_field(procs, addrs):
     code = p.wait(timeout=30)
     assert code != 0
     assert "huntlb filter config field `policy`" in p.log() and "`window`" in p.log()
+
+
+def test_client_connections_are_capped(procs, addrs):
+    # The front's overload manager caps client connections (50000 shipped; 3
+    # here): three keep-alive connections are served, a fourth is closed at
+    # accept without a response, and once one of the three closes a new one is
+    # served again. Envoy counts what it turned away.
+    import http.client
+    bs = start_backends(procs, addrs, 2, "always")
+    host = addrs.host()
+    listen, admin = f"{host}:10000", f"{host}:9902"
+    cfg = front_config(listen, admin, [b.agent for b in bs])
+    monitor = cfg["overload_manager"]["resource_monitors"][0]
+    assert monitor["typed_config"]["max_active_downstream_connections"] == 50000
+    monitor["typed_config"]["max_active_downstream_connections"] = 3
+    start_envoy(procs, f"envoy-{host}", cfg)
+    wait_envoy_hosts_healthy(admin, 2)
+    h, p = listen.rsplit(":", 1)
+    conns = [http.client.HTTPConnection(h, int(p), timeout=5) for _ in range(3)]
+    for i, c in enumerate(conns):
+        assert request(listen, "GET", f"/held/{i}", conn=c)[0] == 200
+    extra = http.client.HTTPConnection(h, int(p), timeout=5)
+    with pytest.raises((ConnectionError, http.client.RemoteDisconnected, OSError)):
+        request(listen, "GET", "/fourth", conn=extra)
+    assert envoy_stats(admin).get("listener.{}.downstream_global_cx_overflow".format(listen.replace(":", "_")), 0) >= 1
+    conns[0].close()
+
+    def served_again() -> bool:  # once Envoy has seen the close
+        try:
+            return request(listen, "GET", "/again", conn=http.client.HTTPConnection(h, int(p), timeout=5))[0] == 200
+        except OSError:
+            return False
+    wait_until(served_again, timeout=5, what="a connection served after one closed")
+    assert path_count(bs, "/fourth") == 0
+    for c in conns[1:]:
+        c.close()
