@@ -284,7 +284,7 @@ mod tests {
         let c = raw(|_| {}).unwrap();
         assert_eq!(c.workers, 32);
         assert_eq!(c.load, LoadSource::Inflight);
-        assert_eq!(c.policy.to_string(), "dynamic:window=50,low=0.4,high=0.6,c0=1");
+        assert_eq!(c.policy.to_string(), "dynamic:window=50,low=0.4,high=0.6,c0=1,slack=1");
     }
 
     #[test]
