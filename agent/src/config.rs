@@ -55,6 +55,9 @@ pub struct Config {
     pub pool_idle: Duration,
     pub drain_grace: Duration,
     pub drain_timeout: Duration,
+    /// TLS on `listen` (`tls_cert` and `tls_key`, mTLS with `tls_client_ca`);
+    /// None: plaintext.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 /// The raw knobs: every field optional, from the file and from flags alike.
@@ -145,6 +148,17 @@ pub struct Raw {
     /// On SIGTERM, exit after this long even with requests in flight, in ms [default: 30000].
     #[arg(long)]
     pub drain_timeout_ms: Option<u64>,
+    /// PEM certificate chain (leaf first) for TLS on `listen`; needs `tls_key`.
+    /// Without both the port is plaintext [default: none].
+    #[arg(long)]
+    pub tls_cert: Option<String>,
+    /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long)]
+    pub tls_key: Option<String>,
+    /// PEM CA certificate(s): with TLS, require a client certificate signed by
+    /// one of them (mTLS), so only the fronts holding one reach the agent [default: none].
+    #[arg(long)]
+    pub tls_client_ca: Option<String>,
 }
 
 macro_rules! overlay {
@@ -165,7 +179,7 @@ impl Raw {
         };
         overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
-            app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms);
+            app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca);
         raw.validate()
     }
 
@@ -232,7 +246,15 @@ impl Raw {
             "h2" => true,
             other => return Err(invalid("app_protocol", format!("`{other}` is not http1 or h2"))),
         };
+        let tls = match (self.tls_cert.as_deref(), self.tls_key.as_deref(), self.tls_client_ca.as_deref()) {
+            (Some(cert), Some(key), ca) => Some(crate::tls::server_config(cert, key, ca)?),
+            (Some(_), None, _) => return Err(invalid("tls_key", "required with tls_cert")),
+            (None, Some(_), _) => return Err(invalid("tls_cert", "required with tls_key")),
+            (None, None, Some(_)) => return Err(invalid("tls_client_ca", "only meaningful with tls_cert and tls_key")),
+            (None, None, None) => None,
+        };
         Ok(Config {
+            tls,
             app_h2,
             listen: addr("listen", self.listen, "127.0.0.1:8080")?,
             admin: addr("admin", self.admin, "127.0.0.1:9901")?,
@@ -299,6 +321,32 @@ mod tests {
         assert_eq!(key_of(raw(|r| r.app_timeout_ms = Some(0))), "app_timeout_ms");
         assert_eq!(key_of(raw(|r| r.idle_timeout_ms = Some(10))), "idle_timeout_ms");
         assert_eq!(key_of(raw(|r| r.max_headers = Some(4))), "max_headers");
+    }
+
+    #[test]
+    fn tls_keys_come_together_and_bad_files_are_named() {
+        assert!(raw(|_| {}).unwrap().tls.is_none());
+        assert_eq!(key_of(raw(|r| r.tls_cert = Some("c.pem".into()))), "tls_key");
+        assert_eq!(key_of(raw(|r| r.tls_key = Some("k.pem".into()))), "tls_cert");
+        assert_eq!(key_of(raw(|r| r.tls_client_ca = Some("ca.pem".into()))), "tls_client_ca");
+        let dir = std::env::temp_dir().join(format!("huntlb-agent-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("junk.pem");
+        std::fs::write(&junk, "not a pem file\n").unwrap();
+        let junk = junk.display().to_string();
+        let missing = dir.join("missing.pem").display().to_string();
+        let both = |c: &str, k: &str| {
+            let (c, k) = (c.to_string(), k.to_string());
+            move |r: &mut Raw| {
+                r.tls_cert = Some(c);
+                r.tls_key = Some(k);
+            }
+        };
+        assert_eq!(key_of(raw(both(&missing, &junk))), "tls_cert");
+        assert_eq!(key_of(raw(both(&junk, &junk))), "tls_cert");
+        let e = raw(both(&missing, &junk)).unwrap_err().to_string();
+        assert!(e.contains("missing.pem"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod agent;
 mod config;
 mod load;
 mod metrics;
+mod tls;
 
 use crate::agent::Agent;
 use crate::config::{LoadSource, Raw};
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
@@ -53,7 +54,12 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
     let admin = TcpListener::bind(cfg.admin).await.with_context(|| format!("config key `admin`: bind {}", cfg.admin))?;
     let agent = Agent::new(cfg);
     let c = &agent.cfg;
-    info!(id = %c.id, listen = %c.listen, admin = %c.admin, app = %c.app, policy = %c.policy, workers = c.workers, load = ?c.load, "huntlb-agent ready");
+    let tls = match &c.tls {
+        None => "off",
+        Some(t) if t.mtls => "mtls",
+        Some(_) => "on",
+    };
+    info!(id = %c.id, listen = %c.listen, admin = %c.admin, app = %c.app, policy = %c.policy, workers = c.workers, load = ?c.load, tls, "huntlb-agent ready");
 
     if !agent.probe_app().await {
         info!(app = %c.app, "app not reachable yet: offers are refused until it answers");
@@ -71,13 +77,16 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
     drain_on_signal(agent).await
 }
 
-/// Accept loop; at most `max_connections` connections are held at once.
+/// Accept loop; at most `max_connections` connections are held at once. With
+/// `tls`, each connection first completes a TLS handshake (a client certificate
+/// from `tls_client_ca` when set); one that fails is closed before any request.
 async fn serve(listener: TcpListener, agent: Arc<Agent>) {
     let slots = Arc::new(Semaphore::new(agent.cfg.max_connections));
+    let tls = agent.cfg.tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.server.clone()));
     loop {
         let permit = slots.clone().acquire_owned().await.expect("semaphore never closed");
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
             Err(e) => {
                 error!(error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -86,29 +95,48 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
         };
         let _ = stream.set_nodelay(true);
         let agent = agent.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let (max_buf, max_headers) = (agent.cfg.max_header_bytes, agent.cfg.max_headers);
-            let idle = agent.cfg.idle_timeout;
-            let svc = service_fn(move |req| agent.clone().handle(req));
-            // HTTP/1.1, or HTTP/2 with prior knowledge (Envoy's
-            // http2_protocol_options to the agents), told apart by the preface.
-            let mut b = auto::Builder::new(TokioExecutor::new());
-            b.http1()
-                .timer(TokioTimer::new())
-                // hyper's header timer runs from the end of one response to the
-                // next request's head: it is the keep-alive idle timeout too,
-                // kept longer than every front's (the proxy side closes first).
-                .header_read_timeout(idle)
-                .max_buf_size(max_buf)
-                // hyper's own default is 100: a client's 95 headers plus the
-                // front's marks got 431 (the list then lives on the heap)
-                .max_headers(max_headers);
-            b.http2().timer(TokioTimer::new()).max_header_list_size(max_buf as u32);
-            // WebSocket: the agent joins client and app after a 101
-            let _ = b.serve_connection_with_upgrades(TokioIo::new(stream), svc).await;
+            match tls {
+                None => serve_connection(stream, agent).await,
+                Some(acceptor) => {
+                    // the handshake gets the time a request head gets
+                    match tokio::time::timeout(agent.cfg.idle_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_connection(stream, agent).await,
+                        Ok(Err(e)) => warn!(%peer, error = %e, "TLS handshake failed: connection closed"),
+                        Err(_) => warn!(%peer, "TLS handshake timed out: connection closed"),
+                    }
+                }
+            }
             drop(permit);
         });
     }
+}
+
+/// One proxy connection, plaintext or TLS: HTTP/1.1, or HTTP/2 with prior
+/// knowledge (Envoy's http2_protocol_options to the agents) or by ALPN, told
+/// apart by the preface.
+async fn serve_connection<I>(io: I, agent: Arc<Agent>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (max_buf, max_headers) = (agent.cfg.max_header_bytes, agent.cfg.max_headers);
+    let idle = agent.cfg.idle_timeout;
+    let svc = service_fn(move |req| agent.clone().handle(req));
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        // hyper's header timer runs from the end of one response to the
+        // next request's head: it is the keep-alive idle timeout too,
+        // kept longer than every front's (the proxy side closes first).
+        .header_read_timeout(idle)
+        .max_buf_size(max_buf)
+        // hyper's own default is 100: a client's 95 headers plus the
+        // front's marks got 431 (the list then lives on the heap)
+        .max_headers(max_headers);
+    b.http2().timer(TokioTimer::new()).max_header_list_size(max_buf as u32);
+    // WebSocket: the agent joins client and app after a 101
+    let _ = b.serve_connection_with_upgrades(TokioIo::new(io), svc).await;
 }
 
 /// Connections the admin port holds at once: a scraper or two, never a crowd.
