@@ -60,47 +60,65 @@ def front_map(hroot, stats) -> dict[int, str]:
     return {int(k): v for _, k, v in (line.split() for line in out.splitlines() if line.strip())}
 
 
+class Held:
+    """Slow requests held open through a front, one at a time, each once the
+    previous one is in flight at an app; and quick ones, each checked to be
+    served by `backend`. The backends' own in-flight counts are the truth."""
+
+    def __init__(self, listen, backends):
+        self.listen, self.bs, self.threads = listen, backends, []
+
+    def inflight(self) -> list[int]:
+        return [int(b.metrics()["huntlb_inflight"]) for b in self.bs]
+
+    def hold(self, n: int) -> None:
+        import threading
+        for _ in range(n):
+            i = len(self.threads)
+            t = threading.Thread(target=request, args=(self.listen, "GET", f"/slow/{i}?work_ms=4000"), kwargs={"timeout": 20},
+                                 daemon=True)
+            t.start()
+            self.threads.append(t)
+            wait_until(lambda: sum(self.inflight()) == i + 1, timeout=5, what=f"{i + 1} held")
+
+    def quick_all_to(self, backend, n: int) -> None:
+        for i in range(n):
+            time.sleep(0.05)  # HAProxy counts the previous quick request until its stream is released
+            status, headers, _ = request(self.listen, "GET", f"/quick/{i}")
+            assert status == 200 and headers.get("hunt-served-by") == backend.id, (i, self.inflight())
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(timeout=20)
+
+
+# Agents that refuse every offer except one whose hunt-seen is at least their
+# true in-flight count: an offer is accepted only if the front sent the right
+# count of the right server.
+COUNT_CHECKING = "dynamic:c0=0,c_max=0,slack=0"
+
+
 def test_offered_to_the_least_loaded_server_with_its_count(procs, addrs, front):
-    # Agents on `dynamic:c0=0,c_max=0,slack=0` refuse every offer except one
-    # whose hunt-seen is at least their true in-flight count: an offer is
-    # accepted only if the front sent the right count of the right server.
     # Slow requests held one by one land one per server (the least loaded each
     # time); with 2, 2 and 1 held, every new request is offered to the 1.
-    import threading
-    bs = start_backends(procs, addrs, 3, "dynamic:c0=0,c_max=0,slack=0")
+    bs = start_backends(procs, addrs, 3, COUNT_CHECKING)
     listen, _ = front(bs)
-    inflight = lambda: [int(b.metrics()["huntlb_inflight"]) for b in bs]  # noqa: E731
-    held = []
-
-    def hold(i):
-        t = threading.Thread(target=request, args=(listen, "GET", f"/slow/{i}?work_ms=4000"), kwargs={"timeout": 20}, daemon=True)
-        t.start()
-        held.append(t)
-        wait_until(lambda: sum(inflight()) == i + 1, timeout=5, what=f"{i + 1} held")
-
-    for i in range(3):
-        hold(i)
-    assert inflight() == [1, 1, 1], "each slow request went to a server with none"
-    for i in range(3, 5):
-        hold(i)
-    assert sorted(inflight()) == [1, 2, 2]
-    least = bs[inflight().index(1)]
-    for i in range(10):
-        time.sleep(0.05)  # HAProxy counts the previous quick request until its stream is released
-        status, headers, _ = request(listen, "GET", f"/quick/{i}")
-        assert status == 200 and headers.get("hunt-served-by") == least.id, (i, inflight())
+    h = Held(listen, bs)
+    h.hold(3)
+    assert h.inflight() == [1, 1, 1], "each slow request went to a server with none"
+    h.hold(2)
+    assert sorted(h.inflight()) == [1, 2, 2]
+    h.quick_all_to(bs[h.inflight().index(1)], 10)
     assert sum(b.refused() for b in bs) == 0, "an offer carried a count below the server's in-flight requests"
     assert sum(b.metrics()['huntlb_offers_total{decision="accept"}'] for b in bs) == 15
-    for t in held:
-        t.join(timeout=20)
+    h.join()
 
 
 def test_least_pick_with_unnumbered_server_names(procs, addrs, hroot):
     # Servers not named PREFIX1..N get least_pick.py's other form (a pair of
     # rules per server, the name kept in a variable): the same pick. Two slow
     # requests held land on two servers; every quick one then goes to the third.
-    import threading
-    bs = start_backends(procs, addrs, 3, "dynamic:c0=0,c_max=0,slack=0")
+    bs = start_backends(procs, addrs, 3, COUNT_CHECKING)
     host = addrs.host()
     listen, stats = f"{host}:10000", f"{host}:9999"
     text = haproxy_front_text(hroot, listen, stats, bs)
@@ -110,22 +128,12 @@ def test_least_pick_with_unnumbered_server_names(procs, addrs, hroot):
     assert "str(gamma)" in text and "concat" not in text
     wait_tcp(stats, start_haproxy(procs, hroot, f"haproxy-{host}", text))
     wait_until(lambda: all(s.startswith("UP") for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
-    inflight = lambda: [int(b.metrics()["huntlb_inflight"]) for b in bs]  # noqa: E731
-    held = []
-    for i in range(2):
-        t = threading.Thread(target=request, args=(listen, "GET", f"/slow/{i}?work_ms=3000"), kwargs={"timeout": 20}, daemon=True)
-        t.start()
-        held.append(t)
-        wait_until(lambda: sum(inflight()) == i + 1, timeout=5, what=f"{i + 1} held")
-    assert sorted(inflight()) == [0, 1, 1]
-    free = bs[inflight().index(0)]
-    for i in range(5):
-        time.sleep(0.05)  # HAProxy counts the previous quick request until its stream is released
-        status, headers, _ = request(listen, "GET", f"/quick/{i}")
-        assert status == 200 and headers.get("hunt-served-by") == free.id, (i, inflight())
+    h = Held(listen, bs)
+    h.hold(2)
+    assert sorted(h.inflight()) == [0, 1, 1]
+    h.quick_all_to(bs[h.inflight().index(0)], 5)
     assert sum(b.refused() for b in bs) == 0
-    for t in held:
-        t.join(timeout=20)
+    h.join()
 
 
 def test_not_offered_with_one_usable_server(procs, addrs, front, hroot):

@@ -55,29 +55,26 @@ def block(backend: str, names: list[str], indent: str = "    ") -> list[str]:
     w = width(len(names))
     numbered = [re.fullmatch(r"(.*?)(\d+)", s) for s in names]
     prefix = numbered[0].group(1) if numbered[0] else None
-    if all(m and m.group(1) == prefix and int(m.group(2)) == k + 1 for k, m in enumerate(numbered)):
-        # Servers named PREFIX1..PREFIXn (as server-template names them): one
-        # rule per server keeps the least key; the name is rebuilt from it.
-        out = [f"{indent}{BEGIN} (written by haproxy-lua/tools/least_pick.py: one line per server)",
-               f"{indent}http-request set-var(txn.hunt_r) rand({w})",
-               f"{indent}http-request set-var(txn.hunt_best) int(2147483647)"]
-        for k, s in enumerate(names):
-            key = f"srv_conn({backend}/{s}),mul({w}),add({k}),xor(txn.hunt_r)"
-            out.append(f"{indent}http-request set-var(txn.hunt_best) {key} if {{ srv_is_up({backend}/{s}) }} {{ {key},sub(txn.hunt_best) lt 0 }}")
-        out += [f"{indent}http-request set-var(txn.hunt_k) var(txn.hunt_best),and({w - 1}),xor(txn.hunt_r),add(1) if {{ var(txn.hunt_best) -m int lt 2147483647 }}",
-                f"{indent}http-request set-var(txn.hunt_offer) str({prefix}),concat(,txn.hunt_k,) if {{ var(txn.hunt_k) -m found }}",
-                f"{indent}http-request set-var(txn.hunt_seen) var(txn.hunt_best),div({w}) if {{ var(txn.hunt_offer) -m found }}",
-                f"{indent}{END}"]
-        return out
-    out = [f"{indent}{BEGIN} (written by haproxy-lua/tools/least_pick.py: one pair of lines per server)",
-           f"{indent}http-request set-var(txn.hunt_r) rand({w})",
-           f"{indent}http-request set-var(txn.hunt_best) int(2147483647)"]
+    # Servers named PREFIX1..PREFIXn (as server-template names them): one rule
+    # per server keeps the least key and the name is rebuilt from it; other
+    # names need a second rule per server to remember the name.
+    one_rule = all(m and m.group(1) == prefix and int(m.group(2)) == k + 1 for k, m in enumerate(numbered))
+    rule = f"{indent}http-request "
+    out = [f"{indent}{BEGIN} (written by haproxy-lua/tools/least_pick.py: {'one line' if one_rule else 'two lines'} per server)",
+           f"{rule}set-var(txn.hunt_r) rand({w})",
+           f"{rule}set-var(txn.hunt_best) int(2147483647)"]
     for k, s in enumerate(names):
         key = f"srv_conn({backend}/{s}),mul({w}),add({k}),xor(txn.hunt_r)"
-        out.append(f"{indent}http-request set-var(txn.hunt_offer) str({s}) if {{ srv_is_up({backend}/{s}) }} {{ {key},sub(txn.hunt_best) lt 0 }}")
-        out.append(f"{indent}http-request set-var(txn.hunt_best) {key} if {{ var(txn.hunt_offer) -m str {s} }}")
-    out.append(f"{indent}http-request set-var(txn.hunt_seen) var(txn.hunt_best),div({w}) if {{ var(txn.hunt_offer) -m found }}")
-    out.append(f"{indent}{END}")
+        less = f"{{ srv_is_up({backend}/{s}) }} {{ {key},sub(txn.hunt_best) lt 0 }}"
+        if one_rule:
+            out.append(f"{rule}set-var(txn.hunt_best) {key} if {less}")
+        else:
+            out.append(f"{rule}set-var(txn.hunt_offer) str({s}) if {less}")
+            out.append(f"{rule}set-var(txn.hunt_best) {key} if {{ var(txn.hunt_offer) -m str {s} }}")
+    if one_rule:
+        out += [f"{rule}set-var(txn.hunt_k) var(txn.hunt_best),and({w - 1}),xor(txn.hunt_r),add(1) if {{ var(txn.hunt_best) -m int lt 2147483647 }}",
+                f"{rule}set-var(txn.hunt_offer) str({prefix}),concat(,txn.hunt_k,) if {{ var(txn.hunt_k) -m found }}"]
+    out += [f"{rule}set-var(txn.hunt_seen) var(txn.hunt_best),div({w}) if {{ var(txn.hunt_offer) -m found }}", f"{indent}{END}"]
     return out
 
 
