@@ -29,9 +29,10 @@ TRIXIE=${HUNTLB_TRIXIE:-/opt/huntlb/trixie}
 MIRROR=${HUNTLB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LOG=.cache/setup.log
 # Debian packages: the proxies, Lua, Apache and wrk for the tests; python3-venv
-# for .venv; gcc and libc6-dev because rustc links with cc; debootstrap for the
-# trixie root.
-APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl ca-certificates debootstrap python3 python3-venv gcc libc6-dev)
+# for .venv; gcc and libc6-dev because rustc links with cc (and the agent's
+# TLS provider, ring, compiles C); debootstrap for the trixie root; openssl
+# for the throwaway CA and certificates of tests/test_tls.py.
+APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl ca-certificates debootstrap python3 python3-venv gcc libc6-dev openssl)
 # wasmtime: the policy's vector suite also runs as a wasm32-wasip1 binary, the
 # target the Envoy filter ships (tests/test_policy_wasm.py). websockets: the
 # real WebSocket client and echo app of tests/test_real_clients.py; grpcio: the
