@@ -84,69 +84,22 @@ def test_hunter_killed_mid_request_is_not_replayed(procs, addrs, front_kind, hun
     assert st["paths"].get(path, 0) == 0 and st["busy"] == 0, f"re-sent after the hunter died: {got}, {st}"
 
 
-# Exactly once at volume (issue 12 section 4, short form): unique POSTs through
-# each front over agents that refuse about half the offers, with app 5xx, app
-# 425s, app responses carrying hunt headers, an app SIGKILLed and then another
-# backend's agent SIGKILLed mid-run. Arrivals are counted by the apps in files
-# that survive the kill.
-MIX = {0: ("status=500", 500), 1: ("status=425", 425), 2: ("hdr=hunt:busy", 200), 3: ("status=503&hdr=hunt:busy", 503)}
-
-
+# Exactly once at volume (issue 12 section 4, short form; harness/volume.py):
+# unique POSTs through each front over agents that refuse about half the
+# offers, with app 5xx, app 425s, app responses carrying hunt headers, an app
+# SIGKILLed and then another backend's agent SIGKILLed mid-run, arrivals counted
+# by the apps in files that survive the kill.
 @pytest.mark.parametrize("front_kind", ["envoy", "haproxy-2.6", "haproxy-3.0"])
 def test_exactly_once_at_volume_with_faults(procs, addrs, front_kind, tmp_path):
-    from concurrent.futures import ThreadPoolExecutor
-
-    from harness import Backend
-
-    n_req, clients = 800, 8
-    bs, files = [], []
-    for i in range(4):
-        host = addrs.host()
-        files.append(tmp_path / f"arrivals-{i}")
-        app_proc, app = procs.workload(host, workers=4, cores=2, demand="exp:5", arrivals=files[-1])
-        agent_proc, agent, admin = procs.agent(host, app, policy="dynamic:window=20", workers=4)
-        bs.append(Backend(host, app, agent, admin, app_proc, agent_proc))
-    f = start_front(front_kind, procs, addrs, bs)
-    outcome = {}
-    sent = [0]
-    lock = threading.Lock()
-
-    def client(k):
-        for j in range(n_req // clients):
-            i = k * (n_req // clients) + j
-            query, _ = MIX.get(i % 20, ("", 200))
-            path = f"/vol/{uuid.uuid4()}"
-            try:
-                status = request(f.listen, "POST", f"{path}?{query}", body=b"id=%d" % i, timeout=20)[0]
-            except OSError as e:
-                status = type(e).__name__
-            outcome[path] = (i, status)
-            with lock:
-                sent[0] += 1
-
-    with ThreadPoolExecutor(clients) as ex:
-        futs = [ex.submit(client, k) for k in range(clients)]
-        wait_until(lambda: sent[0] >= n_req * 0.3, timeout=60, what="a third sent")
-        bs[0].app_proc.signal(signal.SIGKILL)
-        wait_until(lambda: sent[0] >= n_req * 0.6, timeout=60, what="two thirds sent")
-        bs[1].agent_proc.signal(signal.SIGKILL)
-        for fu in futs:
-            fu.result(timeout=120)
-    arrivals = {}
-    for fl in files:
-        for line in fl.read_text().splitlines():
-            arrivals[line] = arrivals.get(line, 0) + 1
-    twice = [p for p, (_, _) in outcome.items() if arrivals.get(p, 0) > 1]
-    assert twice == [], f"{len(twice)} requests processed twice"
+    from harness import volume
+    n_req = 800
+    v = volume.verdict(volume.run(procs, addrs, front_kind, tmp_path, n_req))
+    assert v["twice"] == [], f"{len(v['twice'])} requests processed twice"
     # every request was processed once, or its client saw an error
-    ok_unprocessed = [(p, s) for p, (_, s) in outcome.items() if arrivals.get(p, 0) == 0 and s == 200]
-    assert ok_unprocessed == [], f"{len(ok_unprocessed)} clients saw 200 for a request no app processed"
+    assert v["ok_unprocessed"] == [], f"{len(v['ok_unprocessed'])} clients saw 200 for a request no app processed"
     # what processed requests answered: the app's own answer, or (in flight on the
     # killed backends) an error; never a refusal
-    wrong = [(i, s) for p, (i, s) in outcome.items()
-             if arrivals.get(p, 0) == 1 and s != MIX.get(i % 20, ("", 200))[1] and not (isinstance(s, str) or s >= 500)]
-    assert wrong == [], f"processed requests answered unexpectedly: {wrong[:10]}"
-    lost = sum(1 for p in outcome if arrivals.get(p, 0) == 0)
-    refused = sum(b.refused() for b in bs[2:])
-    assert len(outcome) == n_req and refused > 0.2 * n_req, (len(outcome), refused)
-    print(f"{front_kind}: {n_req} POSTs, {refused:.0f} refusals at the live agents, {lost} not processed (client saw an error)")
+    assert v["wrong"] == [], f"processed requests answered unexpectedly: {v['wrong'][:10]}"
+    assert v["sent"] == n_req and v["refused"] > 0.2 * n_req, (v["sent"], v["refused"])
+    print(f"{front_kind}: {n_req} POSTs, {v['refused']:.0f} refusals at the live agents, "
+          f"{v['not_processed']} not processed (client saw an error)")
