@@ -92,7 +92,7 @@ def test_hunter_killed_mid_request_is_not_replayed(procs, addrs, front_kind, hun
 @pytest.mark.parametrize("front_kind", ["envoy", "haproxy-2.6", "haproxy-3.0"])
 def test_exactly_once_at_volume_with_faults(procs, addrs, front_kind, tmp_path):
     from harness import volume
-    n_req = 800
+    n_req = 2000
     v = volume.verdict(volume.run(procs, addrs, front_kind, tmp_path, n_req))
     assert v["twice"] == [], f"{len(v['twice'])} requests processed twice"
     # every request was processed once, or its client saw an error
