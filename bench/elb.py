@@ -83,7 +83,7 @@ def agility(work: Path, quick: bool) -> dict:
                 f = fleet.front(proxy, *STRATEGIES[proxy][strategy], hr, name=f"agility-{strategy}".replace("(", "").replace(")", "").replace("/", "-"))
                 wait_all_up(f, len(cores))
                 before = fleet.stats()
-                rep = summary(drive([f.url], rate, seconds, work / f"agility-{proxy}-{name}.json", max_lateness_us=2500))
+                rep = summary(drive([f.url], rate, seconds, work / f"agility-{proxy}-{name.replace('/', '-')}.json", max_lateness_us=2500))
                 after = fleet.stats()
                 served = [a["served"] - b["served"] for a, b in zip(after, before)]
                 rejected = sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before))
