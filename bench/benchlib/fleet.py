@@ -41,7 +41,7 @@ STRATEGIES = {
 # suffix hunts over that pick instead of a random one: `SR_dyn/LR` is SR_dyn
 # offered to Envoy's LEAST_REQUEST pick (strategy `hunt/LR`).
 HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "SR_dyn": "dynamic",
-                 "SR_slack": "dynamic:slack=1"}
+                 "SR_slack": "dynamic:slack=1", "SR_slack2": "dynamic:slack=2", "SR_gate": "dynamic:c0=0,c_max=0,slack=1"}
 
 
 def baselines(proxy: str) -> list[str]:
