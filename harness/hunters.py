@@ -105,3 +105,20 @@ def start_hunted_backends(procs: Procs, addrs: Addrs, n: int, hunter: str, polic
         b.hunter = h
         out.append(b)
     return out
+
+
+def each_refused_once_then_served_elsewhere(listen: str, backends: list, n: int, prefix: str) -> None:
+    """n GETs through a front over agents that refuse every offer: each must be
+    refused by exactly one agent, served by another (its final), and reach an
+    app exactly once. The retry path's arrival count, shared by the tests."""
+    from harness.net import request
+    for i in range(n):
+        before = {b.id: b.refused() for b in backends}
+        path = f"{prefix}/{i}"
+        status, h, _ = request(listen, "GET", path)
+        assert status == 200
+        refusers = [b.id for b in backends if b.refused() > before[b.id]]
+        assert len(refusers) == 1 and refusers[0] != h["hunt-served-by"], \
+            f"request {i}: refused by {refusers}, served by {h['hunt-served-by']}"
+        assert path_count(backends, path) == 1
+

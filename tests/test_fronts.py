@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import harness
-from harness import FRONTS, path_count, request, start_backends, start_front
+from harness import FRONTS, each_refused_once_then_served_elsewhere, path_count, request, start_backends, start_front
 
 
 @pytest.fixture(params=FRONTS)
@@ -39,14 +39,7 @@ def test_refused_offer_is_served_by_another_backend_as_final(procs, addrs, front
     bs = start_backends(procs, addrs, 2, "static:0")
     f = front(bs)
     base = {b.id: (b.refused(), b.metrics()["huntlb_finals_total"]) for b in bs}
-    for i in range(20):
-        before = {b.id: b.refused() for b in bs}
-        path = f"/r/{i}"
-        status, h, _ = request(f.listen, "GET", path)
-        assert status == 200
-        refusers = [b.id for b in bs if b.refused() > before[b.id]]
-        assert len(refusers) == 1 and refusers[0] != h["hunt-served-by"], f"request {i}: refused by {refusers}, served by {h['hunt-served-by']}"
-        assert path_count(bs, path) == 1
+    each_refused_once_then_served_elsewhere(f.listen, bs, 20, "/r")
     assert sum(b.refused() - base[b.id][0] for b in bs) == 20
     assert sum(b.metrics()["huntlb_finals_total"] - base[b.id][1] for b in bs) == 20
     # static:0 is always busy: every final was accepted while busy (the scaling signal)

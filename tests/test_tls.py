@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from harness import (FINAL, OFFER, Front, app_stats, envoy_stats, metrics, HaproxyRoot, binary, front_config, haproxy_front_text, haproxy_server_states, path_count,
+from harness import (FINAL, OFFER, Front, app_stats, binary, each_refused_once_then_served_elsewhere, envoy_stats, front_config, haproxy_front_text,
+                     haproxy_server_states, HaproxyRoot, metrics, path_count,
                      request, start_backends, start_envoy, start_haproxy, wait_envoy_hosts_healthy, wait_runtime, wait_until)
 
 FRONTS = ["envoy", "envoy-h2", "haproxy-2.6", "haproxy-3.0"]
@@ -205,14 +206,7 @@ def test_refused_offer_then_final_through_the_front_over_mtls(procs, addrs, pki,
     finals0 = sum(b.metrics()["huntlb_finals_total"] for b in bs)
     refused0 = {b.id: b.refused() for b in bs}
     n = 20
-    for i in range(n):
-        before = {b.id: b.refused() for b in bs}
-        path = f"/tls/refuse/{i}"
-        status, h, _ = request(f.listen, "GET", path)
-        assert status == 200
-        refusers = [b.id for b in bs if b.refused() > before[b.id]]
-        assert len(refusers) == 1 and refusers[0] != h["hunt-served-by"], f"request {i}: refused by {refusers}, served by {h['hunt-served-by']}"
-        assert path_count(bs, path) == 1
+    each_refused_once_then_served_elsewhere(f.listen, bs, n, "/tls/refuse")
     assert sum(b.refused() - refused0[b.id] for b in bs) == n
     assert sum(b.metrics()["huntlb_finals_total"] for b in bs) - finals0 == n
     assert offers(bs, "accept") == 0
