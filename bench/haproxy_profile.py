@@ -3,14 +3,15 @@
 
 Instruction counts (bench/haproxy_ablation.py) are exact but blind to the
 cache: the front's first design drew its candidate from a map of 840 fixed
-slots, as many instructions as the pick it has now, yet it cost more time.
-This profiles, with `perf record -e cpu-clock` (a timer: no hardware counters
-needed), three fronts pinned to CPU 0 under wrk (static backends and wrk on
-CPU 1), in turn and in reverse order every other repetition:
+slots, as many instructions as the random pick that followed, yet it cost more
+time. This profiles, with `perf record -e cpu-clock` (a timer: no hardware
+counters needed), four fronts pinned to CPU 0 under wrk (static backends and wrk
+on CPU 1), in turn and in reverse order every other repetition:
 
-  plain      every hunting line out
-  hunting    the committed front.cfg (rand,mod(nbsrv) over a map of n keys)
-  slots-840  the same with the first design's pick: rand(840) over 840 keys
+  plain         every hunting line out
+  hunting       the committed front.cfg (the least-loaded pick, one rule per server)
+  random-offer  the paper's random offer (harness.random_offer: rand,mod(nbsrv) over a map of n keys)
+  slots-840     that with the first design's pick: rand(840) over 840 keys
 
 First, without perf, req/s and HAProxy CPU per request of the three, paired
 per repetition (--pair-reps runs of 1 s each: short, so that the variants
@@ -35,7 +36,7 @@ from benchlib.fronts import BACKENDS, overhead_bed, pin
 from benchlib.reports import machine, write_result
 from benchlib.stats import median, paired_ratio
 from benchlib.tools import proc_cpu_seconds, wrk
-from harness import HaproxyRoot
+from harness import HaproxyRoot, random_offer
 
 HZ = 4999
 LOOKUP = ("haproxy:ebst_lookup", "haproxy:pat_match_str")
@@ -45,6 +46,7 @@ def slots_840(hr: HaproxyRoot):
     """An edit giving a front the first design's pick: rand(840) over 840 slots,
     slot i naming server i mod n."""
     def edit(text: str) -> str:
+        text = random_offer(hr, text)
         names = re.findall(r"^\s*server (\S+) ", text, flags=re.M)
         big = hr.dir / "slots-840.map"
         big.write_text("".join(f"{i} {names[i % len(names)]}\n" for i in range(840)))
@@ -83,7 +85,8 @@ def main():
     with overhead_bed("huntlb-profile-") as bed:
         work = bed.work
         fronts = {}
-        for name, hunting, edit in (("plain", False, None), ("hunting", True, None), ("slots-840", True, slots_840(bed.hr))):
+        for name, hunting, edit in (("plain", False, None), ("hunting", True, None),
+                                    ("random-offer", True, lambda t: random_offer(bed.hr, t)), ("slots-840", True, slots_840(bed.hr))):
             fronts[name] = bed.front("haproxy", hunting, f"profile-{name}", edit=edit)
             pin(fronts[name].pid, 0)
         for rep in range(a.pair_reps):
@@ -95,7 +98,7 @@ def main():
                 r = wrk(f.url, 32, 1)
                 r["cpu_us_per_req"] = (proc_cpu_seconds(f.pid) - c0) / max(r["rps"], 1) * 1e6
                 pairs[name].append(r)
-        print(f"paired runs: {a.pair_reps} x 3 done", flush=True)
+        print(f"paired runs: {a.pair_reps} x {len(fronts)} done", flush=True)
         for rep in range(a.reps):
             order = list(fronts.items())
             if rep % 2:
@@ -126,9 +129,11 @@ def main():
     lookup = {n: sum(per_req(n, s) for s in LOOKUP) for n in fronts}
     syms = {s for n in fronts for s in us[n] if user(s)}
     top = sorted(syms, key=lambda s: per_req("hunting", s) - per_req("plain", s), reverse=True)[:15]
-    rows = [f"| `{s}` | {per_req('plain', s):.3f} | {per_req('hunting', s):.3f} | {per_req('slots-840', s):.3f} |" for s in top]
+    rows = [f"| `{s}` | {per_req('plain', s):.3f} | {per_req('hunting', s):.3f} | {per_req('random-offer', s):.3f} | "
+            f"{per_req('slots-840', s):.3f} |" for s in top]
     ratio_rows = []
-    for num, den in (("hunting", "plain"), ("slots-840", "plain"), ("hunting", "slots-840")):
+    for num, den in (("hunting", "plain"), ("random-offer", "plain"), ("slots-840", "plain"), ("hunting", "random-offer"),
+                     ("random-offer", "slots-840")):
         r, c = paired_ratio(pairs[num], pairs[den]), paired_ratio(pairs[num], pairs[den], key="cpu_us_per_req")
         ratio_rows.append(f"| {num} / {den} | **{r['median']:.3f}** ({r['median_ci95'][0]:.3f}-{r['median_ci95'][1]:.3f}) "
                           f"| {r['mean']:.3f} ± {r['ci95']:.3f} | {c['median']:.3f} ({c['median_ci95'][0]:.3f}-{c['median_ci95'][1]:.3f}) |")
@@ -142,23 +147,21 @@ repetitions of {a.seconds} s, variants in turn (reverse order every other
 repetition). Figures are CPU µs per request, median over repetitions; a sample
 profile, so differences under about 0.05 µs are noise.
 
-* **The map lookup** (`ebst_lookup` + `pat_match_str`): **{lookup['hunting']:.2f} µs** per
-  request with the committed pick (`rand,mod(nbsrv)` over a map of {BACKENDS} keys),
+* **The map lookup** (`ebst_lookup` + `pat_match_str`): **{lookup['random-offer']:.2f} µs** per
+  request with the random offer (`rand,mod(nbsrv)` over a map of {BACKENDS} keys),
   **{lookup['slots-840']:.2f} µs** with the first design's 840 slots, for nearly the
   same instructions (callgrind): the 840-key tree misses the CPU's cache. Whether
   that time comes back in req/s is the side-by-side table's question.
 * **User space in all** (HAProxy and libc): plain {group('plain', user):.2f}, hunting
-  {group('hunting', user):.2f}, slots-840 {group('slots-840', user):.2f} µs per request;
-  the kernel (the same syscalls in every variant): {group('plain', lambda s: not user(s)):.2f},
-  {group('hunting', lambda s: not user(s)):.2f}, {group('slots-840', lambda s: not user(s)):.2f}.
-* req/s (median): plain {median(rps['plain']):.0f}, hunting {median(rps['hunting']):.0f},
-  slots-840 {median(rps['slots-840']):.0f}. `make bench-proxies` measures req/s properly.
+  {group('hunting', user):.2f}, random-offer {group('random-offer', user):.2f}, slots-840
+  {group('slots-840', user):.2f} µs per request; the kernel (the same syscalls in every variant):
+  {', '.join(f"{group(n, lambda s: not user(s)):.2f}" for n in fronts)}.
+* req/s (median): {', '.join(f"{n} {median(rps[n]):.0f}" for n in fronts)}. `make bench-proxies` measures req/s properly.
 
 ## Side by side, without perf
 
 {a.pair_reps} paired repetitions of 1 s (same setup, no profiler). HAProxy CPU per
-request (median): plain {cpu['plain']:.1f}, hunting {cpu['hunting']:.1f}, slots-840
-{cpu['slots-840']:.1f} µs.
+request (median): {', '.join(f"{n} {cpu[n]:.1f}" for n in fronts)} µs.
 
 | ratio | req/s: median (95% CI) | req/s: mean ± 95% CI | CPU per request: median (95% CI) |
 |-------|------:|------:|------:|
@@ -166,8 +169,8 @@ request (median): plain {cpu['plain']:.1f}, hunting {cpu['hunting']:.1f}, slots-
 
 ## The functions hunting adds most to (µs per request, perf)
 
-| function | plain | hunting | slots-840 |
-|----------|------:|--------:|----------:|
+| function | plain | hunting | random-offer | slots-840 |
+|----------|------:|--------:|-------------:|----------:|
 {chr(10).join(rows)}
 """
     write_result("haproxy-profile", {"machine": machine(), "pair_reps": a.pair_reps, "pairs": pairs, "reps": a.reps,
