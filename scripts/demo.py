@@ -9,16 +9,18 @@ run without huntlb. Drives each front
 in turn with the same open-loop Poisson load at about 85% of capacity, prints a
 table, and stops everything it started. Takes about a minute.
 
-With Debian's `prometheus` installed it also starts Prometheus on loopback over
-the same agents and fronts, with the compose demo's rules and dashboard
-(compose/config/huntlb.rules.yml, compose/dashboard/), and prints where the
-dashboard is; --hold keeps everything up that many seconds after the table.
+It also starts Prometheus on loopback over the same agents and fronts, with the
+compose demo's rules and dashboard (compose/config/huntlb.rules.yml,
+compose/dashboard/), and prints where the dashboard is; --hold keeps everything
+up that many seconds after the table. The Prometheus is the one on PATH, else
+the binary `make setup` unpacks from Debian's package into .cache/prometheus/.
 
-Usage: make demo   (or: python3 scripts/demo.py [--seconds 15] [--rho 0.85] [--hold 0])
+Usage: make demo   (or: PYTHONPATH=. .venv/bin/python scripts/demo.py [--seconds 15] [--rho 0.85] [--hold 0])
 """
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +36,9 @@ from harness import (ROOT, Addrs, HaproxyRoot, Procs, binary, front_config, hapr
                      haproxy_server_states, start_backends, start_envoy, start_haproxy, wait_http, wait_tcp, wait_until)
 
 BACKENDS, WORKERS, CORES, MEAN_MS = 4, 8, 2, 20.0
+# make setup's Prometheus when none is on PATH (scripts/setup.sh: Debian's
+# binary alone, not installed, so no service of its own on :9090)
+SETUP_PROMETHEUS = ROOT / ".cache" / "prometheus" / "prometheus"
 
 
 def main() -> int:
@@ -130,13 +135,18 @@ class Clients:
         return "\n".join(lines) + "\n"
 
 
+def prometheus_binary(local: Path = SETUP_PROMETHEUS) -> str | None:
+    """The Prometheus the dashboard runs on: PATH's, else make setup's."""
+    return shutil.which("prometheus") or (str(local) if os.access(local, os.X_OK) else None)
+
+
 def start_dashboard(procs: Procs, addrs: Addrs, work: Path, scrape: dict, clients: Clients) -> str:
     """Prometheus on loopback over the agents, the fronts and the clients, with
     the compose demo's rules and dashboard. Returns the dashboard's URL, or why
     there is none."""
-    prom = shutil.which("prometheus")
+    prom = prometheus_binary()
     if not prom:
-        return "no dashboard: apt-get install prometheus, or run the compose demo (docs/demo.md)"
+        return "no dashboard: no prometheus on PATH or in .cache/prometheus/ (make setup puts one there), or run the compose demo (docs/demo.md)"
     host = addrs.host()
 
     class Handler(BaseHTTPRequestHandler):

@@ -28,6 +28,10 @@ VENV=.venv
 TRIXIE=${HUNTLB_TRIXIE:-/opt/huntlb/trixie}
 MIRROR=${HUNTLB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LOG=.cache/setup.log
+# Prometheus for the native demo's dashboard (scripts/demo.py), when none is on
+# PATH: the binary alone, taken out of Debian's package without installing it
+# (installing it would start a Prometheus service on :9090).
+PROMETHEUS=.cache/prometheus/prometheus
 # Debian packages: the proxies, Lua, Apache and wrk for the tests; python3-venv
 # for .venv; gcc and libc6-dev because rustc links with cc (and the agent's
 # TLS provider, ring, compiles C); debootstrap for the trixie root; openssl
@@ -112,6 +116,14 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 need_trixie=0
 [ -x "$TRIXIE/usr/sbin/haproxy" ] || need_trixie=1
+need_prometheus=0
+command -v prometheus >/dev/null || "$PROMETHEUS" --version >/dev/null 2>&1 || need_prometheus=1
+# apt-get download needs no root, only package lists that name prometheus;
+# without them (and with no apt-get install to update them), apt-get update.
+prometheus_update=0
+if ((need_prometheus && ! ${#missing_apt[@]})) && ! apt-cache show prometheus >/dev/null 2>&1; then
+    prometheus_update=1
+fi
 
 if ((${#missing_apt[@]})); then
     need_disk /usr 700 "Debian packages"
@@ -121,7 +133,7 @@ if ((need_trixie)); then
 fi
 [ -d target ] || need_disk . 2000 "the Rust builds (target/), ~/.cargo and .venv"
 
-if ((${#missing_apt[@]} || need_trixie)) && [ "$(id -u)" -ne 0 ]; then
+if ((${#missing_apt[@]} || need_trixie || prometheus_update)) && [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null ||
         die "needs root for apt-get and $TRIXIE: run make as root, or as root: apt-get install sudo && adduser $(id -un) sudo (then log in again)"
     if ! sudo -n true 2>/dev/null; then
@@ -141,6 +153,29 @@ apt_install() {
 }
 if ((${#missing_apt[@]})); then
     step "apt-get install ${missing_apt[*]}" apt_install
+fi
+
+# Debian's prometheus, downloaded (no root) and unpacked into .cache: no
+# service, no user, nothing outside the project. The dashboard needs only the
+# binary: it serves compose/dashboard/ itself (--web.user-assets) and queries
+# the API. Lists that are stale (a version the mirror no longer has) get one
+# apt-get update and a second try.
+prometheus_extract() {
+    local dir
+    dir=$(dirname "$PROMETHEUS")
+    rm -rf "$dir.partial"
+    mkdir -p "$dir.partial"
+    if ((prometheus_update)); then as_root apt-get update -q; fi
+    (cd "$dir.partial" && apt-get download prometheus) ||
+        { as_root apt-get update -q && (cd "$dir.partial" && apt-get download prometheus); }
+    dpkg-deb -x "$dir.partial"/prometheus_*.deb "$dir.partial/deb"
+    "$dir.partial/deb/usr/bin/prometheus" --version
+    mv "$dir.partial/deb/usr/bin/prometheus" "$dir.partial/prometheus"
+    rm -rf "$dir.partial/deb" "$dir.partial"/prometheus_*.deb "$dir"
+    mv "$dir.partial" "$dir"
+}
+if ((need_prometheus)); then
+    step "Prometheus for the demo's dashboard (Debian's binary, unpacked into $(dirname "$PROMETHEUS"))" prometheus_extract
 fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then
@@ -189,4 +224,5 @@ if ((need_trixie)); then
 fi
 
 echo "setup: ok ($(/usr/sbin/haproxy -v | head -1 | cut -d' ' -f1-3); $(scripts/trixie-haproxy -v | head -1 | cut -d' ' -f1-3);" \
-    "envoy $ENVOY_VERSION and pytest in $VENV; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2))"
+    "envoy $ENVOY_VERSION and pytest in $VENV; $(lua5.3 -v 2>&1 | cut -d' ' -f1-2); $(lua5.4 -v 2>&1 | cut -d' ' -f1-2);" \
+    "$("$(command -v prometheus || echo "$PROMETHEUS")" --version 2>&1 | awk '{ sub(",", "", $1); print $1, $3; exit }') for the demo)"

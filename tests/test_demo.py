@@ -1,0 +1,84 @@
+"""The native demo's dashboard (scripts/demo.py): the Prometheus it runs is
+PATH's, else the binary `make setup` unpacks from Debian's package into
+.cache/prometheus/; started as the demo starts it, that Prometheus serves the
+dashboard page and answers every query of its panels. A few seconds."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from harness import ROOT, wait_until
+
+spec = importlib.util.spec_from_file_location("demo", ROOT / "scripts" / "demo.py")
+demo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(demo)  # a script, not a package; main() only runs as __main__
+
+
+def test_prometheus_is_paths_else_setups(tmp_path, monkeypatch):
+    on_path, local = tmp_path / "bin", tmp_path / "cache" / "prometheus"
+    on_path.mkdir()
+    local.parent.mkdir()
+    monkeypatch.setenv("PATH", str(on_path))
+    assert demo.prometheus_binary(local) is None
+    local.write_text("#!/bin/sh\n")
+    local.chmod(0o755)
+    assert demo.prometheus_binary(local) == str(local)
+    (on_path / "prometheus").write_text("#!/bin/sh\n")
+    (on_path / "prometheus").chmod(0o755)
+    assert demo.prometheus_binary(local) == str(on_path / "prometheus")
+
+
+def get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.status, r.read()
+
+
+def api(base: str, path: str, **params) -> list:
+    status, body = get(f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+    j = json.loads(body)
+    assert status == 200 and j["status"] == "success", (path, params, j)
+    return j["data"]["result"] if "result" in j["data"] else j["data"]
+
+
+def test_dashboard_page_and_every_panel_query(procs, addrs, tmp_path):
+    if not demo.prometheus_binary():
+        pytest.fail("no prometheus on PATH or in .cache/prometheus/: run `make setup`")
+    clients = demo.Clients()
+    pct = [[50.0, 21000.0], [90.0, 48000.0], [99.0, 95000.0]]
+    for front in ("envoy-hunting", "envoy-least-req"):
+        clients.add(front, {"completed": 100, "errors": 0, "status": {"200": 100}, "served_by": {"b1": 60, "b2": 40},
+                            "latency": {"mean_us": 26000.0, "percentiles": pct}})
+    url = demo.start_dashboard(procs, addrs, tmp_path, {"agents": [], "envoy": [], "haproxy": []}, clients)
+    assert url.startswith("http://") and url.endswith("/user/index.html"), url
+    base = url.removesuffix("/user/index.html")
+
+    # the page and its own files (urllib follows Prometheus' index.html -> ./ redirect)
+    status, page = get(url)
+    assert status == 200 and b'<script src="dashboard.js">' in page
+    for f in ("dashboard.js", "dashboard.css", "panels.json"):
+        assert get(f"{base}/user/{f}")[0] == 200, f
+
+    # the load generator's metrics scraped, the compose demo's rules loaded
+    wait_until(lambda: api(base, "query", query="huntlb_demo_requests_total"), timeout=20, every=0.5,
+               what="huntlb_demo_requests_total scraped")
+    groups = api(base, "rules")["groups"]
+    assert groups and all(r["health"] != "err" for g in groups for r in g["rules"]), groups
+
+    # every query of every panel, as dashboard.js sends it
+    panels = json.loads((ROOT / "compose" / "dashboard" / "panels.json").read_text())["panels"]
+    now = time.time()
+    with_data = set()
+    for p in panels:
+        for expr in [q["expr"] for q in p["queries"]] + ([p["max_expr"]] if "max_expr" in p else []):
+            if api(base, "query", query=expr):
+                with_data.add(expr)
+            if p["kind"] == "lines":
+                api(base, "query_range", query=expr, start=now - 300, end=now, step=2)
+    # the clients' panels have data already; the agents' and proxies' need the demo's load
+    assert 'huntlb_demo_latency_ms{quantile="0.99"}' in with_data and "huntlb_demo_latency_mean_ms" in with_data, with_data
