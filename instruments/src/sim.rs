@@ -33,6 +33,10 @@
 //! [`Assign`]) and each counts only the requests it sent itself. With
 //! `refresh_s > 0` a proxy picks from a snapshot of its counts taken every
 //! `refresh_s` (the proxies' refreshes staggered), not from the live counts.
+//! With `feedback`, every response (and refusal) tells its proxy the server's
+//! true in-flight count, and the proxy's view of a server is the last count it
+//! heard plus its own sends minus its own completions since: an upper bound on
+//! what load reports from the backends could buy (no front does this).
 
 use huntlb_policy::{Load, Policy, State, Try};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -267,6 +271,10 @@ pub struct Config {
     pub assign: Assign,
     /// Own views are snapshots refreshed every this many seconds; 0: live.
     pub refresh_s: f64,
+    /// Load feedback: every response (and refusal) carries the server's true
+    /// in-flight count; a proxy's view of a server is the last count it heard
+    /// plus its own sends and minus its own completions since.
+    pub feedback: bool,
     pub seed: u64,
     /// Sample per-server busy workers this often (seconds); 0: never.
     pub sample_every_s: f64,
@@ -426,6 +434,9 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
     let refresh_step = cfg.refresh_s / cfg.proxies as f64;
     let mut refreshes = 0u64;
     let mut next_refresh = if stale { 0.0 } else { f64::INFINITY };
+    // Feedback: per proxy and server, (true count heard, own count then).
+    let mut heard = vec![vec![(0u32, 0u32); n]; cfg.proxies];
+    let mut est = vec![0u32; n];
     let mut owner: Vec<(usize, usize)> = Vec::with_capacity(cfg.requests as usize); // (proxy, server) per request
     let mut arrived_at: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
     let mut times: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
@@ -465,7 +476,13 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                 Assign::Turn => (id as usize) % cfg.proxies,
                 Assign::Random => rng.gen_range(0..cfg.proxies),
             };
-            let own: &[u32] = if stale { &snap[proxy] } else { &view[proxy] };
+            if cfg.feedback {
+                for (k, e) in est.iter_mut().enumerate() {
+                    let (t, at) = heard[proxy][k];
+                    *e = (i64::from(t) + i64::from(view[proxy][k]) - i64::from(at)).max(0) as u32;
+                }
+            }
+            let own: &[u32] = if cfg.feedback { &est } else if stale { &snap[proxy] } else { &view[proxy] };
             let s = match cfg.dispatch {
                 Dispatch::Local(rule) => pick(rule, own, None, rng),
                 Dispatch::Hunt(rule, p) => {
@@ -481,6 +498,9 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                         accepted += 1;
                         first
                     } else {
+                        if cfg.feedback {
+                            heard[proxy][first] = (load.busy, view[proxy][first]);
+                        }
                         pick(rule, own, Some(first), rng)
                     }
                 }
@@ -522,6 +542,9 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                     srv.served += 1;
                     let (p, _) = owner[rid as usize];
                     view[p][ev.server] -= 1;
+                    if cfg.feedback {
+                        heard[p][ev.server] = (u32::MAX, view[p][ev.server]); // count filled in below
+                    }
                 } else {
                     i += 1;
                 }
@@ -529,6 +552,14 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             while srv.in_service.len() < srv.workers as usize {
                 let Some(job) = srv.queue.pop_front() else { break };
                 srv.in_service.push((srv.v + job.demand, job.id));
+            }
+            if cfg.feedback {
+                let now_in = srv.inflight();
+                for h in heard.iter_mut() {
+                    if h[ev.server].0 == u32::MAX {
+                        h[ev.server].0 = now_in;
+                    }
+                }
             }
             reschedule(srv, ev.server, &mut heap);
         }
@@ -577,6 +608,7 @@ mod tests {
             proxies: 1,
             assign: Assign::Turn,
             refresh_s: 0.0,
+            feedback: false,
             seed: 7,
             sample_every_s: 0.0,
         }
@@ -644,6 +676,26 @@ mod tests {
         four.requests = 40_000;
         let (a, b) = (run(&one), run(&four));
         assert!(a.mean_ms < b.mean_ms, "1 proxy {} vs 4 proxies {}", a.mean_ms, b.mean_ms);
+    }
+
+    #[test]
+    fn load_feedback_is_exact_with_one_proxy_and_closes_the_gap_with_many() {
+        // One proxy: the count it hears plus its own changes since is the truth,
+        // which its own count already was, so the runs are identical.
+        let mut base = cfg("least", 0.88);
+        base.requests = 40_000;
+        let mut fed = base.clone();
+        fed.feedback = true;
+        let (a, b) = (run(&base), run(&fed));
+        assert_eq!(a.served_per_server, b.served_per_server);
+        assert_eq!(a.mean_ms, b.mean_ms);
+        // Sixteen proxies: what the others sent reaches each one with every
+        // response, so least-request moves towards JSQ.
+        base.proxies = 16;
+        fed.proxies = 16;
+        let (own, heard, jsq) = (run(&base), run(&fed), run(&Config { proxies: 16, ..cfg("jsq", 0.88) }));
+        assert!(heard.mean_ms < 0.9 * own.mean_ms, "feedback {} vs own view {}", heard.mean_ms, own.mean_ms);
+        assert!(jsq.mean_ms < heard.mean_ms, "JSQ {} vs feedback {}", jsq.mean_ms, heard.mean_ms);
     }
 
     #[test]

@@ -54,6 +54,9 @@ struct Args {
     /// Proxies pick from a snapshot of their own counts refreshed every this many ms (0: live).
     #[arg(long, default_value_t = 0.0)]
     refresh_ms: f64,
+    /// Load feedback: responses carry the server's true in-flight count (see huntlb_instruments::sim)
+    #[arg(long)]
+    feedback: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Sample busy workers per server this often, seconds (0: never).
@@ -107,6 +110,7 @@ fn main() -> anyhow::Result<()> {
         proxies: a.proxies,
         assign,
         refresh_s: a.refresh_ms / 1e3,
+        feedback: a.feedback,
         seed: a.seed,
         sample_every_s: a.sample_every,
     };
