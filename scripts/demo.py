@@ -47,6 +47,9 @@ def main() -> int:
     ap.add_argument("--rho", type=float, default=0.85, help="offered load / capacity")
     ap.add_argument("--hold", type=float, default=0, help="seconds to keep everything (and the dashboard) up after the table")
     a = ap.parse_args()
+    # each line as it comes, also into a pipe or a log: the dashboard's address
+    # is worth having while the demo runs, not after it
+    sys.stdout.reconfigure(line_buffering=True)
     capacity = BACKENDS * CORES / (MEAN_MS / 1000)  # requests/s the apps can serve
     rate = a.rho * capacity
     work = Path(tempfile.mkdtemp(prefix="huntlb-demo-"))
