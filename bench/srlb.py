@@ -334,8 +334,10 @@ Mean / p99 response time (ms):
 
 
 # Scenario 3 (issue 18): hunting against the balancer users run, paired. Per
-# proxy: (its own least-request, hunting over that pick, hunting over a random pick).
-VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn"), "haproxy": ("leastconn", "SR_slack/least", "SR_dyn")}
+# proxy: (its own least-request as configured by default, hunting over that
+# pick, hunting over a random pick, then any stronger least-request it has).
+# Envoy's default compares two random hosts; FULL_SCAN (LR/full) compares all.
+VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn", "LR/full"), "haproxy": ("leastconn", "SR_slack/least", "SR_dyn")}
 
 
 def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:
@@ -357,21 +359,26 @@ def report_vs_least(data: dict) -> str:
     runs, lam0 = data["runs"], data["lambda0"]
     rows, ratios = [], []
     for proxy in sorted({r.proxy for r in runs}):
-        least, over, rand = VS_LEAST[proxy]
+        least, over, rand, *more = VS_LEAST[proxy]
         for n in sorted({r.instances for r in runs if r.proxy == proxy}):
-            for name in (least, over, rand):
+            for name in (least, *more, over, rand):
                 sel = select(runs, proxy=proxy, policy=name, instances=n)
+                if not sel:  # a baseline added after these runs
+                    continue
                 ok = select(sel, valid=True)
                 acc = [r.acceptance for r in ok if r.acceptance is not None]
                 rows.append(f"| {proxy} | {n} | {name} | {median([r.mean_ms for r in ok]):.1f} | "
                             f"{median([r.p99_ms for r in ok]):.0f} | {f'{median(acc):.2f}' if acc else '-'} | "
                             f"{len(ok)}/{len(sel)} | {flag(sum(r.errors for r in sel))} |")
-            for name in (over, rand):
-                for key in ("mean_ms", "p99_ms"):
-                    xs = paired(runs, name, least, key, proxy=proxy, instances=n)
-                    m, h = ci95(xs)
-                    ratios.append(f"| {proxy} | {n} | {name} / {least} | {key[:-3]} | **{median(xs):.3f}** | {m:.3f} ± {h:.3f} "
-                                  f"| {len(xs)} |")
+            for base in (least, *more):
+                for name in (over, rand):
+                    for key in ("mean_ms", "p99_ms"):
+                        xs = paired(runs, name, base, key, proxy=proxy, instances=n)
+                        if not xs:  # a baseline added after these runs
+                            continue
+                        m, h = ci95(xs)
+                        ratios.append(f"| {proxy} | {n} | {name} / {base} | {key[:-3]} | **{median(xs):.3f}** | {m:.3f} ± {h:.3f} "
+                                      f"| {len(xs)} |")
     reps = max(r.rep for r in runs) + 1
     ran_on = "; ".join(f"{p} on {m}" for p, m in sorted(data.get("machines", {}).items())) or data["machine"]
     return f"""# Hunting against the balancer users run
@@ -387,6 +394,11 @@ runs of the same repetition.
 * **LEAST_REQUEST** (Envoy) / **leastconn** (HAProxy): the proxy's own least-request, no
   hunting: what users run. Envoy's compares two random hosts' active requests; HAProxy's
   takes the server with the fewest.
+* **LR/full** (Envoy): LEAST_REQUEST with `selection_method: FULL_SCAN`, the fewest of all
+  hosts: Envoy's strongest least-request, a setting users can pick. Hunting is not offered
+  over it: whenever the host that refused is still the unique least-loaded one, every
+  reselection `previous_hosts` asks for returns it again, and Envoy then routes to the last
+  host selected, so the final would go back to the host that refused.
 * **SR_dyn/LR** (Envoy, the shipped `front.yaml`): hunting over that pick: the offer goes to
   LEAST_REQUEST's choice, the agent refuses by its true in-flight count (SR_dyn), and the
   final is LEAST_REQUEST's choice among the other hosts (`previous_hosts`).

@@ -42,6 +42,10 @@ def _walk(node, fn):
             _walk(v, fn)
 
 
+# front_config's lb_policy for LEAST_REQUEST with selection_method FULL_SCAN
+FULL_SCAN = "LEAST_REQUEST_FULL_SCAN"
+
+
 def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | None = None, hunting: bool = True,
                  keep_served_by: bool = True, example: str = "front.yaml", upstream_h2: bool = False) -> dict:
     """The committed example front config, pointed at this test's addresses.
@@ -57,7 +61,16 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
     lst = cfg["static_resources"]["listeners"][0]
     lst["address"] = sock(listen)
     cluster = cfg["static_resources"]["clusters"][0]
-    if lb_policy:
+    if lb_policy == FULL_SCAN:
+        # Least-request over every host, not two random ones: the strongest
+        # least-request Envoy has (a baseline; the offer cannot use it, see
+        # docs/results/vs-least.md)
+        cluster.pop("lb_policy", None)
+        cluster["load_balancing_policy"] = {"policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.least_request",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
+                             "selection_method": "FULL_SCAN"}}}]}
+    elif lb_policy:
         cluster["lb_policy"] = lb_policy
     if upstream_h2:
         opts = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]

@@ -164,3 +164,29 @@ def test_client_connections_are_capped(procs, addrs):
     assert path_count(bs, "/fourth") == 0
     for c in conns[1:]:
         c.close()
+
+
+def test_full_scan_baseline_sends_to_the_only_idle_host(procs, addrs, front):
+    # The strongest least-request Envoy has (FULL_SCAN: every host, not two
+    # random ones), the vs-least bench's second Envoy baseline. With two of
+    # three hosts each holding a slow request, every quick request goes to the
+    # idle one; Envoy's default (the fewer of two random hosts) would send
+    # about a third of them to a busy host.
+    import threading
+    from harness.apps import SseApp, start_app_backends
+    from harness.envoy import FULL_SCAN
+    bs = start_app_backends(procs, addrs, 3, "always", SseApp)
+    listen, _ = front(bs, lb_policy=FULL_SCAN, hunting=False)
+    for trial in range(3):
+        slow = []
+        threads = [threading.Thread(target=lambda: slow.append(request(listen, "GET", "/events?n=1&every_ms=1500")[1]["hunt-served-by"]))
+                   for _ in range(2)]
+        for k, t in enumerate(threads):
+            t.start()  # the next starts once this one is at its app (counted by Envoy as active)
+            wait_until(lambda: sum(b.app_proc.streams for b in bs) == 2 * trial + k + 1, timeout=5)
+        quick = [request(listen, "GET", f"/q/{trial}/{i}")[1]["hunt-served-by"] for i in range(12)]
+        for t in threads:
+            t.join(timeout=10)
+        assert len(set(slow)) == 2, slow
+        idle = ({b.id for b in bs} - set(slow)).pop()
+        assert quick == [idle] * 12, (trial, slow, quick)

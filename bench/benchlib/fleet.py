@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchlib.fronts import Front, start_front
+from harness.envoy import FULL_SCAN
 from benchlib.stats import jain
 from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 
@@ -32,7 +33,7 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 # with fewer active requests) and reselects the final the same way (issue 18).
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
-              "LEAST_REQUEST": (False, "LEAST_REQUEST")},
+              "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN)},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
                 "random(2)": (False, "random(2)"), "hunt/least": (True, None)},
 }
