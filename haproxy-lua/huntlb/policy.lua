@@ -71,6 +71,10 @@ local function parse_dynamic(args)
             return fail("policy", "`" .. kv .. "` is not key=value")
         end
         k = trim(k)
+        if k == "" then
+            -- an error must name a key: the whole spec's, as for a piece without "="
+            return fail("policy", "`" .. kv .. "` has no key before `=`")
+        end
         if seen[k] then
             return fail(k, "given twice")
         end

@@ -91,6 +91,10 @@ fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
             return Err(err("policy", format!("`{kv}` is not key=value")));
         };
         let k = k.trim();
+        if k.is_empty() {
+            // an error must name a key: the whole spec's, as for a piece without `=`
+            return Err(err("policy", format!("`{kv}` has no key before `=`")));
+        }
         if seen.contains(&k) {
             return Err(err(k, "given twice"));
         }
