@@ -9,7 +9,13 @@ cd "$(dirname "$0")"
 ROOT=$(cd .. && pwd)
 python=$ROOT/.venv/bin/python   # made by `make setup`; harness needs its pyyaml
 [ -x "$python" ] || python=python3
-COMPOSE=${COMPOSE:-$(docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)}
+# `docker compose` (v2) if it answers, else docker-compose (1.29); HUNTLB_COMPOSE=v2|v1 picks one
+case "${HUNTLB_COMPOSE:-}" in
+    v2) COMPOSE=${COMPOSE:-docker compose} ;;
+    v1) COMPOSE=${COMPOSE:-docker-compose} ;;
+    "") COMPOSE=${COMPOSE:-$(docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)} ;;
+    *) echo "build.sh: HUNTLB_COMPOSE=$HUNTLB_COMPOSE: v1 or v2" >&2; exit 2 ;;
+esac
 
 "$ROOT/scripts/docker-setup.sh" base
 (cd "$ROOT" && cargo build -q --release -p huntlb-agent -p huntlb-instruments)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -65,8 +66,14 @@ def decide(rule: Rule, st: State, signal: float | None, backends: int) -> tuple[
 
 
 def compose_cmd() -> list[str]:
-    ok = subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
-    return ["docker", "compose"] if ok else ["docker-compose"]
+    """`docker compose` (v2) if it answers, else `docker-compose` (1.29); HUNTLB_COMPOSE=v2|v1 picks one."""
+    want = os.environ.get("HUNTLB_COMPOSE", "")
+    if want not in ("", "v1", "v2"):
+        sys.exit(f"HUNTLB_COMPOSE={want}: v1 or v2")
+    if not want:
+        ok = subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+        want = "v2" if ok else "v1"
+    return ["docker", "compose"] if want == "v2" else ["docker-compose"]
 
 
 def main() -> int:
