@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from harness import ROOT, envoy_binary
@@ -98,6 +100,20 @@ def test_compose_file_runs_on_compose_v2_and_1_29():
     aliases = {n for n, s in doc["services"].items() if "backends" in s.get("networks", {}).get("default", {}).get("aliases", [])}
     assert aliases == {"backend", "backend-small"}
 
+
+
+@pytest.mark.parametrize("which", ["v2", "v1"])
+def test_compose_reads_the_file(which):
+    """Each Compose installed here (v2: `docker compose`, v1: Debian's docker-compose
+    1.29) reads the file with compose/.env, no variable unset; no daemon needed."""
+    cmd = ["docker", "compose"] if which == "v2" else ["docker-compose"]
+    if not shutil.which(cmd[0]) or subprocess.run(cmd + ["version"], capture_output=True).returncode:
+        pytest.skip(f"no `{' '.join(cmd)}` here")
+    p = subprocess.run(cmd + ["config", "--services"], cwd=ROOT / "compose", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "not set" not in p.stderr, p.stderr[-2000:]
+    doc = yaml.safe_load((ROOT / "compose/compose.yaml").read_text())
+    assert sorted(p.stdout.split()) == sorted(doc["services"])
 
 def test_grafana_dashboard_is_the_dashboards_panels():
     committed = (ROOT / "compose/grafana/huntlb.json").read_text()
