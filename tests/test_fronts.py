@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import harness
-from harness import FRONTS, each_refused_once_then_served_elsewhere, path_count, request, start_backends, start_front
+from harness import (FRONTS, each_refused_once_then_served_elsewhere, path_count, request, start_backends, start_front,
+                     wait_until)
 
 
 @pytest.fixture(params=FRONTS)
@@ -178,6 +179,49 @@ def test_dead_app_behind_a_live_agent_costs_no_client_errors(procs, addrs, front
     assert all(path_count(bs, p) == (1 if s == 200 else 0) for p, s in zip(paths, statuses))
     unreachable = bs[0].metrics()['huntlb_app_errors_total{kind="connect"}']
     assert unreachable >= 1, "no final met the dead app before health took it out: the run proves nothing"
+
+
+def test_offer_accepted_for_a_dead_app_is_refused_not_failed(procs, addrs, front):
+    # The other half of the test above: agents accept every offer, an app
+    # dies. The first offer its agent accepts meets the dead app (no
+    # connection: the app never saw it) before the agent knows; it is answered
+    # `425 hunt: unreachable`, a refusal, and the front sends its final to
+    # another backend. Before, that offer came back to the client as a 502.
+    # The agent learns of the death from its next health probe too (then it
+    # refuses offers as app_down, the path above), so an app is killed and
+    # traffic sent at once; if a probe wins that race, the next app is tried.
+    # POSTs, counted at the apps.
+    import signal
+    import socket
+
+    bs = start_backends(procs, addrs, 4, "always")
+    f = front(bs)
+    statuses, paths, hit = [], [], None
+
+    def refusing(addr: str) -> bool:
+        try:
+            socket.create_connection((addr.split(":")[0], int(addr.split(":")[1])), timeout=1).close()
+            return False
+        except OSError:
+            return True
+
+    for victim in bs[:3]:
+        victim.app_proc.signal(signal.SIGKILL)
+        wait_until(lambda: refusing(victim.app), timeout=5)  # the app's port is closed
+        for _ in range(40):
+            path = f"/dead-offer/{uuid.uuid4()}"
+            paths.append(path)
+            statuses.append(request(f.listen, "POST", path, body=b"x" * 100)[0])
+            m = victim.metrics()
+            if m['huntlb_app_errors_total{kind="connect"}'] or m['huntlb_refusals_total{reason="app_down"}']:
+                break
+        if m['huntlb_app_errors_total{kind="connect"}']:
+            hit = victim
+            break
+    assert statuses == [200] * len(statuses), {s: statuses.count(s) for s in set(statuses)}
+    assert all(path_count(bs, p) == 1 for p in paths)
+    assert hit is not None, "every app's death reached its agent by a health probe first: the run proves nothing"
+    assert hit.metrics()['huntlb_offers_total{decision="accept"}'] >= 1
 
 
 def test_overload_gets_every_request_an_answer_in_at_most_two_tries(procs, addrs, front, tmp_path):

@@ -146,7 +146,7 @@ impl Agent {
             n.fetch_add(1, Ordering::Relaxed);
         }
         Ok(match verdict {
-            Verdict::Accept => self.forward(req, VecDeque::new(), named_by_target, mark == Mark::Final).await,
+            Verdict::Accept => self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final)).await,
             Verdict::Refuse(why) => self.refuse(req, why, named_by_target).await,
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
         })
@@ -249,15 +249,16 @@ impl Agent {
         if self.inflight.get() >= self.cfg.max_inflight {
             return plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n");
         }
-        // Not a final the front may send once more: it may not hold the body.
+        // Not a try the front may send once more: it may not hold the body.
         self.forward(Request::from_parts(parts, body), held, named_by_target, false).await
     }
 
     /// Forward to the app, `held` (body frames already read) first. `named_by_target`:
     /// the try carried `hunt-target`, so its front may retry a 425 by status
-    /// alone (`protocol::carry`). `final_try`: the try is a final from a hunting
-    /// front, which may send it once more if it never reached the app.
-    async fn forward(&self, mut req: Request<Incoming>, held: VecDeque<Frame<Bytes>>, named_by_target: bool, final_try: bool) -> Response<AgentBody> {
+    /// alone (`protocol::carry`). `resendable`: an offer or a final from a hunting
+    /// front, which holds the request and may send it once more (to another
+    /// backend) if it never reached the app.
+    async fn forward(&self, mut req: Request<Incoming>, held: VecDeque<Frame<Bytes>>, named_by_target: bool, resendable: bool) -> Response<AgentBody> {
         let guard = self.inflight.enter();
         // An upgrade (WebSocket) passes through: the app answers the handshake,
         // and on 101 the two connections are joined (`tunnel`).
@@ -299,9 +300,11 @@ impl Agent {
                 if self.app_up.swap(false, Ordering::AcqRel) {
                     warn!(app = %self.cfg.app, error = %e, "app unreachable: refusing offers until it answers");
                 }
-                if final_try {
+                if resendable {
                     // No connection, so the app never saw it: the front may send
-                    // it to another backend, which a 502 would not let it do.
+                    // it to another backend, which a 502 would not let it do. An
+                    // offer accepted just before the agent learnt its app had
+                    // died is one: refused, it still has its final.
                     return unreachable_response(h1);
                 }
                 plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: app at {} unreachable: {}\n", self.cfg.app, source_chain(&e)))
