@@ -75,8 +75,10 @@ def agility(work: Path, quick: bool) -> dict:
             # hunting over the proxy's own pick, each agent's c_min at its cores
             # (issue 18: traffic follows capacity; HAProxy adds hunt-seen, slack 1)
             own = {"envoy": "hunt/LR", "haproxy": "hunt/least"}[proxy]
+            # Envoy's strongest least-request too (FULL_SCAN): compare with the best
+            stronger = [("LR/full", "LR/full", None)] if proxy == "envoy" else []
             for name, strategy, policy in (("RR", "RR", None), ("SR_4", "hunt", "static:4"), ("SR_dyn", "hunt", "dynamic"),
-                                           (LEAST[proxy], LEAST[proxy], None),
+                                           (LEAST[proxy], LEAST[proxy], None), *stronger,
                                            ("SR_cores/own", own, "dynamic:slack=1,c_min={cores}")):
                 if policy:
                     fleet.set_policy(policy)
@@ -229,6 +231,8 @@ Poisson at {a['rate']:.0f} req/s = 70% of their total capacity, {a['seconds']:.0
 SR_cores/own: hunting over the proxy's own pick (Envoy LEAST_REQUEST; HAProxy's
 least-loaded server, with hunt-seen), each agent `dynamic:slack=1,c_min=<its cores>`:
 no refusal while a core is free, so a big backend keeps what it can serve at once.
+LR/full: Envoy's `LEAST_REQUEST` with `selection_method: FULL_SCAN` (the least loaded of
+all hosts, not of two random ones), Envoy's strongest least-request.
 
 ## Fairness: Jain's index over homogeneous backends
 
