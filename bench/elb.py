@@ -74,7 +74,7 @@ def agility(work: Path, quick: bool) -> dict:
         for proxy in PROXIES:
             # hunting over the proxy's own pick, each agent's c_min at its cores
             # (issue 18: traffic follows capacity; HAProxy adds hunt-seen, slack 1)
-            own = {"envoy": "hunt/LR", "haproxy": "hunt/least"}[proxy]
+            own = {"envoy": "hunt/full", "haproxy": "hunt/least"}[proxy]
             # Envoy's strongest least-request too (FULL_SCAN): compare with the best
             stronger = [("LR/full", "LR/full", None)] if proxy == "envoy" else []
             for name, strategy, policy in (("RR", "RR", None), ("SR_4", "hunt", "static:4"), ("SR_dyn", "hunt", "dynamic"),

@@ -337,7 +337,7 @@ Mean / p99 response time (ms):
 # proxy: (its own least-request as configured by default, hunting over that
 # pick, hunting over a random pick, then any stronger least-request it has).
 # Envoy's default compares two random hosts; FULL_SCAN (LR/full) compares all.
-VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_dyn/LR", "SR_dyn", "LR/full"), "haproxy": ("leastconn", "SR_slack/least", "SR_dyn")}
+VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_slack/full", "SR_dyn", "LR/full"), "haproxy": ("leastconn", "SR_slack/least", "SR_dyn")}
 
 
 def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:

@@ -70,7 +70,15 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
             "name": "envoy.load_balancing_policies.least_request",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
                              "selection_method": "FULL_SCAN"}}}]}
+    elif lb_policy and lb_policy.startswith("LEAST_REQUEST:"):
+        # LEAST_REQUEST:N: the fewest active requests of N random hosts (choice_count)
+        cluster.pop("lb_policy", None)
+        cluster["load_balancing_policy"] = {"policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.least_request",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
+                             "choice_count": int(lb_policy.split(":")[1])}}}]}
     elif lb_policy:
+        cluster.pop("load_balancing_policy", None)  # it would win over lb_policy
         cluster["lb_policy"] = lb_policy
     if upstream_h2:
         opts = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
@@ -82,7 +90,7 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
         if keep_served_by:
             vh["response_headers_to_remove"] = [h for h in vh.get("response_headers_to_remove", []) if h != "hunt-served-by"]
         if not hunting:
-            for key in ("include_request_attempt_count", "request_headers_to_remove", "response_headers_to_remove"):
+            for key in ("include_request_attempt_count", "request_headers_to_add", "request_headers_to_remove", "response_headers_to_remove"):
                 vh.pop(key, None)
             for r in vh["routes"]:
                 for key in ("request_headers_to_add", "request_headers_to_remove"):

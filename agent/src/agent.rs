@@ -10,7 +10,7 @@
 //! ```
 
 use crate::config::{Config, LoadSource};
-use crate::load::{Inflight, InflightGuard, Progress, Scoreboard};
+use crate::load::{Inflight, InflightGuard, PerFront, Progress, Scoreboard};
 use crate::metrics::{Gauges, Metrics};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
@@ -43,6 +43,7 @@ pub struct Agent {
     pub cfg: Config,
     policy: SharedPolicy,
     inflight: Arc<Inflight>,
+    per_front: Arc<PerFront>,
     pub scoreboard: Option<Arc<Scoreboard>>,
     pub metrics: Metrics,
     client: Client<HttpConnector, Replayed>,
@@ -69,6 +70,7 @@ impl Agent {
         Arc::new(Agent {
             policy: SharedPolicy::new(cfg.policy),
             inflight: Arc::new(Inflight::default()),
+            per_front: Arc::new(PerFront::default()),
             scoreboard,
             metrics: Metrics::default(),
             client,
@@ -127,7 +129,10 @@ impl Agent {
             field(req.headers(), protocol::OFFER),
             protocol::per_try_mark(target, field(req.headers(), protocol::ENVOY_ATTEMPT)),
         );
-        let seen = protocol::parse_seen(field(req.headers(), protocol::SEEN));
+        // A front that cannot say what it counts here names itself instead:
+        // what it counts is what this agent holds from it.
+        let front = protocol::parse_front(field(req.headers(), protocol::FRONT)).map(Box::<[u8]>::from);
+        let seen = protocol::parse_seen(field(req.headers(), protocol::SEEN)).or_else(|| front.as_deref().map(|f| self.per_front.get(f)));
         let (verdict, load) = self.admit(mark, seen);
         let m = &self.metrics;
         if mark == Mark::Final && self.policy.is_busy(load) {
@@ -146,7 +151,10 @@ impl Agent {
             n.fetch_add(1, Ordering::Relaxed);
         }
         Ok(match verdict {
-            Verdict::Accept => self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final)).await,
+            Verdict::Accept => {
+                let _counted = front.as_deref().map(|f| self.per_front.enter(f));
+                self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final)).await
+            }
             Verdict::Refuse(why) => self.refuse(req, why, named_by_target).await,
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
         })

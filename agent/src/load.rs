@@ -11,7 +11,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Requests in flight to the app, with a guard that counts one down on drop.
@@ -34,6 +35,42 @@ pub struct InflightGuard(Arc<Inflight>);
 impl Drop for InflightGuard {
     fn drop(&mut self) {
         self.0 .0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Requests in flight per front (`hunt-front`): each front's own count at this
+/// backend, what a front that cannot send `hunt-seen` would have sent.
+#[derive(Default, Debug)]
+pub struct PerFront(Mutex<HashMap<Box<[u8]>, u32>>);
+
+impl PerFront {
+    pub fn get(&self, front: &[u8]) -> u32 {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(front).copied().unwrap_or(0)
+    }
+
+    pub fn enter(self: &Arc<Self>, front: &[u8]) -> PerFrontGuard {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner).entry(front.into()).or_insert(0) += 1;
+        PerFrontGuard(self.clone(), front.into())
+    }
+
+    /// Fronts with requests in flight (a front's entry goes with its last request).
+    #[cfg(test)]
+    pub fn fronts(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+pub struct PerFrontGuard(Arc<PerFront>, Box<[u8]>);
+
+impl Drop for PerFrontGuard {
+    fn drop(&mut self) {
+        let mut m = self.0 .0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = m.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.1);
+            }
+        }
     }
 }
 
@@ -145,5 +182,25 @@ mod tests {
         drop(a);
         drop(b);
         assert_eq!(f.get(), 0);
+    }
+}
+
+#[cfg(test)]
+mod per_front_tests {
+    use super::*;
+
+    #[test]
+    fn counts_each_front_apart_and_forgets_a_front_with_nothing_in_flight() {
+        let p = Arc::new(PerFront::default());
+        let a1 = p.enter(b"a");
+        let a2 = p.enter(b"a");
+        let b1 = p.enter(b"b");
+        assert_eq!((p.get(b"a"), p.get(b"b"), p.get(b"c")), (2, 1, 0));
+        drop(a1);
+        drop(b1);
+        assert_eq!((p.get(b"a"), p.get(b"b")), (1, 0));
+        assert_eq!(p.fronts(), 1);
+        drop(a2);
+        assert_eq!(p.fronts(), 0);
     }
 }

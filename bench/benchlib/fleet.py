@@ -30,10 +30,13 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 # weight: at weight 1, 12 servers get visibly uneven shares (a 20000-query RR run
 # dropped requests at 0.95 of capacity), so every bench server gets weight 100.
 # `hunt/LR` offers to Envoy's own LEAST_REQUEST pick (two random hosts, the one
-# with fewer active requests) and reselects the final the same way (issue 18).
+# with fewer active requests) and reselects the final the same way (issue 18);
+# `hunt/full`, the shipped front.yaml, to the least loaded of all (FULL_SCAN),
+# naming itself (hunt-front) so slack policies count what it holds there.
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
-              "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN)},
+              "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN),
+              "hunt/full": (True, None), "hunt/LR8": (True, "LEAST_REQUEST:8")},  # hunt/full: the shipped front.yaml
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
                 "random(2)": (False, "random(2)"), "hunt/least": (True, None)},
 }

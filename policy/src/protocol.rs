@@ -19,6 +19,11 @@ pub const ENVOY_ATTEMPT: &str = "x-envoy-attempt-count";
 pub const SEEN: &str = "hunt-seen";
 /// Longest `hunt-seen` value: 9 digits always fit a `u32`.
 pub const MAX_SEEN_DIGITS: usize = 9;
+/// Optional on every try from a front that cannot send `hunt-seen` (Envoy: its
+/// least-request count at the chosen host is not visible to its config): the
+/// front's own name. The agent counts the requests it holds from each name,
+/// which is that front's own count at this backend, and uses it as `hunt-seen`.
+pub const FRONT: &str = "hunt-front";
 /// On a refusal: `hunt: busy`.
 pub const BUSY_HEADER: &str = "hunt";
 pub const BUSY_VALUE: &str = "busy";
@@ -92,6 +97,16 @@ pub fn parse_seen(f: Field<'_>) -> Option<u32> {
         Field::One(v) if !v.is_empty() && v.len() <= MAX_SEEN_DIGITS && v.iter().all(u8::is_ascii_digit) => {
             Some(v.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')))
         }
+        _ => None,
+    }
+}
+
+/// A `hunt-front` value: 1 to [`MAX_MARK_LEN`] visible ASCII bytes, no comma
+/// (an address such as `127.0.1.254:10000` is one). Anything else, or the
+/// header repeated, is no name: the try then counts for no front.
+pub fn parse_front(f: Field<'_>) -> Option<&[u8]> {
+    match f {
+        Field::One(v) if !v.is_empty() && v.len() <= MAX_MARK_LEN && v.iter().all(|&b| b.is_ascii_graphic() && b != b',') => Some(v),
         _ => None,
     }
 }

@@ -253,3 +253,21 @@ fn seen_vectors() {
     }
     assert!(cases.len() >= 10);
 }
+
+#[test]
+fn front_vectors() {
+    use huntlb_policy::protocol::{parse_front, Field};
+    let doc = vectors("front.json");
+    let cases = doc["cases"].as_array().unwrap();
+    for c in cases {
+        let vals: Vec<&str> = c["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        let f = match vals.len() {
+            0 => Field::Absent,
+            1 => Field::One(vals[0].as_bytes()),
+            _ => Field::Repeated,
+        };
+        let want = c["front"].as_str().map(str::as_bytes);
+        assert_eq!(parse_front(f), want, "front.json {vals:?}");
+    }
+    assert!(cases.len() >= 10);
+}
