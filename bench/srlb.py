@@ -395,13 +395,18 @@ runs of the same repetition.
   hunting: what users run. Envoy's compares two random hosts' active requests; HAProxy's
   takes the server with the fewest.
 * **LR/full** (Envoy): LEAST_REQUEST with `selection_method: FULL_SCAN`, the fewest of all
-  hosts: Envoy's strongest least-request, a setting users can pick. Hunting is not offered
-  over it: whenever the host that refused is still the unique least-loaded one, every
+  hosts: Envoy's strongest least-request, a setting users can pick. Hunting over it has one
+  wrinkle: whenever the host that refused is still the unique least-loaded one, every
   reselection `previous_hosts` asks for returns it again, and Envoy then routes to the last
-  host selected, so the final would go back to the host that refused.
-* **SR_dyn/LR** (Envoy, the shipped `front.yaml`): hunting over that pick: the offer goes to
-  LEAST_REQUEST's choice, the agent refuses by its true in-flight count (SR_dyn), and the
-  final is LEAST_REQUEST's choice among the other hosts (`previous_hosts`).
+  host selected, so that final goes back to the host that refused (which accepts it: finals
+  are never refused).
+* **SR_slack/full** (Envoy, the shipped `front.yaml`): hunting over FULL_SCAN's pick: the
+  offer goes to the least loaded host of all; every try names the front (`hunt-front`), so
+  the agent knows what this front holds there and, on `dynamic:slack=1` (the default),
+  refuses only when it holds more than one request beyond that; the final is FULL_SCAN's
+  pick among the other hosts (`previous_hosts`). Earlier runs offered to the default
+  LEAST_REQUEST's pick with SR_dyn (SR_dyn/LR): 0.86× LEAST_REQUEST with one front, 0.79×
+  with four, but 1.20× and 1.15× LR/full.
 * **SR_slack/least** (HAProxy, the shipped `front.cfg`): the offer goes to HAProxy's own
   least-loaded server with its count (`hunt-seen`); agents on `dynamic:slack=1` (the
   default) refuse only when they hold more than one request beyond that count; the final is
