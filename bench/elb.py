@@ -228,7 +228,7 @@ Poisson at {a['rate']:.0f} req/s = 70% of their total capacity, {a['seconds']:.0
 |-------|--------|--------:|-------:|--------------:|-----------------:|---------------------------|
 {ag}
 
-SR_cores/own: hunting over the proxy's own pick (Envoy LEAST_REQUEST; HAProxy's
+SR_cores/own: hunting over the proxy's own pick (Envoy FULL_SCAN, with hunt-front; HAProxy's
 least-loaded server, with hunt-seen), each agent `dynamic:slack=1,c_min=<its cores>`:
 no refusal while a core is free, so a big backend keeps what it can serve at once.
 LR/full: Envoy's `LEAST_REQUEST` with `selection_method: FULL_SCAN` (the least loaded of
