@@ -265,3 +265,27 @@ def test_admin_port_closes_idle_connections(procs, addrs):
         assert s.recv(1024) == b""  # closed by the agent, nothing sent
         assert time.monotonic() - t0 < 20
     assert metrics(admin)["huntlb_inflight"] == 0  # and it still serves
+
+
+def test_an_offer_is_decided_with_its_fronts_own_count_at_this_backend(procs, addrs):
+    # hunt-front: the agent counts the tries it holds from each named front and
+    # takes that as the offer's hunt-seen. The policy refuses every offer but
+    # those within slack 1 of what their front holds here, so with two slow
+    # requests held from front A: A's offer is accepted (busy 2 <= 2 + 1), B's
+    # and an unnamed one are refused (busy 2 > 0 + 1), and a hunt-seen sent
+    # with the name wins over the count.
+    host = addrs.host()
+    _, app = procs.workload(host, workers=8, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="dynamic:c0=0,c_max=0,slack=1")
+    ts = hold(agent, 2, 3000, headers={**FINAL, "hunt-front": "A"})
+    wait_until(lambda: inflight(admin) == 2, timeout=5)
+    assert request(agent, "GET", "/a", headers={**OFFER, "hunt-front": "A"})[0] == 200
+    assert request(agent, "GET", "/b", headers={**OFFER, "hunt-front": "B"})[0] == 425
+    assert request(agent, "GET", "/c", headers=OFFER)[0] == 425
+    assert request(agent, "GET", "/d", headers={**OFFER, "hunt-front": "B", "hunt-seen": "2"})[0] == 200
+    assert request(agent, "GET", "/e", headers={**OFFER, "hunt-front": "bad name"})[0] == 425
+    for t in ts:
+        t.join(timeout=10)
+    # the held ones are done and counted out: an idle backend, busy 0 <= 0 + 1
+    wait_until(lambda: inflight(admin) == 0, timeout=5)
+    assert request(agent, "GET", "/f", headers={**OFFER, "hunt-front": "B"})[0] == 200

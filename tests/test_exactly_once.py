@@ -85,9 +85,8 @@ def test_hunter_killed_mid_request_is_not_replayed(procs, addrs, front_kind, hun
 
 
 # Exactly once at volume (issue 12 section 4, short form; harness/volume.py):
-# unique POSTs through each front over agents that refuse offers (about half
-# behind HAProxy; behind Envoy, whose offer goes to the least loaded host of all,
-# about one in six), with app 5xx, app 425s, app responses carrying hunt headers, an app
+# unique POSTs through each front over agents that refuse about half the
+# offers, with app 5xx, app 425s, app responses carrying hunt headers, an app
 # SIGKILLed and then another backend's agent SIGKILLed mid-run, arrivals counted
 # by the apps in files that survive the kill.
 @pytest.mark.parametrize("front_kind", ["envoy", "haproxy-2.6", "haproxy-3.0"])
@@ -101,7 +100,6 @@ def test_exactly_once_at_volume_with_faults(procs, addrs, front_kind, tmp_path):
     # what processed requests answered: the app's own answer, or (in flight on the
     # killed backends) an error; never a refusal
     assert v["wrong"] == [], f"processed requests answered unexpectedly: {v['wrong'][:10]}"
-    # hundreds of refusals, each a request that went to a second backend
-    assert v["sent"] == n_req and v["refused"] > 0.1 * n_req, (v["sent"], v["refused"])
+    assert v["sent"] == n_req and v["refused"] > 0.2 * n_req, (v["sent"], v["refused"])
     print(f"{front_kind}: {n_req} POSTs, {v['refused']:.0f} refusals at the live agents, "
           f"{v['not_processed']} not processed (client saw an error)")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchlib.fronts import Front, start_front
-from harness.envoy import FULL_SCAN
+from harness.envoy import FULL_SCAN, FULL_SCAN_NAMED
 from benchlib.stats import jain
 from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 
@@ -31,12 +31,12 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 # dropped requests at 0.95 of capacity), so every bench server gets weight 100.
 # `hunt/LR` offers to Envoy's own LEAST_REQUEST pick (two random hosts, the one
 # with fewer active requests) and reselects the final the same way (issue 18);
-# `hunt/full`, the shipped front.yaml, to the least loaded of all (FULL_SCAN),
-# naming itself (hunt-front) so slack policies count what it holds there.
+# `hunt/full` to the least loaded of all (FULL_SCAN), naming itself (hunt-front)
+# so slack policies count what it holds there (docs/envoy.md, not shipped).
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
               "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN),
-              "hunt/full": (True, None), "hunt/LR8": (True, "LEAST_REQUEST:8")},  # hunt/full: the shipped front.yaml
+              "hunt/full": (True, FULL_SCAN_NAMED), "hunt/LR8": (True, "LEAST_REQUEST:8")},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
                 "random(2)": (False, "random(2)"), "hunt/least": (True, None)},
 }
