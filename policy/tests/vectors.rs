@@ -236,38 +236,43 @@ fn offer_vectors() {
     assert!(n >= 10);
 }
 
+/// The header values of a case (`"values"`: [] absent, one, or repeated), as
+/// the agent hands them to the protocol's parsers.
+fn header_values(c: &Value) -> Vec<&str> {
+    c["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect()
+}
+
+fn field<'a>(vals: &[&'a str]) -> huntlb_policy::protocol::Field<'a> {
+    use huntlb_policy::protocol::Field;
+    match vals {
+        [] => Field::Absent,
+        [one] => Field::One(one.as_bytes()),
+        _ => Field::Repeated,
+    }
+}
+
 #[test]
 fn seen_vectors() {
-    use huntlb_policy::protocol::{parse_seen, Field};
+    use huntlb_policy::protocol::parse_seen;
     let doc = vectors("seen.json");
     let cases = doc["cases"].as_array().unwrap();
     for c in cases {
-        let vals: Vec<&str> = c["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-        let f = match vals.len() {
-            0 => Field::Absent,
-            1 => Field::One(vals[0].as_bytes()),
-            _ => Field::Repeated,
-        };
+        let vals = header_values(c);
         let want = c["seen"].as_u64().map(|v| v as u32);
-        assert_eq!(parse_seen(f), want, "seen.json {vals:?}");
+        assert_eq!(parse_seen(field(&vals)), want, "seen.json {vals:?}");
     }
     assert!(cases.len() >= 10);
 }
 
 #[test]
 fn front_vectors() {
-    use huntlb_policy::protocol::{parse_front, Field};
+    use huntlb_policy::protocol::parse_front;
     let doc = vectors("front.json");
     let cases = doc["cases"].as_array().unwrap();
     for c in cases {
-        let vals: Vec<&str> = c["values"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-        let f = match vals.len() {
-            0 => Field::Absent,
-            1 => Field::One(vals[0].as_bytes()),
-            _ => Field::Repeated,
-        };
+        let vals = header_values(c);
         let want = c["front"].as_str().map(str::as_bytes);
-        assert_eq!(parse_front(f), want, "front.json {vals:?}");
+        assert_eq!(parse_front(field(&vals)), want, "front.json {vals:?}");
     }
     assert!(cases.len() >= 10);
 }
