@@ -6,7 +6,8 @@ container answering to the Docker DNS name `backends`):
 
     port 10000  hunting: the shipped front as it is (envoy-filter/examples/front.yaml,
                 haproxy-lua/examples/front.cfg)
-    port 10001  the proxy's own least-request (Envoy LEAST_REQUEST, HAProxy leastconn), no hunting
+    port 10001  the proxy's own least-request at its strongest (Envoy LEAST_REQUEST with
+                FULL_SCAN, HAProxy leastconn), no hunting
     port 10002  random, no hunting
 
 Derived structurally (harness.front_config, harness.haproxy_config) each time
@@ -28,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from harness import EXAMPLES, front_config, haproxy_config, least_pick
+from harness.envoy import FULL_SCAN
 
 HERE = Path(__file__).resolve().parent
 FRONTS = [("hunting", 10000), ("least", 10001), ("random", 10002)]
@@ -43,7 +45,7 @@ def envoy_config() -> dict:
     dns["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"] = "backends"
     out = None
     for name, port in FRONTS:
-        kw = {"hunting": name == "hunting", "lb_policy": {"least": "LEAST_REQUEST", "random": "RANDOM"}.get(name)}
+        kw = {"hunting": name == "hunting", "lb_policy": {"least": FULL_SCAN, "random": "RANDOM"}.get(name)}
         cfg = front_config(f"0.0.0.0:{port}", "0.0.0.0:9901", [], keep_served_by=True, **kw)
         lst = cfg["static_resources"]["listeners"][0]
         cluster = cfg["static_resources"]["clusters"][0]

@@ -4,8 +4,9 @@
 Starts 4 workload apps (8 workers, 2 emulated cores, exponential 20 ms jobs),
 each behind a huntlb agent (SR_dyn), and four fronts over the same backends:
 Envoy hunting (the shipped front: offers to LEAST_REQUEST's pick), Envoy
-LEAST_REQUEST, HAProxy hunting (random offers), HAProxy leastconn: what users
-run without huntlb. Drives each front
+LEAST_REQUEST with FULL_SCAN (its strongest least-request: the least loaded of
+all hosts), HAProxy hunting (offers to its least-loaded server), HAProxy
+leastconn: the strongest each proxy offers without huntlb. Drives each front
 in turn with the same open-loop Poisson load at about 85% of capacity, prints a
 table, and stops everything it started. Takes about a minute.
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.envoy import FULL_SCAN
 from harness import (ROOT, Addrs, HaproxyRoot, Procs, binary, front_config, haproxy_front_text,
                      haproxy_server_states, start_backends, start_envoy, start_haproxy, wait_http, wait_tcp, wait_until)
 
@@ -62,7 +64,7 @@ def main() -> int:
                             app_opts={"workers": WORKERS, "cores": CORES, "demand": f"exp:{MEAN_MS}", "backlog": 1024},
                             agent_opts={"workers": WORKERS})
         fronts, scrape = [], {"agents": [b.admin for b in bs], "envoy": [], "haproxy": []}
-        for name, kw in (("envoy hunting", {}), ("envoy least-req", {"hunting": False, "lb_policy": "LEAST_REQUEST"})):
+        for name, kw in (("envoy hunting", {}), ("envoy least-req", {"hunting": False, "lb_policy": FULL_SCAN})):
             host = addrs.host()
             listen, admin = f"{host}:10000", f"{host}:9902"
             start_envoy(procs, name.replace(" ", "-"), front_config(listen, admin, [b.agent for b in bs], **kw))

@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -43,7 +42,9 @@ def test_envoy_config_is_valid(tmp_path):
     cfg = yaml.safe_load(text)
     assert [l["address"]["socket_address"]["port_value"] for l in cfg["static_resources"]["listeners"]] == [10000, 10001, 10002]
     clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
-    assert {n: c["lb_policy"] for n, c in clusters.items()} == {"hunting": "LEAST_REQUEST", "least": "LEAST_REQUEST", "random": "RANDOM"}
+    # the control is Envoy's strongest least-request: over every host (FULL_SCAN)
+    pick = lambda c: c.get("lb_policy") or c["load_balancing_policy"]["policies"][0]["typed_extension_config"]["typed_config"]["selection_method"]  # noqa: E731
+    assert {n: pick(c) for n, c in clusters.items()} == {"hunting": "LEAST_REQUEST", "least": "FULL_SCAN", "random": "RANDOM"}
     assert all(c["type"] == "STRICT_DNS" for c in clusters.values())
     routes = [r for l in cfg["static_resources"]["listeners"]
               for vh in l["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"] for r in vh["routes"]]
