@@ -78,13 +78,6 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
             "name": "envoy.load_balancing_policies.least_request",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
                              "selection_method": "FULL_SCAN"}}}]}
-    elif lb_policy and lb_policy.startswith("LEAST_REQUEST:"):
-        # LEAST_REQUEST:N: the fewest active requests of N random hosts (choice_count)
-        cluster.pop("lb_policy", None)
-        cluster["load_balancing_policy"] = {"policies": [{"typed_extension_config": {
-            "name": "envoy.load_balancing_policies.least_request",
-            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
-                             "choice_count": int(lb_policy.split(":")[1])}}}]}
     elif lb_policy:
         cluster.pop("load_balancing_policy", None)  # it would win over lb_policy
         cluster["lb_policy"] = lb_policy

@@ -36,7 +36,7 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
               "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN),
-              "hunt/full": (True, FULL_SCAN_NAMED), "hunt/LR8": (True, "LEAST_REQUEST:8")},
+              "hunt/full": (True, FULL_SCAN_NAMED)},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
                 "random(2)": (False, "random(2)"), "hunt/least": (True, None)},
 }
