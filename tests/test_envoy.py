@@ -190,3 +190,54 @@ def test_full_scan_baseline_sends_to_the_only_idle_host(procs, addrs, front):
         assert len(set(slow)) == 2, slow
         idle = ({b.id for b in bs} - set(slow)).pop()
         assert quick == [idle] * 12, (trial, slow, quick)
+
+
+def test_full_scan_front_leaves_a_dead_apps_backend_at_its_first_refusal(procs, addrs, front):
+    # Hunting over FULL_SCAN (the least loaded of all hosts). An app dies behind
+    # its live agent: that backend answers every try at once (app_down refusals,
+    # `unreachable` finals), so it holds the fewest requests and FULL_SCAN picks
+    # it for every offer, every reselection of the final and the third try.
+    # Before, its clients got 425s until Envoy's health checks took it out. Its
+    # agent now marks those refusals `x-envoy-immediate-health-check-fail`, and
+    # Envoy stops sending there at the first. Health checks are slowed to 5 s
+    # here so they cannot be what saves the run. 12 clients post over live
+    # backends that each hold requests (50 ms jobs); POSTs, counted at the apps.
+    import signal
+    import threading
+    import time
+    from harness.envoy import FULL_SCAN_NAMED
+    bs = start_backends(procs, addrs, 4, "dynamic:slack=1", app_opts={"workers": 8, "cores": 2, "demand": "const:50"},
+                        agent_opts={"workers": 8})
+    host = addrs.host()
+    listen, admin = f"{host}:10000", f"{host}:9902"
+    cfg = front_config(listen, admin, [b.agent for b in bs], lb_policy=FULL_SCAN_NAMED)
+    cfg["static_resources"]["clusters"][0]["health_checks"][0].update(interval="5s", no_traffic_interval="5s")
+    start_envoy(procs, f"envoy-{host}", cfg)
+    wait_envoy_hosts_healthy(admin, len(bs))
+    victim = bs[0]
+    victim.app_proc.signal(signal.SIGKILL)
+    time.sleep(0.3)  # the agent's pooled connections to the app see their close
+    results, lock = [], threading.Lock()
+
+    def client(k):
+        for j in range(25):
+            path = f"/dead-full/{k}/{j}/{uuid.uuid4()}"
+            status = request(listen, "POST", path, body=b"x" * 100)[0]
+            with lock:
+                results.append((path, status))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    statuses = [s for _, s in results]
+    assert len(results) == 300
+    assert statuses == [200] * 300, {s: statuses.count(s) for s in set(statuses)}
+    assert all(path_count(bs, p) == 1 for p, _ in results)
+    m = victim.metrics()
+    turned = m['huntlb_refusals_total{reason="app_down"}'] + m['huntlb_app_errors_total{kind="connect"}']
+    assert turned >= 1, "no try reached the dead app's agent: the run proves nothing"
+    # it left at its first refusal or two (1-2 in 4 runs), not after hundreds
+    assert turned <= 12, f"{turned} tries met the dead app's agent"
+    assert "failed_active_hc" in envoy_host_health(admin)[victim.agent]

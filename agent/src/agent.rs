@@ -125,6 +125,8 @@ impl Agent {
         }
         let target = field(req.headers(), protocol::TARGET);
         let named_by_target = target != Field::Absent;
+        // An Envoy front names its tries by its own attempt count, never by hunt-target.
+        let from_envoy = !named_by_target && field(req.headers(), protocol::ENVOY_ATTEMPT) != Field::Absent;
         let mark = protocol::classify(
             field(req.headers(), protocol::OFFER),
             protocol::per_try_mark(target, field(req.headers(), protocol::ENVOY_ATTEMPT)),
@@ -150,14 +152,18 @@ impl Agent {
         if let Some(n) = counter {
             n.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(match verdict {
+        let mut resp = match verdict {
             Verdict::Accept => {
                 let _counted = front.as_deref().map(|f| self.per_front.enter(f));
                 self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final)).await
             }
             Verdict::Refuse(why) => self.refuse(req, why, named_by_target).await,
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
-        })
+        };
+        if from_envoy && leaves_rotation(&resp, verdict) {
+            resp.headers_mut().insert(protocol::ENVOY_HC_FAIL, HeaderValue::from_static("true"));
+        }
+        Ok(resp)
     }
 
     /// This try's verdict, and the load it saw: the agent knows every gate
@@ -585,6 +591,18 @@ fn unreachable_response(h1: bool) -> Response<AgentBody> {
     let mut r = busy_response(h1);
     r.headers_mut().insert(protocol::BUSY_HEADER, HeaderValue::from_static(protocol::UNREACHABLE_VALUE));
     r
+}
+
+/// Whether this answer is a refusal about the whole backend
+/// (`protocol::leaves_rotation`): `unreachable`, or an offer refused because the
+/// app is down or the agent drains. App responses never carry `hunt`: the
+/// agent strips it from them, so the header marks the agent's own refusals.
+fn leaves_rotation(resp: &Response<AgentBody>, verdict: Verdict) -> bool {
+    match resp.headers().get(protocol::BUSY_HEADER).map(HeaderValue::as_bytes) {
+        Some(v) if v == protocol::UNREACHABLE_VALUE.as_bytes() => true,
+        Some(v) if v == protocol::BUSY_VALUE.as_bytes() => matches!(verdict, Verdict::Refuse(why) if protocol::leaves_rotation(why)),
+        _ => false,
+    }
 }
 
 fn source_chain(e: &dyn std::error::Error) -> String {

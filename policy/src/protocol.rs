@@ -33,6 +33,15 @@ pub const BUSY_VALUE: &str = "busy";
 pub const UNREACHABLE_VALUE: &str = "unreachable";
 /// A refusal's status: 425 Too Early, "not processed, safe to replay".
 pub const BUSY_STATUS: u16 = 425;
+/// Envoy's own response header: the host that answers it is taken out of its
+/// cluster's load balancing at once (clusters with active health checks), and
+/// back only when its health checks pass again. The agent adds it to a refusal
+/// that is about the whole backend, not this offer ([`leaves_rotation`]), for
+/// a try from an Envoy front: a backend that refuses fast holds the fewest
+/// requests, and a least-request front would send it everything until its
+/// health checks caught up. Not a hunt header: the Envoy front removes it from
+/// what clients see.
+pub const ENVOY_HC_FAIL: &str = "x-envoy-immediate-health-check-fail";
 /// Optional on an accepted response: which agent served it.
 pub const SERVED_BY: &str = "hunt-served-by";
 /// The agent's own health path.
@@ -109,6 +118,15 @@ pub fn parse_front(f: Field<'_>) -> Option<&[u8]> {
         Field::One(v) if !v.is_empty() && v.len() <= MAX_MARK_LEN && v.iter().all(|&b| b.is_ascii_graphic() && b != b',') => Some(v),
         _ => None,
     }
+}
+
+/// Whether a refusal should take its backend out of an Envoy front's rotation
+/// ([`ENVOY_HC_FAIL`]): when the agent cannot reach its app (an `unreachable`
+/// answer, or an offer refused as `app_down`) or is draining, every try sent
+/// there is refused until its health checks say otherwise. A busy refusal
+/// (`policy`, `overload`) is about this moment's load only: never.
+pub fn leaves_rotation(why: crate::Reason) -> bool {
+    matches!(why, crate::Reason::AppDown | crate::Reason::Draining)
 }
 
 /// The value a try's `hunt-offer` is compared with: `hunt-target` when the
@@ -304,6 +322,14 @@ mod tests {
             assert_eq!(carry(s, true), (s, None));
         }
         assert!(is_hunt_header(APP_STATUS));
+    }
+
+    #[test]
+    fn only_refusals_about_the_whole_backend_leave_rotation() {
+        use crate::Reason;
+        assert!(leaves_rotation(Reason::AppDown) && leaves_rotation(Reason::Draining));
+        assert!(!leaves_rotation(Reason::Policy) && !leaves_rotation(Reason::Overload));
+        assert!(!is_hunt_header(ENVOY_HC_FAIL));
     }
 
     #[test]
