@@ -42,10 +42,13 @@ def _walk(node, fn):
             _walk(v, fn)
 
 
-# front_config's lb_policy for LEAST_REQUEST with selection_method FULL_SCAN
+# front_config's lb_policy values beyond Envoy's own names. The shipped front
+# (lb_policy None) hunts over FULL_SCAN and names itself (hunt-front):
+# FULL_SCAN_NAMED. FULL_SCAN alone is the strongest least-request baseline
+# (hunting=False), or hunting over it without hunt-front. Any other lb_policy
+# (LEAST_REQUEST: two random hosts, Envoy's default; RANDOM) drops hunt-front
+# too: "LEAST_REQUEST" with hunting is the front shipped before FULL_SCAN.
 FULL_SCAN = "LEAST_REQUEST_FULL_SCAN"
-# The same, and every try names the front (hunt-front): the variant of docs/envoy.md
-# "Over FULL_SCAN", measured by the benches, not shipped
 FULL_SCAN_NAMED = "LEAST_REQUEST_FULL_SCAN+hunt-front"
 
 
@@ -64,20 +67,11 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
     lst = cfg["static_resources"]["listeners"][0]
     lst["address"] = sock(listen)
     cluster = cfg["static_resources"]["clusters"][0]
-    if lb_policy == FULL_SCAN_NAMED:
-        lb_policy = FULL_SCAN
-        vh0 = lst["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]
-        vh0.setdefault("request_headers_to_add", []).append(
-            {"header": {"key": "hunt-front", "value": "%DOWNSTREAM_LOCAL_ADDRESS%"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"})
-    if lb_policy == FULL_SCAN:
-        # Least-request over every host, not two random ones: the strongest
-        # least-request Envoy has (a baseline, and the unshipped variant of
-        # docs/envoy.md "Over FULL_SCAN")
-        cluster.pop("lb_policy", None)
-        cluster["load_balancing_policy"] = {"policies": [{"typed_extension_config": {
-            "name": "envoy.load_balancing_policies.least_request",
-            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
-                             "selection_method": "FULL_SCAN"}}}]}
+    if lb_policy not in (None, FULL_SCAN_NAMED):
+        for vh in lst["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"]:
+            vh["request_headers_to_add"] = [h for h in vh.get("request_headers_to_add", []) if h["header"]["key"] != "hunt-front"]
+    if lb_policy in (FULL_SCAN, FULL_SCAN_NAMED):
+        assert cluster["load_balancing_policy"]["policies"][0]["typed_extension_config"]["typed_config"]["selection_method"] == "FULL_SCAN"
     elif lb_policy:
         cluster.pop("load_balancing_policy", None)  # it would win over lb_policy
         cluster["lb_policy"] = lb_policy

@@ -42,9 +42,13 @@ def test_envoy_config_is_valid(tmp_path):
     cfg = yaml.safe_load(text)
     assert [l["address"]["socket_address"]["port_value"] for l in cfg["static_resources"]["listeners"]] == [10000, 10001, 10002]
     clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
-    # the control is Envoy's strongest least-request: over every host (FULL_SCAN)
+    # hunting offers to, and the control is, Envoy's strongest least-request:
+    # over every host (FULL_SCAN); only the hunting front names itself
     pick = lambda c: c.get("lb_policy") or c["load_balancing_policy"]["policies"][0]["typed_extension_config"]["typed_config"]["selection_method"]  # noqa: E731
-    assert {n: pick(c) for n, c in clusters.items()} == {"hunting": "LEAST_REQUEST", "least": "FULL_SCAN", "random": "RANDOM"}
+    assert {n: pick(c) for n, c in clusters.items()} == {"hunting": "FULL_SCAN", "least": "FULL_SCAN", "random": "RANDOM"}
+    named = {l["name"]: [h["header"]["key"] for vh in l["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"]
+                         for h in vh.get("request_headers_to_add", [])] for l in cfg["static_resources"]["listeners"]}
+    assert named == {"hunting": ["hunt-front"], "least": [], "random": []}
     assert all(c["type"] == "STRICT_DNS" for c in clusters.values())
     routes = [r for l in cfg["static_resources"]["listeners"]
               for vh in l["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"] for r in vh["routes"]]
