@@ -117,7 +117,7 @@ def drive_during(urls: list[str], rate: float, seconds: float, out: Path, action
 
 
 def fault_row(proxy: str, fault: str, rep: dict, expect_inside: bool = True) -> dict:
-    row = {"proxy": proxy, "offer": "least", "fault": fault, "requests": rep["completed"] + rep["errors"], "errors": rep["errors"],
+    row = {"proxy": proxy, "offer": OFFER[proxy], "fault": fault, "requests": rep["completed"] + rep["errors"], "errors": rep["errors"],
            "inside": rep.get("inside", 0), "down_s": rep.get("down_s"), "up_s": rep.get("up_s"),
            "p99_ms": round(rep["p99_ms"], 1), "valid": rep["valid"]}
     print(f"  {proxy:8s} {fault:28s} errors {row['errors']:4d} (inside {row['inside']}), down after {row['down_s']} s,"
@@ -254,7 +254,7 @@ def overload(work: Path, proxies) -> list[dict]:
             per = lambda k: round((c1[k] - c0[k]) / max(1, c1["requests"] - c0["requests"]), 3)  # noqa: E731
             after = [summary(drive([front.url], 0.5 * CAPACITY, 10, work / f"{proxy}-after{k}.json", max_lateness_us=20000))
                      for k in range(2)]
-            row = {"proxy": proxy, "offer": "least", "base_p50_ms": round(base["p50_ms"], 1), "over_requests": over["completed"] + over["errors"],
+            row = {"proxy": proxy, "offer": OFFER[proxy], "base_p50_ms": round(base["p50_ms"], 1), "over_requests": over["completed"] + over["errors"],
                    "over_served": over["completed"], "over_errors": over["errors"], "over_p99_ms": round(over["p99_ms"], 1),
                    # what the errors were: statuses the clients got, and failures with no answer
                    "over_error_kinds": {**{k: v for k, v in raw["status"].items() if not k.startswith("2")}, **raw["error_kinds"]},
@@ -303,7 +303,7 @@ def soak(work: Path, proxies, minutes: float) -> list[dict]:
             hr.cleanup()
         warm = [x for x in samples if x["t"] >= 60] or samples
         growth = lambda f: (f(warm[-1]) / f(warm[0]) - 1) * 100 if f(warm[0]) else 0.0  # noqa: E731
-        row = {"proxy": proxy, "offer": "least", "minutes": minutes, "requests": rep["completed"] + rep["errors"], "errors": rep["errors"],
+        row = {"proxy": proxy, "offer": OFFER[proxy], "minutes": minutes, "requests": rep["completed"] + rep["errors"], "errors": rep["errors"],
                "p99_ms": round(rep["p99_ms"], 1), "valid": rep["valid"],
                "proxy_rss_growth_pct": round(growth(lambda x: x["proxy"][0]), 1),
                "proxy_fds": [warm[0]["proxy"][1], warm[-1]["proxy"][1]],
@@ -351,17 +351,29 @@ def exactly_once(work: Path, proxies, posts: int) -> list[dict]:
     return rows
 
 
+# What each shipped front offers to, stamped on every row: Envoy's front offered
+# to LEAST_REQUEST's pick (two random hosts) before FULL_SCAN's ("full"),
+# HAProxy's to a random server before its least-loaded one ("least").
+OFFER = {"envoy": "full", "haproxy": "least"}
+
+
 def label(r: dict) -> str:
-    """The proxy, and for HAProxy rows measured before the front offered to its
-    own least-loaded server (rows without "offer"), that they ran random offers."""
-    return r["proxy"] + (" (random offer)" if r["proxy"] == "haproxy" and r.get("offer") != "least" else "")
+    """The proxy, and for rows measured before its front's current offer, which
+    one they ran (HAProxy rows without "offer" ran random offers; Envoy rows
+    without "full" offered to LEAST_REQUEST's pick)."""
+    if r["proxy"] == "haproxy" and r.get("offer") != "least":
+        return "haproxy (random offer)"
+    if r["proxy"] == "envoy" and r.get("offer") != "full":
+        return "envoy (LEAST_REQUEST offer)"
+    return r["proxy"]
 
 
 def report(data: dict) -> str:
     out = ["# Reliability: faults, overload, soak, exactly once at volume", "",
-           "Through the shipped hunting fronts (Envoy offers to LEAST_REQUEST's pick, HAProxy to its least-loaded",
-           "server; rows marked \"random offer\" ran HAProxy's earlier front, which offered to a random server; agents on",
-           "their default `dynamic:slack=1`, earlier rows `dynamic`, the same behind Envoy, which sends no `hunt-seen`) over",
+           "Through the shipped hunting fronts (Envoy offers to its least-loaded host of all, FULL_SCAN, naming itself",
+           "with `hunt-front`; HAProxy to its least-loaded server with `hunt-seen`; rows marked \"LEAST_REQUEST offer\" ran",
+           "Envoy's earlier front, which offered to the default LEAST_REQUEST's pick, rows marked \"random offer\" HAProxy's",
+           "earlier one, which offered to a random server; agents on their default `dynamic:slack=1`, earlier rows `dynamic`) over",
            f"{N} workload apps (32 workers, {CORES:g} emulated cores, exp {MEAN_MS:g} ms jobs: capacity {CAPACITY:.0f} req/s),",
            "each behind an agent, Poisson load from `huntlb-loadgen`, on one 2-core machine (the exactly-once rows",
            "have their own setup, in their section). Every row is one run of `python3 bench/reliability.py",

@@ -400,14 +400,13 @@ runs of the same repetition.
   reselection `previous_hosts` asks for returns it again, and Envoy then routes to the last
   host selected, so that final goes back to the host that refused (which accepts it: finals
   are never refused).
-* **SR_slack/full** (Envoy, a variant of `front.yaml`, not shipped: docs/envoy.md): hunting over FULL_SCAN's pick: the
+* **SR_slack/full** (Envoy, the shipped `front.yaml`): hunting over FULL_SCAN's pick: the
   offer goes to the least loaded host of all; every try names the front (`hunt-front`), so
   the agent knows what this front holds there and, on `dynamic:slack=1` (the default),
   refuses only when it holds more than one request beyond that; the final is FULL_SCAN's
-  pick among the other hosts (`previous_hosts`). The shipped front, SR_dyn/LR (the offer to
-  the default LEAST_REQUEST's pick, SR_dyn), measured 0.86× LEAST_REQUEST with one front
-  and 0.79× with four, but 1.20× and 1.15× LR/full, in the previous run of this bench
-  (5 pairs, git history of this file).
+  pick among the other hosts (`previous_hosts`). The front shipped before it, SR_dyn/LR (the
+  offer to the default LEAST_REQUEST's pick, SR_dyn), measured 0.86× LEAST_REQUEST with one
+  front and 0.79× with four, but 1.20× and 1.15× LR/full (5 pairs, git history of this file).
 * **SR_slack/least** (HAProxy, the shipped `front.cfg`): the offer goes to HAProxy's own
   least-loaded server with its count (`hunt-seen`); agents on `dynamic:slack=1` (the
   default) refuse only when they hold more than one request beyond that count; the final is
