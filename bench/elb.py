@@ -74,7 +74,7 @@ def agility(work: Path, quick: bool) -> dict:
         for proxy in PROXIES:
             # hunting over the proxy's own pick, each agent's c_min at its cores
             # (issue 18: traffic follows capacity; HAProxy adds hunt-seen, slack 1)
-            own = {"envoy": "hunt/full", "haproxy": "hunt/least"}[proxy]  # Envoy: the FULL_SCAN variant
+            own = {"envoy": "hunt/full", "haproxy": "hunt/least"}[proxy]  # the shipped fronts
             # Envoy's strongest least-request too (FULL_SCAN): compare with the best
             stronger = [("LR/full", "LR/full", None)] if proxy == "envoy" else []
             for name, strategy, policy in (("RR", "RR", None), ("SR_4", "hunt", "static:4"), ("SR_dyn", "hunt", "dynamic"),
@@ -228,7 +228,7 @@ Poisson at {a['rate']:.0f} req/s = 70% of their total capacity, {a['seconds']:.0
 |-------|--------|--------:|-------:|--------------:|-----------------:|---------------------------|
 {ag}
 
-SR_cores/own: hunting over the proxy's own pick (Envoy: FULL_SCAN with hunt-front, the unshipped variant of docs/envoy.md; HAProxy's
+SR_cores/own: hunting over the proxy's own pick (Envoy: FULL_SCAN with hunt-front, the shipped front; HAProxy's
 least-loaded server, with hunt-seen), each agent `dynamic:slack=1,c_min=<its cores>`:
 no refusal while a core is free, so a big backend keeps what it can serve at once.
 LR/full: Envoy's `LEAST_REQUEST` with `selection_method: FULL_SCAN` (the least loaded of

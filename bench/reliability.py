@@ -50,7 +50,7 @@ DOC = ROOT / "docs" / "reliability.md"
 def fleet_and_front(work: Path, proxy: str, hr: HaproxyRoot, fronts: int = 1) -> tuple[Procs, Fleet, list[Front]]:
     procs, addrs = Procs(work), Addrs()
     fleet = Fleet(procs, addrs, [CORES] * N, workers=32, mean_ms=MEAN_MS, policy=POLICY).start()
-    # the shipped front as it is: Envoy offers to LEAST_REQUEST's pick, HAProxy to its least-loaded server
+    # the shipped front as it is: Envoy offers to FULL_SCAN's pick, HAProxy to its least-loaded server
     fs = [fleet.front(proxy, True, None, hr, name=f"rel{i}") for i in range(fronts)]
     return procs, fleet, fs
 

@@ -2,8 +2,8 @@
 """huntlb demo: hunting vs the proxies' own least-request, through real Envoy and HAProxy.
 
 Starts 4 workload apps (8 workers, 2 emulated cores, exponential 20 ms jobs),
-each behind a huntlb agent (SR_dyn), and four fronts over the same backends:
-Envoy hunting (the shipped front: offers to LEAST_REQUEST's pick), Envoy
+each behind a huntlb agent (dynamic:slack=1), and four fronts over the same backends:
+Envoy hunting (the shipped front: offers to FULL_SCAN's pick), Envoy
 LEAST_REQUEST with FULL_SCAN (its strongest least-request: the least loaded of
 all hosts), HAProxy hunting (offers to its least-loaded server), HAProxy
 leastconn: the strongest each proxy offers without huntlb. Drives each front
