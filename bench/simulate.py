@@ -29,6 +29,11 @@ from harness import binary
 POLICIES = {"RR": "random", "SR_4": "hunt:static:4", "SR_8": "hunt:static:8", "SR_16": "hunt:static:16",
             "SR_dyn": "hunt:dynamic", "LEAST_REQUEST": "p2c", "JSQ": "jsq"}
 RHOS = [0.1, 0.25, 0.4, 0.5, 0.61, 0.7, 0.8, 0.88, 0.95]
+# The shipped fronts (bench/srlb.py --only own): hunting over the proxy's own
+# least-loaded pick, the agent deciding with the front's count (hunt-seen, or
+# Envoy's hunt-front) and slack 1. Simulated at the real fleet's size only,
+# for the agreement check (a full scan per request is slow at 1000 servers).
+OWN = {"SR_slack/own": "hunt-least:dynamic:slack=1"}
 
 
 def sim(setup: dict, servers: int, dispatch: str, rates: list[float], requests: int, seed: int, proxies: int = 1) -> list[dict]:
@@ -60,6 +65,15 @@ def main():
                                "p99_ms": median([rep[i]["p99_ms"] for rep in reps]),
                                "acceptance": reps[0][i]["acceptance"], "rejected": sum(rep[i]["rejected"] for rep in reps)})
             print(f"{servers:5d} servers {name:14s} done", flush=True)
+    for name, dispatch in OWN.items():
+        servers = setup["servers"]
+        reps = [sim(setup, servers, dispatch, [r * per_server * servers for r in RHOS], 20000, seed) for seed in range(1, a.reps + 1)]
+        for i, rho in enumerate(RHOS):
+            means = [rep[i]["mean_ms"] for rep in reps]
+            m, h = ci95(means)
+            curves.append({"servers": servers, "policy": name, "rho": rho, "mean_ms": m, "ci95": h,
+                           "p99_ms": median([rep[i]["p99_ms"] for rep in reps]),
+                           "acceptance": reps[0][i]["acceptance"], "rejected": sum(rep[i]["rejected"] for rep in reps)})
     # Many proxies (scenario 2's model): own-view least-request at 1..16 proxies, rho 0.88.
     many = []
     rate88 = 0.88 * lam0
@@ -84,7 +98,7 @@ def main():
     overlay = {}
     for key, by_rho in real_pts.items():
         proxy, name = key.split(" ", 1)
-        if name not in POLICIES or name == "LEAST_REQUEST":
+        if name not in {**POLICIES, **OWN} or name == "LEAST_REQUEST":
             continue
         for rho, xs in by_rho.items():
             found = select(curves, servers=setup["servers"], policy=name, rho=rho)

@@ -206,6 +206,25 @@ def mid_reps(b: Bench, p: dict, lam0: float, runs: list[Run], want: int) -> list
     return new
 
 
+# The shipped fronts (hunting over each proxy's own least-loaded pick, agents
+# on their default slack policy) across the sweep's loads, added to the last
+# sweep: what the simulator is checked against for the new mode
+# (bench/simulate.py). Not one of the plan's policies, so the paper's headline
+# (RR against the best SR_c) is unchanged.
+OWN = "SR_slack/own"
+
+
+def own(b: Bench, data: dict, reps: int) -> list[Run]:
+    new = []
+    lam0 = data["probe"]["lambda0"]
+    for rep in range(reps):
+        for rho in [r for r in data["plan"]["rhos"] if r <= 0.9]:
+            for proxy in b.proxies:
+                rate = rho * lam0
+                new.append(b.run(proxy, OWN, rate, seconds_for(rate, data["plan"]["max_s"]), rho=rho, rep=rep, keep_cdf=False))
+    return new
+
+
 def many(b: Bench, p: dict, lam0: float) -> list[Run]:
     runs = []
     rate = 0.88 * lam0
@@ -270,6 +289,9 @@ through {probe['via']} drops a request): **{lam0:.0f} req/s**, {lam0 / probe['no
 capacity of {probe['nominal']:.0f} req/s (sum of cores / mean demand). ρ = λ/λ0; each point runs
 min({PROBE_QUERIES} queries, {p['max_s']:.0f} s). RR is random with no hunting; SR_c/SR_dyn hunt with the agents'
 policy; LEAST_REQUEST / leastconn / random(2) are the proxies' own state-aware baselines.
+{OWN} (where measured: `python3 bench/srlb.py --only own`, 3 runs per point, added after the
+sweep) is each proxy's shipped front: hunting over its own least-loaded pick (Envoy FULL_SCAN
+with `hunt-front`, HAProxy its least-loaded server with `hunt-seen`), agents on `dynamic:slack=1`.
 ρ = 0.88 is repeated {p['reps']} times (policies back to back in each repetition); ρ {MID_RHOS[0]} to {MID_RHOS[1]}
 runs {p.get('mid_reps', 1)} times per policy (one 10-s run varies by 3-7% by itself at ρ 0.6-0.8, and a
 stall of the shared VM can shift a whole run), and the table below gives the median.
@@ -431,7 +453,7 @@ Paired ratios (below 1: hunting is faster), median over repetitions, and mean ±
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 rho points, 3 policies, short runs (~6 min)")
-    ap.add_argument("--only", choices=["sweep", "many", "vs-least"],
+    ap.add_argument("--only", choices=["sweep", "many", "vs-least", "own"],
                     help="one scenario (many and vs-least reuse the last sweep's lambda0)")
     ap.add_argument("--reps", type=int, default=5, help="vs-least: paired repetitions")
     ap.add_argument("--proxies", default="envoy,haproxy")
@@ -456,6 +478,12 @@ def main():
             if a.mid_reps:
                 data["runs"] += mid_reps(b, data["plan"], data["probe"]["lambda0"], data["runs"], a.mid_reps)
                 data["plan"]["mid_reps"] = a.mid_reps
+            plots.srlb(data, out)
+            write_result("srlb-poisson", data, report_sweep(data, data["plan"], a.quick), out)
+            return
+        if a.only == "own":
+            data = load(out / "srlb-poisson.json")
+            data["runs"] = [r for r in data["runs"] if not (r.policy == OWN and r.proxy in b.proxies)] + own(b, data, 3)
             plots.srlb(data, out)
             write_result("srlb-poisson", data, report_sweep(data, data["plan"], a.quick), out)
             return

@@ -32,13 +32,15 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
 # `hunt/LR` offers to Envoy's own LEAST_REQUEST pick (two random hosts, the one
 # with fewer active requests) and reselects the final the same way (issue 18);
 # `hunt/full` to the least loaded of all (FULL_SCAN), naming itself (hunt-front)
-# so slack policies count what it holds there (docs/envoy.md, not shipped).
+# so slack policies count what it holds there (the shipped front.yaml).
+# `hunt/own` is each proxy's shipped front (hunting over its own least-loaded
+# pick), under one name for reports that span both proxies.
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
               "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN),
-              "hunt/full": (True, FULL_SCAN_NAMED)},
+              "hunt/full": (True, FULL_SCAN_NAMED), "hunt/own": (True, FULL_SCAN_NAMED)},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
-                "random(2)": (False, "random(2)"), "hunt/least": (True, None)},
+                "random(2)": (False, "random(2)"), "hunt/least": (True, None), "hunt/own": (True, None)},
 }
 
 # The acceptance policy each hunting strategy asks of the agents. A name with a

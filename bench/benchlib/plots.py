@@ -21,7 +21,8 @@ from benchlib.stats import median
 STYLE = {"RR": ("tab:red", "o"), "SR_4": ("tab:blue", "s"), "SR_8": ("tab:cyan", "^"), "SR_16": ("tab:purple", "v"),
          "SR_dyn": ("tab:green", "D"), "LEAST_REQUEST": ("tab:orange", "x"), "leastconn": ("tab:orange", "x"),
          "random(2)": ("tab:brown", "+"), "JSQ": ("black", None),
-         "SR_slack/least": ("tab:pink", "*"), "SR_dyn/LR": ("tab:olive", "*"), "SR_cores/own": ("tab:pink", "*")}
+         "SR_slack/least": ("tab:pink", "*"), "SR_dyn/LR": ("tab:olive", "*"), "SR_cores/own": ("tab:pink", "*"),
+         "SR_slack/own": ("tab:pink", "*")}
 
 
 def pyplot():
