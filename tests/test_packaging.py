@@ -99,51 +99,87 @@ def _apply(doc: dict, patch: dict) -> None:
     node[last] = op["value"]
 
 
+def _seconds(d: str) -> float:
+    """A duration as Envoy ("0.5s") or Gateway API ("500ms") writes it."""
+    m = re.fullmatch(r"([0-9.]+)(ms|s)", d)
+    assert m, d
+    return float(m[1]) / (1000 if m[2] == "ms" else 1)
+
+
 def test_envoy_gateway_policies_are_the_shipped_front(tmp_path):
     """The Envoy Gateway resources say what envoy-filter/examples/front.yaml says:
-    the patches, applied to a front without them, give a config the real Envoy
-    accepts and that hunts as the shipped one does."""
+    the patches, applied to a front without them (the cluster as Envoy Gateway
+    writes a LeastRequest one: no selection method), give the shipped front's
+    fields and a config the real Envoy accepts."""
     route, btp, epp = docs("envoy-gateway/front.yaml")
-    shipped = front_config("127.0.0.1:10000", "127.0.0.1:9902", ["127.0.0.1:8080"])
+    # keep_served_by=False: the headers front.yaml itself keeps from clients
+    shipped = front_config("127.0.0.1:10000", "127.0.0.1:9902", ["127.0.0.1:8080"], keep_served_by=False)
     vh = shipped["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]
     retry = vh["routes"][0]["route"]["retry_policy"]
     cluster = shipped["static_resources"]["clusters"][0]
     hc = cluster["health_checks"][0]
 
-    # HTTPRoute: the offer mark and the header hygiene
+    # HTTPRoute: the offer mark, the front's name, the header hygiene. Its `set`
+    # is Envoy's OVERWRITE_IF_EXISTS_OR_ADD, and Envoy Gateway passes values
+    # through as written, so %DOWNSTREAM_LOCAL_ADDRESS% is formatted per replica.
     filters = {f["type"]: f for f in route["spec"]["rules"][0]["filters"]}
     req = filters["RequestHeaderModifier"]["requestHeaderModifier"]
-    assert req["set"] == [{"name": h["header"]["key"], "value": h["header"]["value"]} for h in vh["routes"][0]["request_headers_to_add"]]
+    added = vh["routes"][0]["request_headers_to_add"] + vh["request_headers_to_add"]
+    assert {h["append_action"] for h in added} == {"OVERWRITE_IF_EXISTS_OR_ADD"}
+    assert req["set"] == [{"name": h["header"]["key"], "value": h["header"]["value"]} for h in added]
+    assert "hunt-front" in [h["name"] for h in req["set"]]
     assert req["remove"] == vh["request_headers_to_remove"]
-    assert filters["ResponseHeaderModifier"]["responseHeaderModifier"]["remove"] == ["hunt", "hunt-served-by", "hunt-status"]
+    assert filters["ResponseHeaderModifier"]["responseHeaderModifier"]["remove"] == vh["response_headers_to_remove"]
 
     # BackendTrafficPolicy: the pick, one retry on the refusal, health checks
     s = btp["spec"]
-    assert s["loadBalancer"]["type"] == "LeastRequest" and cluster["lb_policy"] == "LEAST_REQUEST"
+    lb = cluster["load_balancing_policy"]["policies"][0]["typed_extension_config"]
+    # Envoy Gateway's LeastRequest is this extension (internal/xds/translator/cluster.go); FULL_SCAN is patched in below
+    assert s["loadBalancer"] == {"type": "LeastRequest"} and lb["name"] == "envoy.load_balancing_policies.least_request"
+    assert "lb_policy" not in cluster
     assert s["retry"]["numRetries"] == retry["num_retries"]
     # the agent's refusals are hunt: busy|unreachable with 425, and only they: an app's own 425 arrives as 400
     assert [h["name"] for h in retry["retriable_headers"]] == ["hunt"] and s["retry"]["retryOn"]["httpStatusCodes"] == [425]
     assert set(s["retry"]["retryOn"]["triggers"]) == set(retry["retry_on"].split(",")) - {"retriable-headers"}
-    assert s["retry"]["perRetry"]["backOff"]["baseInterval"] == "1ms" == retry["retry_back_off"]["base_interval"].replace("0.001s", "1ms")
+    backoff = s["retry"]["perRetry"]["backOff"]
+    assert (_seconds(backoff["baseInterval"]), _seconds(backoff["maxInterval"])) == \
+        (_seconds(retry["retry_back_off"]["base_interval"]), _seconds(retry["retry_back_off"]["max_interval"]))
+    # active checks: also what Envoy needs to act on the agents' x-envoy-immediate-health-check-fail
     a = s["healthCheck"]["active"]
-    assert a["http"]["path"] == hc["http_health_check"]["path"]
-    assert (a["interval"], a["timeout"]) == ("500ms", "250ms") and (hc["interval"], hc["timeout"]) == ("0.5s", "0.25s")
+    assert a["type"] == "HTTP" and a["http"]["path"] == hc["http_health_check"]["path"]
+    assert (_seconds(a["interval"]), _seconds(a["timeout"])) == (_seconds(hc["interval"]), _seconds(hc["timeout"]))
     assert (a["unhealthyThreshold"], a["healthyThreshold"]) == (hc["unhealthy_threshold"], hc["healthy_threshold"])
+    # passive: the outlier detection, each field as Envoy Gateway maps it (buildXdsOutlierDetection)
+    passive = s["healthCheck"]["passive"]
+    names = {"consecutive5XxErrors": "consecutive_5xx", "splitExternalLocalOriginErrors": "split_external_local_origin_errors",
+             "consecutiveLocalOriginFailures": "consecutive_local_origin_failure", "interval": "interval",
+             "baseEjectionTime": "base_ejection_time", "maxEjectionPercent": "max_ejection_percent"}
+    norm = lambda k, v: _seconds(v) if k in ("interval", "base_ejection_time") else v
+    assert {names[k]: norm(names[k], v) for k, v in passive.items()} == {k: norm(k, v) for k, v in cluster["outlier_detection"].items()}
+    assert s["healthCheck"]["panicThreshold"] == cluster["common_lb_config"]["healthy_panic_threshold"]["value"]
 
     # EnvoyPatchPolicy: applied to the front without those fields, the result is the shipped front's
-    bare = front_config("127.0.0.1:10000", "127.0.0.1:9902", ["127.0.0.1:8080"])
+    bare = front_config("127.0.0.1:10000", "127.0.0.1:9902", ["127.0.0.1:8080"], keep_served_by=False)
     rc = bare["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
     rc["virtual_hosts"][0].pop("include_request_attempt_count")
     for r in rc["virtual_hosts"][0]["routes"]:
         # (the routes share one retry_policy: front.yaml writes it once, as a YAML anchor)
         r["route"]["retry_policy"].pop("retry_host_predicate", None)
         r["route"]["retry_policy"].pop("host_selection_retry_max_attempts", None)
+    bare_cluster = bare["static_resources"]["clusters"][0]
+    bare_cluster["load_balancing_policy"]["policies"][0]["typed_extension_config"]["typed_config"].pop("selection_method")
+    meta = route["metadata"]
     for p in epp["spec"]["jsonPatches"]:
-        assert p["type"] == "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-        _apply(rc, p)
+        if p["type"] == "type.googleapis.com/envoy.config.cluster.v3.Cluster":
+            assert p["name"] == f"httproute/{meta['namespace']}/{meta['name']}/rule/0"   # the route's one rule
+            _apply(bare_cluster, p)
+        else:
+            assert p["type"] == "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+            _apply(rc, p)
     patched = rc["virtual_hosts"][0]
     assert patched["include_request_attempt_count"] is True
     assert patched["routes"][0]["route"]["retry_policy"] == retry
+    assert bare_cluster["load_balancing_policy"] == cluster["load_balancing_policy"]
     path = tmp_path / "patched.yaml"
     path.write_text(yaml.safe_dump(bare))
     p = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60)
