@@ -38,6 +38,8 @@ test-lua:
 	lua5.4 haproxy-lua/test/run_vectors.lua
 	lua5.3 haproxy-lua/test/test_upmap.lua
 	lua5.4 haproxy-lua/test/test_upmap.lua
+	lua5.3 haproxy-lua/test/test_gate.lua
+	lua5.4 haproxy-lua/test/test_gate.lua
 
 # TESTS: which tests (pytest node ids), e.g. make test-integration TESTS=tests/test_envoy.py
 TESTS ?= tests

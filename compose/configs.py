@@ -144,6 +144,14 @@ def haproxy_config_text(max_backends: int = 16) -> str:
     # termination flags (dontlog-normal: nothing for the ones that went well)
     text = text.replace("global\n", "global\n    log stdout format raw local0 info\n", 1)
     text = text.replace("defaults\n", "defaults\n    log global\n    option httplog\n    option dontlog-normal\n", 1)
+    # Docker's DNS names a new container before it listens, and HAProxy would use
+    # it at once (before any check): the module keeps each new server of all three
+    # backends out until it answers one health probe (docs/haproxy.md, "Servers
+    # found by DNS")
+    names = ",".join(["hunt"] + [name for name, _ in FRONTS[1:]])
+    text = text.replace('setenv HUNTLB_ARGS "role=front backend=hunt"',
+                        f'setenv HUNTLB_ARGS "role=front backend=hunt gate_new={names}"', 1)
+    assert f"gate_new={names}" in text
     text = re.sub(r"^(\s*default-server check) inter \S+ fall \S+ rise \S+", r'\1 inter "${HEALTH_INTERVAL_MS}" fall "${HEALTH_FALL}" rise "${HEALTH_RISE}"', text, flags=re.M)
     text = text + "\n" + "\n".join(controls)
     text = re.sub(r"^(\s*default-server check) inter \S+ fall \S+ rise \S+", r'\1 inter "${HEALTH_INTERVAL_MS}" fall "${HEALTH_FALL}" rise "${HEALTH_RISE}"', text, flags=re.M)

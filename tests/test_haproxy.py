@@ -215,6 +215,55 @@ def test_dns_discovery_adds_a_backend(procs, addrs, hroot):
         dns.stop()
 
 
+def server_addrs(stats: str, backend: str = "hunt") -> dict[str, tuple[str, int]]:
+    """{server name: (address, srv_admin_state)} from `show servers state`."""
+    out = {}
+    for line in haproxy_runtime(stats, f"show servers state {backend}").splitlines():
+        f = line.split()
+        if len(f) > 6 and f[0].isdigit():
+            out[f[3]] = (f[4], int(f[6]))
+    return out
+
+
+def test_dns_named_server_waits_for_its_first_health_probe(procs, addrs, hroot):
+    # Docker's DNS names a container before it listens, and HAProxy puts a server
+    # DNS fills in service at once, before any check: a final sent there (every
+    # offer is refused here, static:0) failed with no try left. With gate_new the
+    # module holds it in maintenance until one probe of its health path answers.
+    bs = start_backends(procs, addrs, 2, "static:0")
+    late = addrs.host()  # named by DNS now, listening only later
+    dns = DnsServer(addrs.host(), 5353)
+    try:
+        dns.records["backends.huntlb.test"] = [b.host for b in bs]
+        host = addrs.host()
+        listen, stats = f"{host}:10000", f"{host}:9999"
+        text = haproxy_front_text(hroot, listen, stats, [], env_args="role=front backend=hunt gate_new=hunt")
+        text = text.replace("defaults\n", f"resolvers huntdns\n    nameserver ns1 {dns.addr[0]}:{dns.addr[1]}\n"
+                                          "    hold valid 1s\n    timeout resolve 200ms\n    timeout retry 200ms\n\ndefaults\n", 1)
+        text = least_pick.rewrite(text + "    server-template web 4 backends.huntlb.test:8080 resolvers huntdns init-addr none\n")
+        wait_tcp(stats, start_haproxy(procs, hroot, f"haproxy-{host}", text))
+        served = lambda n: [request(listen, "GET", f"/dns/{i}") for i in range(n)]
+        wait_until(lambda: {h.get("hunt-served-by") for _, h, _ in served(30)} == {bs[0].id, bs[1].id}, timeout=15,
+                   what="two DNS backends serving")
+        dns.records["backends.huntlb.test"] = [b.host for b in bs] + [late]
+        wait_until(lambda: any(a == late for a, _ in server_addrs(stats).values()), timeout=10, what="the late host named")
+        statuses = [s for s, _, _ in served(60)]
+        slot = next(n for n, (a, _) in server_addrs(stats).items() if a == late)
+        assert server_addrs(stats)[slot][1] & 0x01, f"the unprobed server is not held in maintenance: {server_addrs(stats)}"
+        assert statuses == [200] * 60, statuses
+        # it listens: in service after one probe
+        _, app = procs.workload(late, demand="const:0")
+        procs.agent(late, app, policy="static:0")
+        wait_until(lambda: f"agent-{late}" in {h.get("hunt-served-by") for _, h, _ in served(30)}, timeout=10,
+                   what="the late backend serving")
+        # DNS drops it: held again (no address), the others serve on
+        dns.records["backends.huntlb.test"] = [b.host for b in bs]
+        wait_until(lambda: all(a != late for a, _ in server_addrs(stats).values()), timeout=10, what="the late host dropped")
+        wait_until(lambda: server_addrs(stats)[slot][1] & 0x01, timeout=2, what=f"{slot} held again")
+    finally:
+        dns.stop()
+
+
 def test_bad_module_arg_fails_the_load_naming_the_key(procs, addrs, hroot):
     host = addrs.host()
     text = haproxy_config(hroot, "sidecar.cfg", {"127.0.2.1": host}, env_args="role=sidecar policy=dynamic:window=0")
