@@ -65,15 +65,7 @@ def main():
                                "p99_ms": median([rep[i]["p99_ms"] for rep in reps]),
                                "acceptance": reps[0][i]["acceptance"], "rejected": sum(rep[i]["rejected"] for rep in reps)})
             print(f"{servers:5d} servers {name:14s} done", flush=True)
-    for name, dispatch in OWN.items():
-        servers = setup["servers"]
-        reps = [sim(setup, servers, dispatch, [r * per_server * servers for r in RHOS], 20000, seed) for seed in range(1, a.reps + 1)]
-        for i, rho in enumerate(RHOS):
-            means = [rep[i]["mean_ms"] for rep in reps]
-            m, h = ci95(means)
-            curves.append({"servers": servers, "policy": name, "rho": rho, "mean_ms": m, "ci95": h,
-                           "p99_ms": median([rep[i]["p99_ms"] for rep in reps]),
-                           "acceptance": reps[0][i]["acceptance"], "rejected": sum(rep[i]["rejected"] for rep in reps)})
+    curves += own_curves(setup, lam0, a.reps)
     # Many proxies (scenario 2's model): own-view least-request at 1..16 proxies, rho 0.88.
     many = []
     rate88 = 0.88 * lam0
@@ -91,11 +83,32 @@ def main():
             means = [sim(setup, setup["servers"], POLICIES[name], [rate], int(rate * 10), seed)[0]["mean_ms"] for seed in range(1, 11)]
             m, _ = ci95(means)
             spread.append({"policy": name, "rho": rho, "cv": statistics.stdev(means) / m})
-    # Agreement with the real 12-server runs: mean response time, rho <= 0.9.
-    agree, real_pts = [], {}
+    agree, overlay = agreement(real, curves, setup)
+    data = {"machine": machine(), "setup": setup, "lambda0": lam0, "reps": a.reps, "curves": curves, "agreement": agree, "many": many, "spread": spread,
+            "real": {str(setup["servers"]): overlay}}
+    plots.simulation(data, RESULTS)
+    write_result("simulation", data, report(data))
+
+
+def own_curves(setup: dict, lam0: float, seeds: int) -> list[dict]:
+    """The shipped fronts' mode (OWN) at the real fleet's size, every RHOS point."""
+    servers, out = setup["servers"], []
+    for name, dispatch in OWN.items():
+        reps = [sim(setup, servers, dispatch, [r * lam0 for r in RHOS], 20000, seed) for seed in range(1, seeds + 1)]
+        for i, rho in enumerate(RHOS):
+            m, h = ci95([rep[i]["mean_ms"] for rep in reps])
+            out.append({"servers": servers, "policy": name, "rho": rho, "mean_ms": m, "ci95": h,
+                        "p99_ms": median([rep[i]["p99_ms"] for rep in reps]),
+                        "acceptance": reps[0][i]["acceptance"], "rejected": sum(rep[i]["rejected"] for rep in reps)})
+    return out
+
+
+def agreement(real: dict, curves: list[dict], setup: dict) -> tuple[list[dict], dict]:
+    """The real 12-server runs next to the model: mean response time, rho <= 0.9
+    (the rows), and every real point for the plot (the overlay)."""
+    agree, real_pts, overlay = [], {}, {}
     for r in select(real["runs"], instances=1, valid=True):
         real_pts.setdefault(f"{r.proxy} {r.policy}", {}).setdefault(r.rho, []).append(r.mean_ms)
-    overlay = {}
     for key, by_rho in real_pts.items():
         proxy, name = key.split(" ", 1)
         if name not in {**POLICIES, **OWN} or name == "LEAST_REQUEST":
@@ -109,8 +122,19 @@ def main():
             if rho <= 0.9:
                 agree.append({"proxy": proxy, "policy": name, "rho": rho, "real_ms": median(xs), "sim_ms": s["mean_ms"],
                               "rel": median(xs) / s["mean_ms"] - 1, "runs": len(xs)})
-    data = {"machine": machine(), "setup": setup, "lambda0": lam0, "reps": a.reps, "curves": curves, "agreement": agree, "many": many, "spread": spread,
-            "real": {str(setup["servers"]): overlay}}
+    return agree, overlay
+
+
+def own_only() -> None:
+    """Simulate only the shipped fronts' mode and redo the agreement with the
+    last sweep's real runs (its --only own runs included); every other curve
+    stays as committed. Seconds, where the whole model takes minutes."""
+    real = load(RESULTS / "srlb-poisson.json")
+    data = json.loads((RESULTS / "simulation.json").read_text())
+    setup = data["setup"]
+    data["curves"] = [c for c in data["curves"] if c["policy"] not in OWN] + own_curves(setup, data["lambda0"], data["reps"])
+    agree, overlay = agreement(real, data["curves"], setup)
+    data.update(agreement=agree, real={str(setup["servers"]): overlay})
     plots.simulation(data, RESULTS)
     write_result("simulation", data, report(data))
 
@@ -139,7 +163,10 @@ sharing), backlog {d['setup']['backlog']}, exp({d['setup']['mean_ms']:.0f} ms) d
 measured by the real sweep ({d['lambda0']:.0f} req/s for {n0} servers; per server the same for 100 and
 1000). Hunting calls the same `Policy::decide` as the agent. LEAST_REQUEST is one proxy's
 power-of-two-choices on its own outstanding requests; JSQ sends each request to the
-server with the fewest in flight, the limit no distributed balancer reaches. Mean of
+server with the fewest in flight, the limit no distributed balancer reaches.
+SR_slack/own is the shipped fronts' mode (the offer to the proxy's own least-loaded
+pick, decided with its count and slack 1: `hunt-least:dynamic:slack=1`), simulated at
+{n0} servers only (`python3 bench/simulate.py --own-only` redoes it alone). Mean of
 {d['reps']} seeds per point (2 for 1000 servers), 20000 requests for {n0} servers and the same
 simulated duration (requests in proportion) for 100 and 1000.
 
@@ -186,4 +213,9 @@ def rewrite_report() -> None:
 
 
 if __name__ == "__main__":
-    rewrite_report() if sys.argv[1:] == ["--report-only"] else main()
+    if sys.argv[1:] == ["--report-only"]:
+        rewrite_report()
+    elif sys.argv[1:] == ["--own-only"]:
+        own_only()
+    else:
+        main()

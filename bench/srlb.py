@@ -269,7 +269,9 @@ def report_sweep(data: dict, p: dict, quick: bool) -> str:
         cells = []
         for rho in rhos:
             ok = select(runs, proxy=proxy, policy=name, rho=rho, valid=True)
-            cells.append(flag(sum(r.errors for r in ok), f"{median([r.mean_ms for r in ok]):.1f}") if ok else "invalid")
+            # "-": not run at that rho (SR_slack/own stops at 0.88); "invalid": run, never valid
+            cells.append(flag(sum(r.errors for r in ok), f"{median([r.mean_ms for r in ok]):.1f}") if ok else
+                         "invalid" if select(runs, proxy=proxy, policy=name, rho=rho) else "-")
         table.append(f"| {proxy} | {name} | " + " | ".join(cells) + " |")
     invalid = sum(not r.valid for r in runs)
     repeated = sum((r.attempts or 1) > 1 for r in runs)
