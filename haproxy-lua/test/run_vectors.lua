@@ -1,14 +1,12 @@
 -- Runs policy/vectors/*.json against huntlb.policy, exactly as the Rust test does.
 -- Usage (from the repo root): lua5.4 haproxy-lua/test/run_vectors.lua
--- Prints "N passed, M failed" and exits non-zero on any failure.
+-- Prints "N checks, M failed" and exits non-zero on any failure.
 package.path = "haproxy-lua/?.lua;haproxy-lua/test/?.lua;" .. package.path
 local policy = require "huntlb.policy"
 local json = require "json"
 
-local passed, failed = 0, 0
-local function check(ok, msg)
-    if ok then passed = passed + 1 else failed = failed + 1; io.stderr:write("FAIL: ", msg, "\n") end
-end
+local tally = dofile("haproxy-lua/test/tally.lua")
+local check = tally.check
 
 local function load(name)
     local f = assert(io.open("policy/vectors/" .. name, "r"))
@@ -142,5 +140,4 @@ local fresh = dofile("haproxy-lua/huntlb/policy.lua")
 fresh.new("dynamic"):decide("offer", 0, 32)
 for k in pairs(_G) do check(before[k], "global written: " .. tostring(k)) end
 
-print(string.format("%s: %d passed, %d failed", _VERSION:gsub(" ", ""), passed, failed))
-os.exit(failed == 0 and 0 or 1)
+tally.done((_VERSION:gsub(" ", "")))

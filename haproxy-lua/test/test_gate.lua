@@ -8,11 +8,8 @@ local servers = {}
 core = { backends = { hunt = { servers = servers } }, Info = function() end }
 local huntlb = require "huntlb"
 
-local failed, checks = 0, 0
-local function check(ok, msg)
-    checks = checks + 1
-    if not ok then failed = failed + 1; io.stderr:write("FAIL: ", msg, "\n") end
-end
+local tally = dofile("haproxy-lua/test/tally.lua")
+local check = tally.check
 
 local function server(addr)
     local s = { addr = addr, maint = false }
@@ -77,5 +74,4 @@ check(probes == 1, "one probe for an address held in two backends, got " .. prob
 local args = huntlb.parse_args({ "role=front backend=hunt gate_new=hunt,least,random" })
 check(args and #args.gate_new == 3 and args.gate_new[3] == "random", "gate_new parses to a list")
 
-print(string.format("gate: %d checks, %d failed", checks, failed))
-os.exit(failed == 0 and 0 or 1)
+tally.done("gate")

@@ -3,11 +3,8 @@
 package.path = "haproxy-lua/?.lua;" .. package.path
 local upmap = require "huntlb.upmap"
 
-local failed, checks = 0, 0
-local function check(ok, msg)
-    checks = checks + 1
-    if not ok then failed = failed + 1; io.stderr:write("FAIL: ", msg, "\n") end
-end
+local tally = dofile("haproxy-lua/test/tally.lua")
+local check = tally.check
 
 local function size(t)
     local n = 0
@@ -100,5 +97,4 @@ for step = 1, 300 do
     prev = #up >= 2 and #up or 0
 end
 
-io.write(string.format("upmap: %d checks, %d failed\n", checks, failed))
-os.exit(failed == 0 and 0 or 1)
+tally.done("upmap")
