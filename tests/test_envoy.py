@@ -192,90 +192,34 @@ def test_full_scan_baseline_sends_to_the_only_idle_host(procs, addrs, front):
         assert quick == [idle] * 12, (trial, slow, quick)
 
 
-def test_full_scan_front_leaves_a_dead_apps_backend_at_its_first_refusal(procs, addrs, front):
-    # Hunting over FULL_SCAN (the least loaded of all hosts). An app dies behind
-    # its live agent: that backend answers every try at once (app_down refusals,
-    # `unreachable` finals), so it holds the fewest requests and FULL_SCAN picks
-    # it for every offer, every reselection of the final and the third try.
-    # Before, its clients got 425s until Envoy's health checks took it out. Its
-    # agent now marks those refusals `x-envoy-immediate-health-check-fail`, and
-    # Envoy stops sending there at the first. Health checks are slowed to 5 s
-    # here so they cannot be what saves the run. 12 clients post over live
-    # backends that each hold requests (50 ms jobs); POSTs, counted at the apps.
-    import signal
-    import threading
-    import time
-    from harness.envoy import FULL_SCAN_NAMED
+def _full_scan_front_over_slow_checks(procs, addrs):
+    """The shipped front (hunting over FULL_SCAN, hunt-front) over 4 backends
+    whose jobs take 50 ms, so live hosts hold requests; its health checks
+    slowed to 5 s, so they cannot be what takes a host out during a test.
+    Returns (backends, listen, admin)."""
     bs = start_backends(procs, addrs, 4, "dynamic:slack=1", app_opts={"workers": 8, "cores": 2, "demand": "const:50"},
                         agent_opts={"workers": 8})
     host = addrs.host()
     listen, admin = f"{host}:10000", f"{host}:9902"
-    cfg = front_config(listen, admin, [b.agent for b in bs], lb_policy=FULL_SCAN_NAMED)
+    cfg = front_config(listen, admin, [b.agent for b in bs])
     cfg["static_resources"]["clusters"][0]["health_checks"][0].update(interval="5s", no_traffic_interval="5s")
     start_envoy(procs, f"envoy-{host}", cfg)
     wait_envoy_hosts_healthy(admin, len(bs))
-    victim = bs[0]
-    victim.app_proc.signal(signal.SIGKILL)
-    time.sleep(0.3)  # the agent's pooled connections to the app see their close
-    results, lock = [], threading.Lock()
-
-    def client(k):
-        for j in range(25):
-            path = f"/dead-full/{k}/{j}/{uuid.uuid4()}"
-            status = request(listen, "POST", path, body=b"x" * 100)[0]
-            with lock:
-                results.append((path, status))
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(12)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    statuses = [s for _, s in results]
-    assert len(results) == 300
-    assert statuses == [200] * 300, {s: statuses.count(s) for s in set(statuses)}
-    assert all(path_count(bs, p) == 1 for p, _ in results)
-    m = victim.metrics()
-    turned = m['huntlb_refusals_total{reason="app_down"}'] + m['huntlb_app_errors_total{kind="connect"}']
-    assert turned >= 1, "no try reached the dead app's agent: the run proves nothing"
-    # it left at its first refusal or two (1-2 in 4 runs), not after hundreds
-    assert turned <= 12, f"{turned} tries met the dead app's agent"
-    assert "failed_active_hc" in envoy_host_health(admin)[victim.agent]
+    return bs, listen, admin
 
 
-def test_full_scan_front_leaves_a_dead_agents_backend_at_its_first_failed_connection(procs, addrs, front):
-    # The same herding, one layer down: an agent dies (its app lives on), so its
-    # host holds no requests and FULL_SCAN picks it for the offer, every
-    # reselection of the final and the third try, each a refused connection.
-    # With outlier detection counting 5 consecutive failures, 1-2 requests a
-    # kill came back 503 (bench/reliability.py faults: 4 errors, 3 inside the
-    # backend); a failed connection now ejects at once (split local-origin
-    # errors, consecutive_local_origin_failure: 1). Nothing was inside the
-    # agent here, so no client may see an error. Health checks slowed to 5 s.
-    # Clients start 20 ms apart, as load does: 12 starting in the same instant
-    # can all reach the dead host before Envoy's workers hear of the ejection
-    # (2 of 300 did, in 1 of 3 runs).
-    import signal
+def _posts_from_12_clients(listen: str, prefix: str) -> list[tuple[str, int]]:
+    """12 clients x 25 POSTs, each client starting 20 ms after the last, as
+    load does (12 starting in the same instant can all reach a failing host
+    before Envoy's workers hear it is out: 2 of 300 did, in 1 of 3 runs).
+    Returns (path, status) per request."""
     import threading
     import time
-    from harness.envoy import FULL_SCAN_NAMED
-    bs = start_backends(procs, addrs, 4, "dynamic:slack=1", app_opts={"workers": 8, "cores": 2, "demand": "const:50"},
-                        agent_opts={"workers": 8})
-    host = addrs.host()
-    listen, admin = f"{host}:10000", f"{host}:9902"
-    cfg = front_config(listen, admin, [b.agent for b in bs], lb_policy=FULL_SCAN_NAMED)
-    cfg["static_resources"]["clusters"][0]["health_checks"][0].update(interval="5s", no_traffic_interval="5s")
-    start_envoy(procs, f"envoy-{host}", cfg)
-    wait_envoy_hosts_healthy(admin, len(bs))
-    victim = bs[0]
-    victim.agent_proc.signal(signal.SIGKILL)
-    victim.agent_proc.wait(timeout=5)
-    base = envoy_stats(admin)
     results, lock = [], threading.Lock()
 
     def client(k):
         for j in range(25):
-            path = f"/dead-agent/{k}/{j}/{uuid.uuid4()}"
+            path = f"{prefix}/{k}/{j}/{uuid.uuid4()}"
             status = request(listen, "POST", path, body=b"x" * 100)[0]
             with lock:
                 results.append((path, status))
@@ -286,16 +230,61 @@ def test_full_scan_front_leaves_a_dead_agents_backend_at_its_first_failed_connec
         time.sleep(0.02)
     for t in threads:
         t.join(timeout=60)
-    statuses = [s for _, s in results]
     assert len(results) == 300
+    return results
+
+
+def test_full_scan_front_leaves_a_dead_apps_backend_at_its_first_refusal(procs, addrs):
+    # Hunting over FULL_SCAN (the least loaded of all hosts). An app dies behind
+    # its live agent: that backend answers every try at once (app_down refusals,
+    # `unreachable` finals), so it holds the fewest requests and FULL_SCAN picks
+    # it for every offer, every reselection of the final and the third try.
+    # Before, its clients got 425s until Envoy's health checks took it out. Its
+    # agent now marks those refusals `x-envoy-immediate-health-check-fail`, and
+    # Envoy stops sending there at the first. 12 clients post over live
+    # backends that each hold requests; POSTs, counted at the apps.
+    import signal
+    import time
+    bs, listen, admin = _full_scan_front_over_slow_checks(procs, addrs)
+    victim = bs[0]
+    victim.app_proc.signal(signal.SIGKILL)
+    time.sleep(0.3)  # the agent's pooled connections to the app see their close
+    results = _posts_from_12_clients(listen, "/dead-app")
+    statuses = [s for _, s in results]
+    assert statuses == [200] * 300, {s: statuses.count(s) for s in set(statuses)}
+    assert all(path_count(bs, p) == 1 for p, _ in results)
+    m = victim.metrics()
+    turned = m['huntlb_refusals_total{reason="app_down"}'] + m['huntlb_app_errors_total{kind="connect"}']
+    assert turned >= 1, "no try reached the dead app's agent: the run proves nothing"
+    # it left at its first refusal or two (1-2 in 4 runs), not after hundreds
+    assert turned <= 12, f"{turned} tries met the dead app's agent"
+    assert "failed_active_hc" in envoy_host_health(admin)[victim.agent]
+
+
+def test_full_scan_front_leaves_a_dead_agents_backend_at_its_first_failed_connection(procs, addrs):
+    # The same herding, one layer down: an agent dies (its app lives on), so its
+    # host holds no requests and FULL_SCAN picks it for the offer, every
+    # reselection of the final and the third try, each a refused connection.
+    # With outlier detection counting 5 consecutive failures, 1-2 requests a
+    # kill came back 503 (bench/reliability.py faults: 4 errors, 3 inside the
+    # backend); a failed connection now ejects at once (split local-origin
+    # errors, consecutive_local_origin_failure: 1). Nothing was inside the
+    # agent here, so no client may see an error.
+    import signal
+    bs, listen, admin = _full_scan_front_over_slow_checks(procs, addrs)
+    victim = bs[0]
+    victim.agent_proc.signal(signal.SIGKILL)
+    victim.agent_proc.wait(timeout=5)
+    base = envoy_stats(admin)
+    results = _posts_from_12_clients(listen, "/dead-agent")
+    statuses = [s for _, s in results]
     st = envoy_stats(admin)
     # on failure, what Envoy counted: ejections, retries, failed connections
     seen = {k: v - base.get(k, 0) for k, v in st.items() if k.startswith("cluster.backends.") and v != base.get(k, 0)
             and any(w in k for w in ("outlier", "retry", "cx_connect", "rq_5"))}
     assert statuses == [200] * 300, ({s: statuses.count(s) for s in set(statuses)}, seen)
     assert all(path_count(bs, p) == 1 for p, _ in results)
-    s = envoy_stats(admin)
-    d = lambda k: s.get(k, 0) - base.get(k, 0)  # noqa: E731
+    d = lambda k: st.get(k, 0) - base.get(k, 0)  # noqa: E731
     assert d("cluster.backends.outlier_detection.ejections_enforced_consecutive_local_origin_failure") == 1
     failed = d("cluster.backends.upstream_cx_connect_fail")
     assert 1 <= failed <= 6, f"{failed} connections to the dead agent"

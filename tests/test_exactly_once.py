@@ -85,7 +85,7 @@ def test_hunter_killed_mid_request_is_not_replayed(procs, addrs, front_kind, hun
 
 
 # Exactly once at volume (issue 12 section 4, short form; harness/volume.py):
-# unique POSTs through each front over agents that refuse about half the
+# unique POSTs through each front over agents that refuse about a third of the
 # offers, with app 5xx, app 425s, app responses carrying hunt headers, an app
 # SIGKILLed and then another backend's agent SIGKILLed mid-run, arrivals counted
 # by the apps in files that survive the kill.
@@ -100,6 +100,11 @@ def test_exactly_once_at_volume_with_faults(procs, addrs, front_kind, tmp_path):
     # what processed requests answered: the app's own answer, or (in flight on the
     # killed backends) an error; never a refusal
     assert v["wrong"] == [], f"processed requests answered unexpectedly: {v['wrong'][:10]}"
+    # the replay path ran hundreds of times (32-35% of offers refused)
     assert v["sent"] == n_req and v["refused"] > 0.2 * n_req, (v["sent"], v["refused"])
+    # the faults cost only what was inside the killed agent: 8 clients, so at
+    # most 8 requests. (Envoy merging health changes for 1 s after the app's
+    # death kept sending to the dead agent: about 700 client errors here.)
+    assert v["not_processed"] <= 8, f"{v['not_processed']} requests never reached an app: their clients saw errors"
     print(f"{front_kind}: {n_req} POSTs, {v['refused']:.0f} refusals at the live agents, "
           f"{v['not_processed']} not processed (client saw an error)")

@@ -168,6 +168,7 @@ def test_envoy_gateway_policies_are_the_shipped_front(tmp_path):
         r["route"]["retry_policy"].pop("host_selection_retry_max_attempts", None)
     bare_cluster = bare["static_resources"]["clusters"][0]
     bare_cluster["load_balancing_policy"]["policies"][0]["typed_extension_config"]["typed_config"].pop("selection_method")
+    bare_cluster["common_lb_config"].pop("update_merge_window")   # (the panic threshold is the policy's, above)
     meta = route["metadata"]
     for p in epp["spec"]["jsonPatches"]:
         if p["type"] == "type.googleapis.com/envoy.config.cluster.v3.Cluster":
@@ -180,6 +181,7 @@ def test_envoy_gateway_policies_are_the_shipped_front(tmp_path):
     assert patched["include_request_attempt_count"] is True
     assert patched["routes"][0]["route"]["retry_policy"] == retry
     assert bare_cluster["load_balancing_policy"] == cluster["load_balancing_policy"]
+    assert bare_cluster["common_lb_config"] == cluster["common_lb_config"]
     path = tmp_path / "patched.yaml"
     path.write_text(yaml.safe_dump(bare))
     p = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60)
