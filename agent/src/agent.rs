@@ -124,13 +124,11 @@ impl Agent {
             return Ok(self.health().await);
         }
         let target = field(req.headers(), protocol::TARGET);
+        let attempt = field(req.headers(), protocol::ENVOY_ATTEMPT);
         let named_by_target = target != Field::Absent;
         // An Envoy front names its tries by its own attempt count, never by hunt-target.
-        let from_envoy = !named_by_target && field(req.headers(), protocol::ENVOY_ATTEMPT) != Field::Absent;
-        let mark = protocol::classify(
-            field(req.headers(), protocol::OFFER),
-            protocol::per_try_mark(target, field(req.headers(), protocol::ENVOY_ATTEMPT)),
-        );
+        let from_envoy = !named_by_target && attempt != Field::Absent;
+        let mark = protocol::classify(field(req.headers(), protocol::OFFER), protocol::per_try_mark(target, attempt));
         // A front that cannot say what it counts here names itself instead:
         // what it counts is what this agent holds from it.
         let front = protocol::parse_front(field(req.headers(), protocol::FRONT)).map(Box::<[u8]>::from);
