@@ -411,7 +411,7 @@ def report(data: dict) -> str:
     if "exactly-once" in data:
         d = data["exactly-once"]
         out += ["## Exactly once at volume", "", f"{d['machine']}; {d['date']}. Unique POSTs from 8 clients through the",
-                "front over 4 backends (4 workers, agents `dynamic:window=20`, which refuse about half the offers);",
+                "front over 4 backends (4 workers, agents `dynamic:window=20`, which refuse about a third of the offers);",
                 "one request in 20 each answered 500, 425, 200 with `hunt: busy`, and 503 with `hunt: busy` by the app;",
                 "one app SIGKILLed at 30% of the run, another backend's agent at 60%. Arrivals counted by the apps.",
                 "\"not processed\": no app saw it, and its client got an error (requests in flight on the killed",
