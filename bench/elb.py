@@ -74,12 +74,11 @@ def agility(work: Path, quick: bool) -> dict:
         for proxy in PROXIES:
             # hunting over the proxy's own pick, each agent's c_min at its cores
             # (issue 18: traffic follows capacity; HAProxy adds hunt-seen, slack 1)
-            own = {"envoy": "hunt/full", "haproxy": "hunt/least"}[proxy]  # the shipped fronts
             # Envoy's strongest least-request too (FULL_SCAN): compare with the best
             stronger = [("LR/full", "LR/full", None)] if proxy == "envoy" else []
             for name, strategy, policy in (("RR", "RR", None), ("SR_4", "hunt", "static:4"), ("SR_dyn", "hunt", "dynamic"),
                                            (LEAST[proxy], LEAST[proxy], None), *stronger,
-                                           ("SR_cores/own", own, "dynamic:slack=1,c_min={cores}")):
+                                           ("SR_cores/own", "hunt/own", "dynamic:slack=1,c_min={cores}")):
                 if policy:
                     fleet.set_policy(policy)
                 f = fleet.front(proxy, *STRATEGIES[proxy][strategy], hr, name=f"agility-{strategy}".replace("(", "").replace(")", "").replace("/", "-"))
