@@ -13,7 +13,8 @@
   throughput over time, client errors, and how long the front took to mark each
   one down and back up (health checks: 0.5 s interval, 2 failures / 2 successes).
 
-Usage: python3 bench/elb.py [--quick | --report-only]   Writes docs/results/elb.{md,json,png}.
+Usage: python3 bench/elb.py [--quick | --report-only | --only agility | --only agility-paired --reps N]
+       Writes docs/results/elb.{md,json,png}.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from benchlib.fleet import STRATEGIES, Fleet, Sampler, drive, summary
 from benchlib.fronts import wait_all_up
 from benchlib.reports import RESULTS, flag, machine, write_result
 from benchlib.runs import load, select
-from benchlib.stats import jain
+from benchlib.stats import jain, paired_ratio
 from harness import Addrs, HaproxyRoot, Procs
 
 PROXIES = ("envoy", "haproxy")
@@ -98,6 +99,76 @@ def agility(work: Path, quick: bool) -> dict:
     finally:
         procs.stop_all()
         hr.cleanup()
+
+
+# The agility point of issue 18 (p99 <= least-request's) compares two 10 s runs'
+# tails, a few hundred requests each: one run apart is noise. Paired: per
+# repetition, the proxy's strongest least-request and its shipped hunting front
+# back to back (order reversed every other one), ratios of the pair.
+STRONGEST = {"envoy": ("LR/full", "LR/full", None), "haproxy": ("leastconn", "leastconn", None)}
+OWN = ("SR_cores/own", "hunt/own", "dynamic:slack=1,c_min={cores}")
+
+
+def agility_paired(work: Path, reps: int) -> dict:
+    procs, addrs = Procs(work), Addrs()
+    hr = HaproxyRoot("2.6")
+    cores = [1, 1, 2, 2, 4, 4, 8, 8]
+    try:
+        fleet = Fleet(procs, addrs, [float(c) for c in cores], mean_ms=10.0, policy="dynamic").start()
+        rate, seconds = 0.7 * fleet.capacity, 10.0
+        runs = []
+        for rep in range(reps):
+            for proxy in PROXIES:
+                pair = (STRONGEST[proxy], OWN) if rep % 2 == 0 else (OWN, STRONGEST[proxy])
+                for name, strategy, policy in pair:
+                    fleet.set_policy(policy or "dynamic")
+                    f = fleet.front(proxy, *STRATEGIES[proxy][strategy], hr,
+                                    name=f"agp-{strategy}".replace("(", "").replace(")", "").replace("/", "-"))
+                    wait_all_up(f, len(cores))
+                    before, refused = fleet.stats(), fleet.refused()
+                    rep_ = summary(drive([f.url], rate, seconds, work / f"agp-{rep}-{proxy}-{name.replace('/', '-')}.json",
+                                         seed=1000 + rep, max_lateness_us=2500))
+                    after = fleet.stats()
+                    rejected = sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before))
+                    refused = fleet.refused() - refused
+                    f.proc.stop()
+                    runs.append({"rep": rep, "proxy": proxy, "policy": name, "backlog_rejected": rejected, "refused": refused,
+                                 **{k: rep_[k] for k in ("mean_ms", "p99_ms", "errors", "valid")}})
+                    print(f"  agility pair {rep} {proxy:7s} {name:13s}: mean {rep_['mean_ms']:6.1f} ms p99 {rep_['p99_ms']:7.1f}"
+                          f" rejected {rejected} refused {refused:.0f} errors {flag(rep_['errors'])}", flush=True)
+        return {"cores": cores, "rate": rate, "seconds": seconds, "reps": reps, "runs": runs}
+    finally:
+        procs.stop_all()
+        hr.cleanup()
+
+
+def agility_paired_report(p: dict) -> str:
+    rows = []
+    for proxy in PROXIES:
+        base, own = STRONGEST[proxy][0], OWN[0]
+        ok = {(r["rep"], r["policy"]): r for r in p["runs"] if r["proxy"] == proxy and r["valid"] and not r["errors"]}
+        pairs = [(ok[(k, own)], ok[(k, base)]) for k in range(p["reps"]) if (k, own) in ok and (k, base) in ok]
+        rej = {n: sum(r["backlog_rejected"] for r in p["runs"] if r["proxy"] == proxy and r["policy"] == n) for n in (base, own)}
+        errs = sum(r["errors"] for r in p["runs"] if r["proxy"] == proxy)
+        refused = sum(r.get("refused", 0) for r in p["runs"] if r["proxy"] == proxy and r["policy"] == own)
+        for key in ("mean_ms", "p99_ms"):
+            s = paired_ratio([a for a, _ in pairs], [b for _, b in pairs], key)
+            lo, hi = s["median_ci95"]
+            rows.append(f"| {proxy} | {own} / {base} | {key[:-3]} | **{s['median']:.3f}** ({lo:.3f}-{hi:.3f}) | "
+                        f"{s['mean']:.3f} ± {s['ci95']:.3f} | {len(pairs)} | {rej[own]} / {rej[base]} | {refused:.0f} | {flag(errs)} |")
+    return f"""## Agility, paired: the shipped hunting front against the strongest least-request
+
+`python3 bench/elb.py --only agility-paired --reps {p['reps']}`: the same fleet and rate as above,
+{p['reps']} repetitions; in each, per proxy, the strongest least-request (Envoy FULL_SCAN, HAProxy
+leastconn) and the shipped hunting front (SR_cores/own) run back to back, order reversed every
+other repetition, fresh fronts, the same arrival seed. Ratios are hunting / least-request per
+pair: the median with its distribution-free 95% CI, and the mean ± 95% CI. A pair with a client
+error is left out (the errors column says how many there were).
+
+| proxy | ratio | of | median (95% CI) | mean ± CI | pairs | backlog rejected (hunting / least) | offers refused | client errors |
+|-------|-------|----|----------------:|----------:|------:|-----------------------------------:|---------------:|--------------:|
+{chr(10).join(rows)}
+"""
 
 
 def fairness() -> dict | None:
@@ -257,14 +328,15 @@ successes):
 
 A client error here is a request that was in flight on a backend when it was killed: the
 proxy cannot know whether the app processed it, so it does not replay it.
-"""
+""" + (f"\n{agility_paired_report(d['agility_paired'])}" if d.get("agility_paired") else "")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["agility"],
+    ap.add_argument("--only", choices=["agility", "agility-paired"],
                     help="measure this section only; the others come from the last elb.json")
+    ap.add_argument("--reps", type=int, default=7, help="agility-paired: paired repetitions")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: refresh the fairness section from the SRLB sweep, redraw, rewrite the report")
     a = ap.parse_args()
@@ -278,7 +350,10 @@ def main():
     if a.only:
         d = json.loads((RESULTS / "elb.json").read_text())
         print(a.only, flush=True)
-        d[a.only] = agility(work, a.quick)
+        if a.only == "agility-paired":
+            d["agility_paired"] = agility_paired(work, a.reps)
+        else:
+            d[a.only] = agility(work, a.quick)
         d["machine"] = machine()
         plots.elb(d, RESULTS)
         write_result("elb", d, report(d, d.get("quick", False)))
