@@ -76,6 +76,13 @@ STALE = {"least": "least", "least-of-3": "least-of-3", "P2C": "p2c", "hunt over 
 STALE_PROXIES = [1, 4]
 REFRESH_MS = [0, 1, 10, 50, 100]
 MIXED_PROXIES = [1, 4, 16]
+# What 0.85x least-request's mean at 4 proxies would take (huntlb-sim
+# forward-RULE:SLACK): agents that share a view of every server's in-flight
+# count, refreshed every T ms, and forward an offer that is not the fleet's
+# least (within SLACK) to the least. No host does this.
+FORWARD = {"forward to the least, slack 0": "forward-least:0", "forward to the least, slack 1": "forward-least:1"}
+FORWARD_VIEW_MS = [0, 0.5, 1, 2, 5]
+FORWARD_PROXIES = [1, 4, 16]
 # Acceptance policies beside SR_dyn's default on the mixed fleet.
 MIXED_EXTRA = {"hunt over least, SR_dyn 0.85-0.95": "hunt-least:dynamic:low=0.85,high=0.95",
                "hunt over least, SR_3": "hunt-least:static:3", "hunt over least, SR_8": "hunt-least:static:8",
@@ -85,12 +92,14 @@ CAPACITY = "hunt over least, slack 1, c_min = cores"
 
 
 def sim(dispatch: str, rhos: list[float], seed: int, requests: int, proxies: int = 1, fleet: list[str] = HOMO,
-        refresh_ms: float = 0) -> list[dict]:
+        refresh_ms: float = 0, fleet_view_ms: float = 0) -> list[dict]:
     dispatch, *extra = dispatch.split()  # "DISPATCH --flag": simulator flags beside the dispatch
     args = [*fleet, *extra, "--backlog", str(BACKLOG), "--mean-ms", str(MEAN_MS), "--dispatch", dispatch,
             "--proxies", str(proxies), "--requests", str(requests), "--seed", str(seed), "--rho", ",".join(map(str, rhos))]
     if refresh_ms:
         args += ["--refresh-ms", str(refresh_ms)]
+    if fleet_view_ms:
+        args += ["--fleet-view-ms", str(fleet_view_ms)]
     return huntlb_sim(str(SIM), args, timeout=600)
 
 
@@ -108,6 +117,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5, help="seeds per point (medians are reported)")
     ap.add_argument("--requests", type=int, default=200_000, help="requests per run")
     ap.add_argument("--report-only", action="store_true", help=f"rewrite the report from {OUT.relative_to(ROOT)}/runs.json")
+    ap.add_argument("--only", choices=["forward"], help="run this section only, into the last runs.json")
     a = ap.parse_args()
     if a.report_only:
         data = json.loads((OUT / "runs.json").read_text())
@@ -118,6 +128,14 @@ def main() -> None:
         raise SystemExit(f"{SIM} not built: run `cargo build --release -p huntlb-instruments` first")
     seeds = list(range(1, a.seeds + 1))
     t0 = time.monotonic()
+    if a.only:
+        data = json.loads((OUT / "runs.json").read_text())
+        data["points"] = [x for x in data["points"] if x["section"] != a.only] + forward(data["seeds"], data["requests"])
+        (OUT / "runs.json").write_text(json.dumps(data, indent=1) + "\n")
+        data["plot"] = plot(data)
+        (RESULTS / "simulation-proxies.md").write_text(report(data))
+        print(f"wrote docs/results/simulation-proxies.md ({time.monotonic() - t0:.0f} s)", flush=True)
+        return
     pts = []
     for section, table in (("main", MAIN), ("variant", VARIANTS)):
         for name, d in table.items():
@@ -138,6 +156,7 @@ def main() -> None:
                 pts.append(point([sim(d, [RHO], s, a.requests, p, refresh_ms=t)[0] for s in seeds], section="stale",
                                  name=name, dispatch=d, proxies=p, rho=RHO, refresh_ms=t))
     print(f"staleness done ({time.monotonic() - t0:.0f} s)", flush=True)
+    pts += forward(seeds, a.requests)
     data = {"machine": machine(), "seconds": time.monotonic() - t0, "seeds": seeds, "requests": a.requests,
             "argv": f"python3 bench/sim_proxies.py --seeds {a.seeds} --requests {a.requests}", "points": pts}
     OUT.mkdir(parents=True, exist_ok=True)
@@ -145,6 +164,14 @@ def main() -> None:
     data["plot"] = plot(data)
     (RESULTS / "simulation-proxies.md").write_text(report(data))
     print(f"wrote docs/results/simulation-proxies.md, {OUT.relative_to(ROOT)}/runs.json", flush=True)
+
+
+def forward(seeds: list[int], requests: int) -> list[dict]:
+    pts = [point([sim(d, [RHO], s, requests, p, fleet_view_ms=t)[0] for s in seeds], section="forward", name=name, dispatch=d,
+                 proxies=p, rho=RHO, fleet_view_ms=t)
+           for name, d in FORWARD.items() for p in FORWARD_PROXIES for t in FORWARD_VIEW_MS]
+    print("forwarding done", flush=True)
+    return pts
 
 
 def get(d: dict, section: str, name: str, proxies: int, rho: float = RHO, **key) -> dict:
@@ -451,6 +478,46 @@ it ({st('hunt over least', 10):.1f} ms) and picking among the 3 least roughly ha
 candidates at random, so it herds least: hunting over P2C is the most robust here
 ({st('hunt over P2C', 100):.1f} ms at 100 ms). For scale, hunting with a random offer, which needs no
 view, is {cell(rr88)} ms.
+{forward_section(d)}"""
+
+
+def forward_section(d: dict) -> str:
+    if not any(x["section"] == "forward" for x in d["points"]):
+        return ""
+    rows = []
+    for p in FORWARD_PROXIES:
+        least = get(d, "main", "least", p)["mean_ms"]
+        for name in FORWARD:
+            xs = [get(d, "forward", name, p, fleet_view_ms=t) for t in FORWARD_VIEW_MS]
+            rows.append(f"| {p} | {name} | " + " | ".join(f"{x['mean_ms'] / least:.2f}× ({x['acceptance']:.2f})" for x in xs) + " |")
+    at = lambda t: get(d, "forward", "forward to the least, slack 0", CEILING_PROXIES, fleet_view_ms=t)["mean_ms"] / \
+        get(d, "main", "least", CEILING_PROXIES)["mean_ms"]  # noqa: E731
+    return f"""
+## What 0.85× at {plural(CEILING_PROXIES)} would take (ρ = 0.88)
+
+Not a front huntlb ships: `huntlb-sim --dispatch forward-least:SLACK --fleet-view-ms T`.
+The offer goes to the proxy's own least as in hunting, but the agents share a view of
+every server's in-flight count, refreshed every T ms (0: live), and the first agent
+forwards an offer it is not the fleet's least for (within SLACK) to the least by that
+view (plus what it forwarded since), as a final. Cells: mean over least-request's
+mean at that many proxies (in parentheses, the share of offers the first agent kept).
+
+```text
+ front ──offer──► agent 1 ──(its count <= the fleet's least + SLACK)──► app 1
+                     │ else, by its view of the fleet, T ms old at most
+                     └──final──► agent k (the least) ──► app k
+```
+
+| proxies | dispatch | {' | '.join('live' if t == 0 else f'T = {t:g} ms' for t in FORWARD_VIEW_MS)} |
+|---:|---|{'---:|' * len(FORWARD_VIEW_MS)}
+{chr(10).join(rows)}
+
+At {plural(CEILING_PROXIES)}, 0.85× needs the whole fleet's counts at every agent no more than
+about 1 ms old ({at(0):.2f}× live, {at(1):.2f}× at 1 ms, {at(2):.2f}× at 2 ms, {at(5):.2f}× at 5 ms: forwards
+herd onto a stale least as the own-view least does). Here that is every one of about
+2100 count changes a second reaching all 12 agents within a millisecond, and a
+second hop for more than half the requests: a shared, nearly live view of the
+fleet, which is what a single balancer (JSQ) has and several independent ones do not.
 """
 
 

@@ -28,6 +28,13 @@
 //!   among the other servers.
 //! * `jsq`: ideal join-shortest-queue on the true in-flight counts, the limit
 //!   no distributed balancer reaches.
+//! * `forward-RULE:SLACK`: what it would take to come near JSQ with several
+//!   proxies (no host does this). The offer goes to the rule's pick as in
+//!   hunting, but the agents share a view of the whole fleet's in-flight counts,
+//!   refreshed every `fleet_view_s` (0: live): the first agent keeps the
+//!   request if its own count is at most the fleet's least plus `SLACK`, else
+//!   it forwards it, as a final, to the least loaded other server by its view
+//!   (the snapshot plus what it forwarded since).
 //!
 //! With `proxies > 1`, arrivals go to the proxies in turn (or at random, see
 //! [`Assign`]) and each counts only the requests it sent itself. With
@@ -159,13 +166,16 @@ pub enum Dispatch {
     Hunt(Rule, Policy),
     /// Join-shortest-queue on the true in-flight counts.
     Jsq,
+    /// Agents that share the fleet's counts and forward a refused offer to
+    /// the least loaded server (see the module docs).
+    Forward(Rule, u32),
 }
 
 impl Dispatch {
     /// The rule, for dispatchers that use a proxy's own view or its draws.
     pub fn rule(&self) -> Option<Rule> {
         match *self {
-            Dispatch::Local(r) | Dispatch::Hunt(r, _) => Some(r),
+            Dispatch::Local(r) | Dispatch::Hunt(r, _) | Dispatch::Forward(r, _) => Some(r),
             Dispatch::Jsq => None,
         }
     }
@@ -183,6 +193,11 @@ impl FromStr for Dispatch {
         let fail = |e: String| format!("dispatch `{s}`: {e}");
         if s == "jsq" {
             return Ok(Dispatch::Jsq);
+        }
+        if let Some(rest) = s.strip_prefix("forward-") {
+            let (rule, slack) = rest.split_once(':').ok_or_else(|| fail("expected forward-RULE:SLACK".into()))?;
+            let slack = slack.parse::<u32>().map_err(|_| fail(format!("SLACK must be a whole number, not `{slack}`")))?;
+            return Ok(Dispatch::Forward(rule.parse().map_err(fail)?, slack));
         }
         match s.split_once(':') {
             Some((head, spec)) => {
@@ -214,6 +229,7 @@ impl fmt::Display for Dispatch {
             Dispatch::Hunt(Rule::Random, p) => write!(f, "hunt:{p}"),
             Dispatch::Hunt(r, p) => write!(f, "hunt-{r}:{p}"),
             Dispatch::Jsq => write!(f, "jsq"),
+            Dispatch::Forward(r, slack) => write!(f, "forward-{r}:{slack}"),
         }
     }
 }
@@ -275,6 +291,9 @@ pub struct Config {
     /// in-flight count; a proxy's view of a server is the last count it heard
     /// plus its own sends and minus its own completions since.
     pub feedback: bool,
+    /// `forward-*` only: the agents' shared view of every server's in-flight
+    /// count is a snapshot refreshed every this many seconds; 0: live.
+    pub fleet_view_s: f64,
     pub seed: u64,
     /// Sample per-server busy workers this often (seconds); 0: never.
     pub sample_every_s: f64,
@@ -437,6 +456,11 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
     // Feedback: per proxy and server, (true count heard, own count then).
     let mut heard = vec![vec![(0u32, 0u32); n]; cfg.proxies];
     let mut est = vec![0u32; n];
+    // Forward: the agents' fleet snapshot, when it was taken, and what each
+    // agent forwarded to each server since.
+    let mut fleet_snap = vec![0u32; n];
+    let mut fleet_snap_t = f64::NEG_INFINITY;
+    let mut forwarded = if matches!(cfg.dispatch, Dispatch::Forward(..)) { vec![vec![0u32; n]; n] } else { Vec::new() };
     let mut owner: Vec<(usize, usize)> = Vec::with_capacity(cfg.requests as usize); // (proxy, server) per request
     let mut arrived_at: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
     let mut times: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
@@ -508,6 +532,30 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                     let true_load: Vec<u32> = servers.iter().map(Server::inflight).collect();
                     pick(Rule::Least { k: 1 }, &true_load, None, rng)
                 }
+                Dispatch::Forward(rule, slack) => {
+                    let first = pick(rule, own, None, rng);
+                    offers += 1;
+                    if cfg.fleet_view_s == 0.0 || now >= fleet_snap_t + cfg.fleet_view_s {
+                        for (v, srv) in fleet_snap.iter_mut().zip(&servers) {
+                            *v = srv.inflight();
+                        }
+                        fleet_snap_t = now;
+                        forwarded.iter_mut().for_each(|f| f.fill(0));
+                    }
+                    // The first agent's view: the snapshot plus its own forwards
+                    // since, and its own count live.
+                    let mut seen: Vec<u32> = fleet_snap.iter().zip(&forwarded[first]).map(|(a, b)| a + b).collect();
+                    seen[first] = servers[first].inflight();
+                    let least_other = seen.iter().enumerate().filter(|&(i, _)| i != first).map(|(_, &v)| v).min().expect("n >= 2");
+                    if seen[first] <= least_other + slack {
+                        accepted += 1;
+                        first
+                    } else {
+                        let to = pick(Rule::Least { k: 1 }, &seen, Some(first), rng);
+                        forwarded[first][to] += 1;
+                        to
+                    }
+                }
             };
             let demand = exp(rng, cfg.mean_s);
             owner.push((proxy, s));
@@ -578,7 +626,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
         p90_ms: q(0.90),
         p99_ms: q(0.99),
         rejected,
-        acceptance: matches!(cfg.dispatch, Dispatch::Hunt(..)).then(|| accepted as f64 / offers.max(1) as f64),
+        acceptance: matches!(cfg.dispatch, Dispatch::Hunt(..) | Dispatch::Forward(..)).then(|| accepted as f64 / offers.max(1) as f64),
         served_per_server: servers.iter().map(|s| s.served).collect(),
         fairness: (fair_sum.1 > 0).then(|| fair_sum.0 / fair_sum.1 as f64),
         samples,
@@ -609,6 +657,7 @@ mod tests {
             assign: Assign::Turn,
             refresh_s: 0.0,
             feedback: false,
+            fleet_view_s: 0.0,
             seed: 7,
             sample_every_s: 0.0,
         }
@@ -706,9 +755,25 @@ mod tests {
     }
 
     #[test]
+    fn forwarding_agents_need_a_fresh_fleet_view_to_come_near_jsq() {
+        // Four proxies over least by own view: agents that know the whole fleet
+        // live and forward what is not theirs to the least are JSQ up to
+        // the first offer; a view a few ms old herds the forwards onto
+        // the snapshot's least and loses what it gained.
+        let base = |d: &str, view_ms: f64| Config { proxies: 4, requests: 40_000, fleet_view_s: view_ms / 1e3, ..cfg(d, 0.88) };
+        let (least, jsq) = (run(&base("least", 0.0)), run(&base("jsq", 0.0)));
+        let (live, stale) = (run(&base("forward-least:0", 0.0)), run(&base("forward-least:0", 5.0)));
+        assert!(live.mean_ms < 1.05 * jsq.mean_ms, "live view {} vs JSQ {}", live.mean_ms, jsq.mean_ms);
+        assert!(live.mean_ms < 0.9 * least.mean_ms, "live view {} vs least {}", live.mean_ms, least.mean_ms);
+        assert!(stale.mean_ms > least.mean_ms, "5 ms view {} vs least {}", stale.mean_ms, least.mean_ms);
+        let acc = live.acceptance.unwrap();
+        assert!((0.2..0.8).contains(&acc), "first agents kept {acc} of the offers");
+    }
+
+    #[test]
     fn dispatch_specs_round_trip_and_old_ones_still_parse() {
         for s in ["random", "p2c", "least", "least-of-3", "jsq", "hunt:static:4", "hunt-p2c:static:4", "hunt-least:static:0",
-            "hunt-least-of-3:static:8", "hunt-random:static:4"]
+            "hunt-least-of-3:static:8", "hunt-random:static:4", "forward-least:0", "forward-p2c:2"]
         {
             let d: Dispatch = s.parse().unwrap();
             assert_eq!(d.to_string().parse::<Dispatch>().unwrap(), d, "{s}");
@@ -719,7 +784,8 @@ mod tests {
         let Dispatch::Hunt(Rule::Least { k: 1 }, huntlb_policy::Policy::Dynamic(p)) = d else { panic!("{d:?}") };
         assert_eq!((p.low, p.high), (0.7, 0.9));
         for bad in ["fastest", "hunt", "hunt-least", "least-of-0", "least-of-x", "least-of-+2", "hunt-fast:static:4",
-            "jsq:static:4", "hunt:static:x", "hunt-least:dynamic:low=0.9,high=0.7"]
+            "jsq:static:4", "hunt:static:x", "hunt-least:dynamic:low=0.9,high=0.7", "forward-least", "forward-least:x",
+            "forward-fast:0"]
         {
             let e = bad.parse::<Dispatch>().unwrap_err();
             assert!(e.starts_with(&format!("dispatch `{bad}`")), "{bad}: {e}");

@@ -42,7 +42,8 @@ struct Args {
     requests: u64,
     /// random, p2c, least, least-of-K, jsq, or hunting over a rule: hunt:SPEC (random
     /// offer), hunt-p2c:SPEC, hunt-least:SPEC, hunt-least-of-K:SPEC, with SPEC the
-    /// policy grammar (static:4, dynamic, dynamic:low=0.7,high=0.9).
+    /// policy grammar (static:4, dynamic, dynamic:low=0.7,high=0.9); forward-RULE:SLACK,
+    /// agents that share the fleet's counts (see --fleet-view-ms).
     #[arg(long)]
     dispatch: String,
     /// Independent proxies (each rule's counts are only its own requests).
@@ -57,6 +58,9 @@ struct Args {
     /// Load feedback: responses carry the server's true in-flight count (see huntlb_instruments::sim)
     #[arg(long)]
     feedback: bool,
+    /// forward-*: the agents' shared view of the fleet is refreshed every this many ms (0: live).
+    #[arg(long, default_value_t = 0.0)]
+    fleet_view_ms: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Sample busy workers per server this often, seconds (0: never).
@@ -98,6 +102,11 @@ fn main() -> anyhow::Result<()> {
         a.refresh_ms == 0.0 || dispatch.uses_own_view(),
         "--refresh-ms: --dispatch {dispatch} does not use the proxy's own counts, so a stale view changes nothing"
     );
+    anyhow::ensure!(a.fleet_view_ms >= 0.0 && a.fleet_view_ms.is_finite(), "--fleet-view-ms: must be 0 or positive");
+    anyhow::ensure!(
+        a.fleet_view_ms == 0.0 || matches!(dispatch, Dispatch::Forward(..)),
+        "--fleet-view-ms: only forward-RULE:SLACK has agents that share a view of the fleet"
+    );
     anyhow::ensure!(a.rate.iter().all(|r| *r > 0.0 && r.is_finite()), "--rate: every rate must be positive");
     anyhow::ensure!(a.rho.iter().all(|r| *r > 0.0 && r.is_finite()), "--rho: every load must be positive");
     let mut cfg = sim::Config {
@@ -111,6 +120,7 @@ fn main() -> anyhow::Result<()> {
         assign,
         refresh_s: a.refresh_ms / 1e3,
         feedback: a.feedback,
+        fleet_view_s: a.fleet_view_ms / 1e3,
         seed: a.seed,
         sample_every_s: a.sample_every,
     };
