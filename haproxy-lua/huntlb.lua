@@ -348,6 +348,12 @@ local function start_sidecar(args)
             local busy = tonumber(txn:get_var("txn.hunt_busy")) or 0
             -- no gates: HAProxy itself drains and health-checks this sidecar
             local seen = policy.parse_seen(values(hdrs["hunt-seen"]))
+            -- A front that cannot say what it counts here names itself
+            -- (hunt-front, Envoy); the config counts its requests in flight
+            -- here natively (a stick table's trackers, this one left out).
+            if seen == nil and policy.parse_front(values(hdrs["hunt-front"])) then
+                seen = tonumber(txn:get_var("txn.hunt_front_seen"))
+            end
             if p:admit("offer", NO_GATES, busy, workers, seen) == "accept" then
                 counts.offers_accept = counts.offers_accept + 1
             else

@@ -77,3 +77,53 @@ def test_dynamic_moves_c_as_algorithm_2_says(procs, addrs, kind):
         assert request(h.addr, "GET", "/o?work_ms=0", headers=OFFER)[0] == 200, f"{kind} offer {i}"
     assert h.c() == 4
     assert (h.accepted(), h.refused()) == (11, 29)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_front_that_names_itself_is_counted_apart(procs, addrs, kind):
+    """An Envoy front sends no hunt-seen but names itself (hunt-front) on every
+    try; every host counts what it holds from each name and takes that as the
+    front's hunt-seen, so slack accepts the offers of a front whose own count
+    is right and refuses one the others loaded this backend for."""
+    host = addrs.host()
+    _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
+    # c stays 1 (a window no test reaches): the policy alone refuses at b >= 1
+    h = start_hunter(kind, procs, host, app, "dynamic:slack=1,c0=1,window=1000")
+    held = []
+    for _ in range(3):
+        t = threading.Thread(target=request, args=(h.addr, "GET", "/hold?work_ms=6000"),
+                             kwargs={"headers": {**FINAL, "hunt-front": "front-a"}}, daemon=True)
+        t.start()
+        held.append(t)
+    wait_until(lambda: h.inflight() == 3, what="front-a's 3 requests in flight")
+    cases = [
+        ("front-a, which holds all 3 (seen 3, b 3 <= 3 + 1)", {"hunt-front": "front-a"}, 200),
+        ("front-b, which holds none (seen 0, b 3 > 0 + 1)", {"hunt-front": "front-b"}, 425),
+        ("no name", {}, 425),
+        ("front-a with hunt-seen 0 (hunt-seen wins)", {"hunt-front": "front-a", "hunt-seen": "0"}, 425),
+        ("a bad name (counts for no front)", {"hunt-front": "front a"}, 425),
+    ]
+    for i, (what, extra, want) in enumerate(cases):
+        path = f"/named/{i}"
+        status = request(h.addr, "GET", path, headers={**OFFER, **extra})[0]
+        assert status == want, f"{kind}: offer from {what}: {status}, inflight {h.inflight()}"
+        assert app_stats(app)["paths"].get(path, 0) == (1 if want == 200 else 0), f"{kind}: {what}"
+    assert h.inflight() == 3, "the held load ended before the offers did: the run proves nothing"
+    for t in held:
+        t.join(timeout=20)
+    wait_until(lambda: h.inflight() == 0, what="held requests done")
+    # front-a's requests are over, and so is its count: with front-b holding 2,
+    # front-a (seen 0, b 2 > 0 + 1) is refused and front-b (seen 2) is not.
+    held = []
+    for _ in range(2):
+        t = threading.Thread(target=request, args=(h.addr, "GET", "/hold?work_ms=6000"),
+                             kwargs={"headers": {**FINAL, "hunt-front": "front-b"}}, daemon=True)
+        t.start()
+        held.append(t)
+    wait_until(lambda: h.inflight() == 2, what="front-b's 2 requests in flight")
+    assert request(h.addr, "GET", "/named/after-a", headers={**OFFER, "hunt-front": "front-a"})[0] == 425, kind
+    assert request(h.addr, "GET", "/named/after-b", headers={**OFFER, "hunt-front": "front-b"})[0] == 200, kind
+    assert h.inflight() == 2, "the held load ended before the offers did: the run proves nothing"
+    for t in held:
+        t.join(timeout=20)
+    assert (h.accepted(), h.refused()) == (2, 5)

@@ -8,6 +8,7 @@
 //! only moves headers and counters.
 
 pub mod config;
+pub mod fronts;
 
 #[cfg(target_arch = "wasm32")]
 mod wasm;

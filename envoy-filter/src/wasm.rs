@@ -2,7 +2,7 @@
 //! metrics; HTTP contexts are short state machines over request and response
 //! headers and never block.
 
-use crate::config;
+use crate::{config, fronts};
 use huntlb_policy::protocol::{self, Field, Mark};
 use huntlb_policy::admission::{self, StateCell, Write};
 use huntlb_policy::Policy;
@@ -22,6 +22,8 @@ proxy_wasm::main! {{
 /// this Envoy (shared data is per VM id, across threads).
 const INFLIGHT_KEY: &str = "huntlb.inflight";
 const POLICY_KEY: &str = "huntlb.policy_state";
+/// Requests in flight per `hunt-front` name (`fronts`).
+const FRONTS_KEY: &str = "huntlb.fronts";
 const CAS_TRIES: usize = 64;
 
 /// Sidecar metrics: the names of the policy crate's table (`huntlb_policy::metrics`);
@@ -89,6 +91,9 @@ impl RootContext for Root {
         if let (None, cas) = self.get_shared_data(INFLIGHT_KEY) {
             let _ = self.set_shared_data(INFLIGHT_KEY, Some(&0u32.to_le_bytes()), cas);
         }
+        if let (None, cas) = self.get_shared_data(FRONTS_KEY) {
+            let _ = self.set_shared_data(FRONTS_KEY, Some(b""), cas);
+        }
         match Metrics::define() {
             Ok(m) => {
                 let _ = hostcalls::record_metric(m.workers, u64::from(settings.workers));
@@ -112,6 +117,7 @@ impl RootContext for Root {
             settings: self.settings.clone()?,
             metrics: self.metrics.clone()?,
             counted: false,
+            front: None,
             refused: false,
             named_by_target: false,
         }))
@@ -155,6 +161,8 @@ struct Sidecar {
     settings: Rc<config::Sidecar>,
     metrics: Rc<Metrics>,
     counted: bool,
+    /// The `hunt-front` name this try is counted under, until `on_log`.
+    front: Option<Vec<u8>>,
     refused: bool,
     /// The try carried `hunt-target` (its front may retry a 425 by status alone).
     named_by_target: bool,
@@ -179,6 +187,21 @@ impl Sidecar {
             }
         }
         0
+    }
+
+    /// Move `name`'s count in the fronts table by `delta`; false when it could
+    /// not (a new name and a full table, or shared data failing).
+    fn add_front(&self, name: &[u8], delta: i32) -> bool {
+        for _ in 0..CAS_TRIES {
+            let (bytes, cas) = self.get_shared_data(FRONTS_KEY);
+            let Some(next) = fronts::add(bytes.as_deref().unwrap_or_default(), name, delta) else { return false };
+            match self.set_shared_data(FRONTS_KEY, Some(&next), cas) {
+                Ok(()) => return true,
+                Err(Status::CasMismatch) => continue,
+                Err(_) => break,
+            }
+        }
+        false
     }
 
     fn inflight(&self) -> u32 {
@@ -212,13 +235,20 @@ impl HttpContext for Sidecar {
         let offer = self.field(&headers, protocol::OFFER);
         let target = self.field(&headers, protocol::TARGET);
         let attempt = self.field(&headers, protocol::ENVOY_ATTEMPT);
+        let front_name = self.field(&headers, protocol::FRONT);
         self.named_by_target = target.is_some();
         let mark = protocol::classify(as_field(&offer), protocol::per_try_mark(as_field(&target), as_field(&attempt)));
         match mark {
             Mark::Offer => {
                 // The sidecar knows no gate: its Envoy drains and health-checks.
                 let seen = self.field(&headers, protocol::SEEN);
-                let load = Load { busy: self.inflight(), workers: *workers, seen: protocol::parse_seen(as_field(&seen)) };
+                // A front that cannot say what it counts here names itself:
+                // what it counts is what this Envoy holds from it.
+                let seen = protocol::parse_seen(as_field(&seen)).or_else(|| {
+                    let name = protocol::parse_front(as_field(&front_name))?;
+                    Some(fronts::get(self.get_shared_data(FRONTS_KEY).0.as_deref().unwrap_or_default(), name))
+                });
+                let load = Load { busy: self.inflight(), workers: *workers, seen };
                 let cell = SharedState { policy_c: self.metrics.policy_c };
                 if let Verdict::Refuse(_) = admission::admit(policy, &cell, Try::Offer, Gates::OPEN, load) {
                     inc(self.metrics.offers_refuse);
@@ -250,6 +280,11 @@ impl HttpContext for Sidecar {
         }
         self.add_inflight(1);
         self.counted = true;
+        if let Some(name) = protocol::parse_front(as_field(&front_name)) {
+            if self.add_front(name, 1) {
+                self.front = Some(name.to_vec());
+            }
+        }
         Action::Continue
     }
 
@@ -278,6 +313,9 @@ impl HttpContext for Sidecar {
         if self.counted {
             self.counted = false;
             self.add_inflight(-1);
+        }
+        if let Some(name) = self.front.take() {
+            self.add_front(&name, -1);
         }
     }
 }

@@ -268,6 +268,21 @@ function _M.parse_seen(values)
     return tonumber(v)
 end
 
+--- hunt-front as the agent takes it (protocol::parse_front): the list of values
+--- received; the name for one value of 1 to 64 visible ASCII bytes with no
+--- comma, else nil (the try then counts for no front).
+function _M.parse_front(values)
+    if #values ~= 1 then
+        return nil
+    end
+    local v = values[1]
+    -- \33-\43 and \45-\126: visible ASCII but the comma (\44)
+    if #v < 1 or #v > MAX_MARK_LEN or not str_match(v, "^[\33-\43\45-\126]+$") then
+        return nil
+    end
+    return v
+end
+
 --- The threshold in effect (nil for `always`).
 function _M.threshold(self)
     return self.c

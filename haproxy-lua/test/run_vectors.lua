@@ -81,6 +81,11 @@ for i, c in ipairs(load("seen.json").cases) do
     check(got == want, string.format("seen case %d: got %s want %s", i, tostring(got), tostring(want)))
 end
 
+for i, c in ipairs(load("front.json").cases) do
+    local got = policy.parse_front(c.values)
+    check(got == c.front, string.format("front case %d: got %s want %s", i, tostring(got), tostring(c.front)))
+end
+
 local function show(args)
     local parts = {}
     for k, v in pairs(args) do parts[#parts + 1] = k .. "=" .. v end
