@@ -289,3 +289,33 @@ def test_an_offer_is_decided_with_its_fronts_own_count_at_this_backend(procs, ad
     # the held ones are done and counted out: an idle backend, busy 0 <= 0 + 1
     wait_until(lambda: inflight(admin) == 0, timeout=5)
     assert request(agent, "GET", "/f", headers={**OFFER, "hunt-front": "B"})[0] == 200
+
+
+def test_a_fronts_count_holds_a_streamed_response_until_its_body_ends(procs, addrs):
+    """What the agent counts for a `hunt-front` name (that front's hunt-seen)
+    holds each request until its response body ends, as its in-flight count
+    and the front's own count do. Two streams from front-a whose heads have
+    arrived: an offer from front-a (seen 2, b 2 <= 2 + 1) is accepted; had the
+    count dropped at the response head (seen 0, b 2 > 0 + 1) the policy, with
+    c = 1, would refuse it. An offer from front-b is refused either way."""
+    from harness.apps import SseApp, start_app_backends
+    (b,) = start_app_backends(procs, addrs, 1, "dynamic:slack=1,c0=1,window=1000", SseApp)
+    conns = []
+    for _ in range(2):
+        conn = http.client.HTTPConnection(*b.agent.split(":"), timeout=10)
+        conn.request("GET", "/events?n=30&every_ms=100", headers={**FINAL, "hunt-front": "front-a"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.fp.readline()  # the first event's chunk: the head is long gone, the body goes on
+        conns.append((conn, resp))
+    wait_until(lambda: inflight(b.admin) == 2, what="2 streams in flight")
+    assert request(b.agent, "GET", "/from-b", headers={**OFFER, "hunt-front": "front-b"})[0] == 425
+    assert request(b.agent, "GET", "/from-a", headers={**OFFER, "hunt-front": "front-a"})[0] == 200
+    assert inflight(b.admin) == 2, "a stream ended before the offers did: the test proves nothing"
+    for conn, resp in conns:
+        conn.close()
+    wait_until(lambda: inflight(b.admin) == 0, what="streams closed")
+    # front-a's count went with its streams: an offer from it at b = 0 is taken
+    assert request(b.agent, "GET", "/after", headers={**OFFER, "hunt-front": "front-a"})[0] == 200
+    m = metrics(b.admin)
+    assert (m['huntlb_offers_total{decision="accept"}'], m['huntlb_offers_total{decision="refuse"}']) == (2, 1)

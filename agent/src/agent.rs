@@ -10,7 +10,7 @@
 //! ```
 
 use crate::config::{Config, LoadSource};
-use crate::load::{Inflight, InflightGuard, PerFront, Progress, Scoreboard};
+use crate::load::{Inflight, InflightGuard, PerFront, PerFrontGuard, Progress, Scoreboard};
 use crate::metrics::{Gauges, Metrics};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
@@ -152,8 +152,10 @@ impl Agent {
         }
         let mut resp = match verdict {
             Verdict::Accept => {
-                let _counted = front.as_deref().map(|f| self.per_front.enter(f));
-                self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final)).await
+                // Counted for its front until its response body ends, as the
+                // front counts it (Envoy: until the stream completes).
+                let counted = front.as_deref().map(|f| self.per_front.enter(f));
+                self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
             }
             Verdict::Refuse(why) => self.refuse(req, why, named_by_target).await,
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
@@ -262,15 +264,23 @@ impl Agent {
             return plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n");
         }
         // Not a try the front may send once more: it may not hold the body.
-        self.forward(Request::from_parts(parts, body), held, named_by_target, false).await
+        self.forward(Request::from_parts(parts, body), held, named_by_target, false, None).await
     }
 
     /// Forward to the app, `held` (body frames already read) first. `named_by_target`:
     /// the try carried `hunt-target`, so its front may retry a 425 by status
     /// alone (`protocol::carry`). `resendable`: an offer or a final from a hunting
     /// front, which holds the request and may send it once more (to another
-    /// backend) if it never reached the app.
-    async fn forward(&self, mut req: Request<Incoming>, held: VecDeque<Frame<Bytes>>, named_by_target: bool, resendable: bool) -> Response<AgentBody> {
+    /// backend) if it never reached the app. `front`: the try's place in its
+    /// front's count here, held, like the in-flight slot, until the body ends.
+    async fn forward(
+        &self,
+        mut req: Request<Incoming>,
+        held: VecDeque<Frame<Bytes>>,
+        named_by_target: bool,
+        resendable: bool,
+        front: Option<PerFrontGuard>,
+    ) -> Response<AgentBody> {
         let guard = self.inflight.enter();
         // An upgrade (WebSocket) passes through: the app answers the handshake,
         // and on 101 the two connections are joined (`tunnel`).
@@ -354,7 +364,7 @@ impl Agent {
                 if let Ok(v) = HeaderValue::from_str(&self.cfg.id) {
                     parts.headers.insert(protocol::SERVED_BY, v);
                 }
-                Response::from_parts(parts, Guarded { inner: body, _guard: guard }.boxed_unsync())
+                Response::from_parts(parts, Guarded { inner: body, _guard: guard, _front: front }.boxed_unsync())
             }
         }
     }
@@ -472,10 +482,12 @@ impl Body for Replayed {
     }
 }
 
-/// A response body that holds its request's in-flight slot until it ends.
+/// A response body that holds its request's in-flight slot (and its place in
+/// its front's count) until it ends.
 struct Guarded {
     inner: Incoming,
     _guard: InflightGuard,
+    _front: Option<PerFrontGuard>,
 }
 
 impl Body for Guarded {
