@@ -157,7 +157,7 @@ impl Agent {
                 let counted = front.as_deref().map(|f| self.per_front.enter(f));
                 self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
             }
-            Verdict::Refuse(why) => self.refuse(req, why, named_by_target).await,
+            Verdict::Refuse(why) => self.refuse(req, why, named_by_target, front.as_deref()).await,
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
         };
         if from_envoy && leaves_rotation(&resp, verdict) {
@@ -185,7 +185,7 @@ impl Agent {
     /// The busy refusal: 425, `hunt: busy`, empty body. A body up to `drain_limit`
     /// is read and dropped first so the connection can carry the next request;
     /// a larger or slower one gets the refusal with `connection: close`.
-    async fn refuse(&self, req: Request<Incoming>, why: Reason, named_by_target: bool) -> Response<AgentBody> {
+    async fn refuse(&self, req: Request<Incoming>, why: Reason, named_by_target: bool, front: Option<&[u8]>) -> Response<AgentBody> {
         let h1 = req.version() < http::Version::HTTP_2;
         let declared = req
             .headers()
@@ -193,7 +193,7 @@ impl Agent {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_none() && !req.body().is_end_stream() {
-            return self.hold(req, why, named_by_target).await;
+            return self.hold(req, why, named_by_target, front).await;
         }
         self.metrics.refused(why);
         let has_body = declared.is_some_and(|n| n > 0);
@@ -222,7 +222,7 @@ impl Agent {
     /// that passes it, or is still open after `HOLD_TIME`, may be one the front
     /// can no longer re-send, so the offer is accepted after all, as a final:
     /// what was read goes to the app first, then the rest as it comes.
-    async fn hold(&self, req: Request<Incoming>, why: Reason, named_by_target: bool) -> Response<AgentBody> {
+    async fn hold(&self, req: Request<Incoming>, why: Reason, named_by_target: bool, front: Option<&[u8]>) -> Response<AgentBody> {
         let h1 = req.version() < http::Version::HTTP_2;
         let (parts, mut body) = req.into_parts();
         let limit = self.cfg.drain_limit as u64;
@@ -264,7 +264,9 @@ impl Agent {
             return plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n");
         }
         // Not a try the front may send once more: it may not hold the body.
-        self.forward(Request::from_parts(parts, body), held, named_by_target, false, None).await
+        // Accepted after all, it counts for its front like any other.
+        let counted = front.map(|f| self.per_front.enter(f));
+        self.forward(Request::from_parts(parts, body), held, named_by_target, false, counted).await
     }
 
     /// Forward to the app, `held` (body frames already read) first. `named_by_target`:
