@@ -299,6 +299,7 @@ def test_direct_clients_without_the_front_certificate_never_reach_the_app(procs,
         assert not data.startswith(b"HTTP/"), data[:80]
     wait_until(lambda: handshake_failures(p) >= len(cases) + 1, timeout=5, what="handshake failures logged")
     assert handshake_failures(p) == len(cases) + 1
+    assert metrics(admin)["huntlb_tls_handshake_failures_total"] == len(cases) + 1
     stats = app_stats(app)["paths"]
     assert [k for k in stats if k.startswith("/direct/")] == ["/direct/front"]
     assert seen(admin) == base
@@ -323,6 +324,78 @@ def test_alpn_h2_and_http11(procs, addrs, pki):
                 assert len(head) == 9 and head[3] == 0x04, head
     status, _, _ = tls_request(agent, client_context(pki, front), "/alpn/h1", headers=FINAL)
     assert status == 200
+
+
+def test_a_flood_of_failed_handshakes_is_counted_not_logged_line_by_line(procs, addrs, pki):
+    """A scanner (or a front with the wrong certificate) fails a handshake per
+    connection: the metric counts each, the log has at most 10 lines per 10 s."""
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    p, agent, admin = procs.agent(host, app, policy="always", **pki.agent_opts())
+    h, port = agent.rsplit(":", 1)
+    for i in range(25):
+        with socket.create_connection((h, int(port)), timeout=5) as s:
+            s.sendall(f"GET /flood/{i} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+            try:
+                s.recv(100)
+            except (ConnectionResetError, socket.timeout):
+                pass
+    wait_until(lambda: metrics(admin)["huntlb_tls_handshake_failures_total"] == 25, timeout=10, what="25 failures counted")
+    assert handshake_failures(p) == 10
+    assert not [k for k in app_stats(app)["paths"] if k.startswith("/flood/")]
+    # and the front still gets in
+    assert tls_request(agent, client_context(pki, (pki.front_crt, pki.front_key)), "/flood/front", headers=FINAL)[0] == 200
+
+
+def test_a_rotated_certificate_is_taken_without_a_restart(procs, addrs, pki, tmp_path):
+    """Certificates are replaced in place (cert-manager, a Kubernetes secret's
+    rename): new connections get the new one within the agent's reload period
+    (2 s), a connection made before keeps working, and files that do not load
+    leave the certificate in use, with an error naming the key."""
+    live = tmp_path / "live"
+    live.mkdir()
+    crt, key = live / "tls.crt", live / "tls.key"
+    shutil.copy(pki.agent_crt, crt)
+    shutil.copy(pki.agent_key, key)
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    p, agent, _ = procs.agent(host, app, policy="always", tls_cert=crt, tls_key=key, tls_client_ca=pki.ca)
+    ctx = client_context(pki, (pki.front_crt, pki.front_key))
+    h, port = agent.rsplit(":", 1)
+
+    def der(path: Path) -> bytes:
+        return ssl.PEM_cert_to_DER_cert(path.read_text())
+
+    def served() -> bytes:
+        with ctx.wrap_socket(socket.create_connection((h, int(port)), timeout=5), server_hostname=NAME) as s:
+            return s.getpeercert(binary_form=True)
+
+    def replace(path: Path, data: bytes) -> None:
+        tmp = path.with_suffix(".new")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+
+    assert served() == der(pki.agent_crt)
+    before = http.client.HTTPSConnection(h, int(port), context=ctx, timeout=10)
+    before.sock = ctx.wrap_socket(socket.create_connection((h, int(port)), timeout=10), server_hostname=NAME)
+    assert request(agent, "GET", "/rotate/before", headers=FINAL, conn=before)[0] == 200
+    new_crt, new_key = _leaf(pki.ca.parent, "rotated", "ca", "server")
+    replace(crt, new_crt.read_bytes())  # the certificate first: with the old key it does not load yet
+    replace(key, new_key.read_bytes())
+    wait_until(lambda: served() == der(new_crt), timeout=15, what="the rotated certificate on new connections")
+    # the connection made before keeps its certificate and its keep-alive
+    assert before.sock.getpeercert(binary_form=True) == der(pki.agent_crt)
+    assert request(agent, "GET", "/rotate/open", headers=FINAL, conn=before)[0] == 200
+    before.close()
+    # a key that does not load: the rotated certificate stays, and the log says why
+    replace(key, b"-----BEGIN NONSENSE-----\nnot a key\n")
+    log = Path(p.log_path)
+    wait_until(lambda: "do not load" in log.read_text(errors="replace"), timeout=15, what="the bad key reported")
+    assert "tls_key" in next(line for line in log.read_text(errors="replace").splitlines() if "do not load" in line)
+    assert served() == der(new_crt)
+    assert tls_request(agent, ctx, "/rotate/after", headers=FINAL)[0] == 200
+    paths = app_stats(app)["paths"]
+    assert {k: v for k, v in paths.items() if k.startswith("/rotate/")} == {"/rotate/before": 1, "/rotate/open": 1, "/rotate/after": 1}
 
 
 @pytest.mark.parametrize("which,key", [("cert-missing", "tls_cert"), ("cert-junk", "tls_cert"), ("key-missing", "tls_key"),

@@ -82,7 +82,11 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
 /// from `tls_client_ca` when set); one that fails is closed before any request.
 async fn serve(listener: TcpListener, agent: Arc<Agent>) {
     let slots = Arc::new(Semaphore::new(agent.cfg.max_connections));
-    let tls = agent.cfg.tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.server.clone()));
+    let tls = agent.cfg.tls.as_ref().map(|t| {
+        let current = Arc::new(tls::Current::new(t.server.clone()));
+        tokio::spawn(tls::watch(t.files.clone(), current.clone()));
+        (current, Arc::new(tls::FailureLog::default()))
+    });
     loop {
         let permit = slots.clone().acquire_owned().await.expect("semaphore never closed");
         let (stream, peer) = match listener.accept().await {
@@ -99,12 +103,25 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
         tokio::spawn(async move {
             match tls {
                 None => serve_connection(stream, agent).await,
-                Some(acceptor) => {
+                Some((current, failures)) => {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(current.get());
                     // the handshake gets the time a request head gets
-                    match tokio::time::timeout(agent.cfg.idle_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => serve_connection(stream, agent).await,
-                        Ok(Err(e)) => warn!(%peer, error = %e, "TLS handshake failed: connection closed"),
-                        Err(_) => warn!(%peer, "TLS handshake timed out: connection closed"),
+                    let failed = match tokio::time::timeout(agent.cfg.idle_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            serve_connection(stream, agent.clone()).await;
+                            None
+                        }
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some("timed out".to_string()),
+                    };
+                    if let Some(why) = failed {
+                        agent.metrics.tls_handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        match failures.admit(std::time::Instant::now()) {
+                            (true, 0) => warn!(%peer, error = %why, "TLS handshake failed: connection closed"),
+                            (true, unlogged) => warn!(%peer, error = %why, unlogged,
+                                "TLS handshake failed: connection closed (and `unlogged` more since the last line)"),
+                            (false, _) => {}
+                        }
                     }
                 }
             }

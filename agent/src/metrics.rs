@@ -25,6 +25,7 @@ pub struct Metrics {
     pub plain: AtomicU64,
     pub malformed: AtomicU64,
     pub health_checks: AtomicU64,
+    pub tls_handshake_failures: AtomicU64,
     pub app_errors_connect: AtomicU64,
     pub app_errors_timeout: AtomicU64,
     pub app_errors_other: AtomicU64,
@@ -75,6 +76,7 @@ impl Metrics {
             (M::PLAIN, &self.plain),
             (M::MALFORMED, &self.malformed),
             (M::HEALTH_CHECKS, &self.health_checks),
+            (M::TLS_HANDSHAKE_FAILURES, &self.tls_handshake_failures),
         ] {
             single(&mut o, &m, v(a) as f64);
         }

@@ -4,13 +4,24 @@
 //! CA reach the agent, so the hunt headers it reads come from a front.
 //!
 //! Everything is loaded and checked at start; an error names its config key.
+//! The files are then watched ([`watch`]): a rotated certificate (cert-manager,
+//! a renewed Let's Encrypt one, a Kubernetes secret's new symlink) is taken for
+//! new connections within [`RELOAD_EVERY`], with no restart and no connection
+//! lost. Files that do not load (a key written after its certificate, a bad
+//! file) leave the certificate in use in place, with an error naming the key.
 
 use crate::config::ConfigError;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use std::sync::Arc;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+use tracing::{error, info};
+
+/// How often the agent looks at its TLS files for a change.
+pub const RELOAD_EVERY: Duration = Duration::from_secs(2);
 
 fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { key, reason: reason.into() }
@@ -37,6 +48,100 @@ pub struct Tls {
     pub server: Arc<ServerConfig>,
     /// Client certificates are required and verified (`tls_client_ca`).
     pub mtls: bool,
+    /// What it was loaded from, watched for a new certificate.
+    pub files: Files,
+}
+
+/// Failed handshakes logged one by one per [`FailureLog`] window, at most.
+pub const LOG_BURST: u32 = 10;
+pub const LOG_WINDOW: Duration = Duration::from_secs(10);
+
+/// Which failed handshakes get a log line of their own: the first
+/// [`LOG_BURST`] of each [`LOG_WINDOW`] (a window opens at the first failure
+/// after the last one closed); the rest are counted, and the first
+/// line of the next window says how many there were. A scanner, or a front
+/// with the wrong certificate, cannot fill the disk with one line a
+/// connection; `huntlb_tls_handshake_failures_total` counts every one.
+#[derive(Debug, Default)]
+pub struct FailureLog(Mutex<(Option<Instant>, u32, u64)>);
+
+impl FailureLog {
+    /// Whether this failure gets its own line, and how many went unlogged
+    /// in the windows since the last line (to say with it).
+    pub fn admit(&self, now: Instant) -> (bool, u64) {
+        let mut g = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (start, logged, unlogged) = &mut *g;
+        if start.map_or(true, |s| now.duration_since(s) >= LOG_WINDOW) {
+            (*start, *logged) = (Some(now), 0);
+        }
+        if *logged < LOG_BURST {
+            *logged += 1;
+            (true, std::mem::take(unlogged))
+        } else {
+            *unlogged += 1;
+            (false, 0)
+        }
+    }
+}
+
+/// The PEM files of [`server_config`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Files {
+    pub cert: String,
+    pub key: String,
+    pub client_ca: Option<String>,
+}
+
+/// A file's modified time, length and inode (a file replaced by a rename, as a
+/// Kubernetes secret's is, may keep its time); `None`: it cannot be read.
+type Stamp = Option<(SystemTime, u64, u64)>;
+
+impl Files {
+    fn stamps(&self) -> Vec<Stamp> {
+        [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len(), m.ino()))))
+            .collect()
+    }
+}
+
+/// The server configuration new connections get: swapped by [`watch`].
+#[derive(Debug)]
+pub struct Current(RwLock<Arc<ServerConfig>>);
+
+impl Current {
+    pub fn new(server: Arc<ServerConfig>) -> Current {
+        Current(RwLock::new(server))
+    }
+
+    pub fn get(&self) -> Arc<ServerConfig> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// Every [`RELOAD_EVERY`], reload the files if any changed since the last look
+/// and, if they load, hand new connections the result. Connections already
+/// open keep the certificate they were made with.
+pub async fn watch(files: Files, current: Arc<Current>) {
+    let mut last = files.stamps();
+    loop {
+        tokio::time::sleep(RELOAD_EVERY).await;
+        let now = files.stamps();
+        if now == last {
+            continue;
+        }
+        // Looked at once per change, loaded or not: a certificate written
+        // before its key fails now and loads when the key's write is seen.
+        last = now;
+        match server_config(&files.cert, &files.key, files.client_ca.as_deref()) {
+            Ok(t) => {
+                *current.0.write().unwrap_or_else(PoisonError::into_inner) = t.server;
+                info!(cert = %files.cert, "TLS files changed: new connections get the new certificate");
+            }
+            Err(e) => error!(error = %e, "TLS files changed but do not load: the certificate in use stays"),
+        }
+    }
 }
 
 /// The server side of TLS from the given PEM files. `client_ca`: require a
@@ -67,5 +172,24 @@ pub fn server_config(cert: &str, key: &str, client_ca: Option<&str>) -> Result<T
     let mut cfg = builder.with_single_cert(chain, private).map_err(|e| invalid("tls_key", format!("{key} with {cert}: {e}")))?;
     // HTTP/2 or HTTP/1.1, as over plaintext (the server also tells them apart by the preface)
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Tls { server: Arc::new(cfg), mtls: client_ca.is_some() })
+    let files = Files { cert: cert.to_string(), key: key.to_string(), client_ca: client_ca.map(str::to_string) };
+    Ok(Tls { server: Arc::new(cfg), mtls: client_ca.is_some(), files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_log_lets_a_burst_through_per_window_and_counts_the_rest() {
+        let t0 = Instant::now();
+        let log = FailureLog::default();
+        let first: Vec<(bool, u64)> = (0..LOG_BURST + 5).map(|_| log.admit(t0)).collect();
+        assert!(first[..LOG_BURST as usize].iter().all(|&x| x == (true, 0)));
+        assert!(first[LOG_BURST as usize..].iter().all(|&x| x == (false, 0)));
+        // the next window's first line carries the 5 left out; then none again
+        let later = t0 + LOG_WINDOW;
+        assert_eq!(log.admit(later), (true, 5));
+        assert_eq!(log.admit(later), (true, 0));
+    }
 }

@@ -29,6 +29,7 @@ _M.ALL = {
     m("huntlb_plain_total", "counter", true),
     m("huntlb_malformed_total", "counter", true),
     m("huntlb_health_checks_total", "counter", false),
+    m("huntlb_tls_handshake_failures_total", "counter", false),
     m("huntlb_app_errors_total", "counter", false, "kind", { "connect", "timeout", "other" }),
     m("huntlb_apache_polls_total", "counter", false, "result", { "ok", "failed" }),
     m("huntlb_inflight", "gauge", false),

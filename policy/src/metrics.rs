@@ -77,6 +77,12 @@ pub const FINALS_BUSY: Metric = m(
 );
 pub const PLAIN: Metric = m("huntlb_plain_total", Kind::Counter, "Requests without hunt headers.", true);
 pub const MALFORMED: Metric = m("huntlb_malformed_total", Kind::Counter, "Requests with malformed hunt headers (treated as final).", true);
+pub const TLS_HANDSHAKE_FAILURES: Metric = m(
+    "huntlb_tls_handshake_failures_total",
+    Kind::Counter,
+    "TLS handshakes that failed or timed out (connection closed before any request).",
+    false,
+);
 pub const HEALTH_CHECKS: Metric = m("huntlb_health_checks_total", Kind::Counter, "Health path requests answered by the agent.", false);
 pub const APP_ERRORS: Metric = Metric {
     name: "huntlb_app_errors_total",
@@ -113,6 +119,7 @@ pub const ALL: &[Metric] = &[
     PLAIN,
     MALFORMED,
     HEALTH_CHECKS,
+    TLS_HANDSHAKE_FAILURES,
     APP_ERRORS,
     APACHE_POLLS,
     INFLIGHT,
