@@ -107,7 +107,8 @@ class GrpcEchoApp:
     """A gRPC server (grpcio, HTTP/2) with raw-bytes methods: unary
     /huntlb.Echo/Say answers `echo:` + the request; client-streaming
     /huntlb.Echo/Collect answers `<messages> <bytes> <sha256>` of what it read;
-    bidi /huntlb.Echo/Chat answers `echo:` + each message as it comes. `calls`
+    bidi /huntlb.Echo/Chat answers `echo:` + each message as it comes, and ends
+    the call NOT_FOUND at a message `fail` (a status in trailers, after data). `calls`
     counts calls that reached it, `by_method` per method."""
 
     def __init__(self, host: str, port: int = 9000):
@@ -143,6 +144,8 @@ class GrpcEchoApp:
         def chat(requests, context):
             arrived("Chat")
             for m in requests:
+                if m == b"fail":
+                    context.abort(grpc.StatusCode.NOT_FOUND, "fail was asked for")
                 yield b"echo:" + m
 
         opts = [("grpc.max_receive_message_length", 8 << 20), ("grpc.max_send_message_length", 8 << 20)]

@@ -1,13 +1,14 @@
 """HTTP/2 between the Envoy front and the agents (prior knowledge, Envoy's
 `http2_protocol_options`), with hunt/1's semantics unchanged; and gRPC through
-it to an HTTP/2 app (the agent's `app_protocol = "h2"`)."""
+it to an HTTP/2 app (the agent's `app_protocol = "h2"`), and through the HAProxy
+fronts, which speak HTTP/1.1 to the agents."""
 
 import os
 import subprocess
 import uuid
 
 import pytest
-from harness import (FINAL, OFFER, envoy_stats, front_config, path_count, request, start_backends, start_envoy,
+from harness import (FINAL, OFFER, envoy_stats, front_config, path_count, request, start_backends, start_envoy, start_front,
                      wait_envoy_hosts_healthy)
 from harness.apps import GrpcEchoApp, start_app_backends
 from workload_hash import fnv64
@@ -148,3 +149,35 @@ def test_grpc_bodies_that_do_not_fit_the_replay_buffer_are_accepted_once(procs, 
     assert stat_delta(admin, before, "retry_or_shadow_abandoned") == 2
     if refusing:
         assert took >= 0.1, "the open stream waited out the agent's hold (100 ms) before it was accepted"
+
+
+@pytest.mark.parametrize("policy", ["always", "static:0"])
+@pytest.mark.parametrize("kind", ["haproxy-2.6", "haproxy-3.0"])
+def test_grpc_through_the_haproxy_fronts_keeps_its_status(procs, addrs, kind, policy):
+    # HAProxy speaks HTTP/1.1 to the agents: a call's status comes back only as
+    # chunked trailers, which an HTTP/1.1 server sends only when the response
+    # names them (`trailer`). The agent names gRPC's; before, every call ended
+    # UNKNOWN ("Stream removed") though it reached its app once.
+    import grpc
+
+    bs = start_app_backends(procs, addrs, 2, policy, GrpcEchoApp, app_protocol="h2")
+    f = start_front(kind, procs, addrs, bs, warm=False)
+    at_app = lambda: sum(b.app_proc.calls for b in bs)  # noqa: E731
+    refused0 = sum(b.refused() for b in bs)
+    with grpc.insecure_channel(f.listen) as ch:
+        say = ch.unary_unary("/huntlb.Echo/Say")
+        for i in range(3):
+            assert say(b"hi %d" % i, timeout=10) == b"echo:hi %d" % i
+            assert at_app() == i + 1, "each call reaches an app exactly once"
+        collect = ch.stream_unary("/huntlb.Echo/Collect")
+        assert collect(iter([b"a" * 1000, b"b" * 1000]), timeout=10).startswith(b"2 2000 ")
+        chat = ch.stream_stream("/huntlb.Echo/Chat")
+        assert list(chat(iter([b"x", b"y"]), timeout=10)) == [b"echo:x", b"echo:y"]
+        # a status other than OK, after data, reaches the client as the app set it
+        replies = []
+        with pytest.raises(grpc.RpcError) as e:
+            for r in chat(iter([b"x", b"fail"]), timeout=10):
+                replies.append(r)
+        assert (e.value.code(), e.value.details(), replies) == (grpc.StatusCode.NOT_FOUND, "fail was asked for", [b"echo:x"])
+    assert at_app() == 6
+    assert sum(b.refused() for b in bs) - refused0 == (6 if policy == "static:0" else 0), "each call refused once, then served"

@@ -359,6 +359,14 @@ impl Agent {
                 // The refusal space is the agent's: no app response may look like
                 // one, or a front would re-send a request the app processed.
                 strip_hunt_headers(&mut parts.headers);
+                // An HTTP/1.1 front gets trailers only if the response names
+                // them first (hyper sends no others). An HTTP/2 app names none,
+                // but a gRPC answer's are known: without them the call's status
+                // is lost and the client sees an error (HAProxy fronts speak
+                // HTTP/1.1 to agents).
+                if h1 && trailers && !parts.headers.contains_key(header::TRAILER) && is_grpc(&parts.headers) {
+                    parts.headers.insert(header::TRAILER, HeaderValue::from_static(GRPC_TRAILERS));
+                }
                 if let (carrier, Some(app_status)) = protocol::carry(parts.status.as_u16(), named_by_target) {
                     parts.status = StatusCode::from_u16(carrier).expect("the carrier is a status");
                     parts.headers.insert(protocol::APP_STATUS, HeaderValue::from_static(app_status));
@@ -518,7 +526,20 @@ fn field<'a>(h: &'a HeaderMap, name: &str) -> Field<'a> {
     }
 }
 
-const HOP_BY_HOP: [&str; 6] = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"];
+// Not `trailer`: it names the fields a body's trailers will carry, end to end
+// (RFC 9110 6.6.2), and an HTTP/1.1 server sends only the trailers it names.
+const HOP_BY_HOP: [&str; 5] = ["connection", "keep-alive", "proxy-connection", "te", "upgrade"];
+
+/// What gRPC sends as trailers (its status, in every call that has a body).
+const GRPC_TRAILERS: &str = "grpc-status, grpc-message, grpc-status-details-bin";
+
+/// A gRPC message: `content-type: application/grpc`, with or without a `+codec`.
+fn is_grpc(h: &HeaderMap) -> bool {
+    h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+        let v = v.trim_start().to_ascii_lowercase();
+        v.strip_prefix("application/grpc").is_some_and(|rest| rest.is_empty() || rest.starts_with(['+', ';']))
+    })
+}
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     // Headers named in `Connection` are hop-by-hop too.
