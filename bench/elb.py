@@ -64,13 +64,22 @@ def gain_loss(work: Path, quick: bool) -> dict:
         hr.cleanup()
 
 
+AGILITY_CORES = [1, 1, 2, 2, 4, 4, 8, 8]
+
+
+def agility_fleet(procs: Procs, addrs: Addrs) -> tuple[Fleet, float]:
+    """The mixed fleet (exp(10 ms) jobs) and its rate, 70% of its capacity."""
+    fleet = Fleet(procs, addrs, [float(c) for c in AGILITY_CORES], mean_ms=10.0, policy="dynamic").start()
+    return fleet, 0.7 * fleet.capacity
+
+
 def agility(work: Path, quick: bool) -> dict:
     procs, addrs = Procs(work), Addrs()
     hr = HaproxyRoot("2.6")
-    cores = [1, 1, 2, 2, 4, 4, 8, 8]
+    cores = AGILITY_CORES
     try:
-        fleet = Fleet(procs, addrs, [float(c) for c in cores], mean_ms=10.0, policy="dynamic").start()
-        rate, seconds = 0.7 * fleet.capacity, 5.0 if quick else 10.0
+        fleet, rate = agility_fleet(procs, addrs)
+        seconds = 5.0 if quick else 10.0
         shares, runs = {}, []
         for proxy in PROXIES:
             # hunting over the proxy's own pick, each agent's c_min at its cores
@@ -112,10 +121,10 @@ OWN = ("SR_cores/own", "hunt/own", "dynamic:slack=1,c_min={cores}")
 def agility_paired(work: Path, reps: int) -> dict:
     procs, addrs = Procs(work), Addrs()
     hr = HaproxyRoot("2.6")
-    cores = [1, 1, 2, 2, 4, 4, 8, 8]
+    cores = AGILITY_CORES
     try:
-        fleet = Fleet(procs, addrs, [float(c) for c in cores], mean_ms=10.0, policy="dynamic").start()
-        rate, seconds = 0.7 * fleet.capacity, 10.0
+        fleet, rate = agility_fleet(procs, addrs)
+        seconds = 10.0
         runs = []
         for rep in range(reps):
             for proxy in PROXIES:

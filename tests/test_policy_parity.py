@@ -12,11 +12,13 @@ from harness import FINAL, OFFER, app_stats, request, start_hunter, wait_until
 KINDS = ["agent", "sidecar", "haproxy-2.6", "haproxy-3.0"]
 
 
-def hold(addr, n, work_ms):
+def hold(addr, n, work_ms, front=None):
+    """n finals held work_ms at the app, from the front named `front` if given."""
+    headers = {**FINAL, "hunt-front": front} if front else FINAL
     ts = []
     for _ in range(n):
         # each on its own connection, so Envoy spreads them over its worker threads
-        t = threading.Thread(target=request, args=(addr, "GET", f"/hold?work_ms={work_ms}"), kwargs={"headers": FINAL}, daemon=True)
+        t = threading.Thread(target=request, args=(addr, "GET", f"/hold?work_ms={work_ms}"), kwargs={"headers": headers}, daemon=True)
         t.start()
         ts.append(t)
     return ts
@@ -89,12 +91,7 @@ def test_a_front_that_names_itself_is_counted_apart(procs, addrs, kind):
     _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
     # c stays 1 (a window no test reaches): the policy alone refuses at b >= 1
     h = start_hunter(kind, procs, host, app, "dynamic:slack=1,c0=1,window=1000")
-    held = []
-    for _ in range(3):
-        t = threading.Thread(target=request, args=(h.addr, "GET", "/hold?work_ms=6000"),
-                             kwargs={"headers": {**FINAL, "hunt-front": "front-a"}}, daemon=True)
-        t.start()
-        held.append(t)
+    held = hold(h.addr, 3, work_ms=6000, front="front-a")
     wait_until(lambda: h.inflight() == 3, what="front-a's 3 requests in flight")
     cases = [
         ("front-a, which holds all 3 (seen 3, b 3 <= 3 + 1)", {"hunt-front": "front-a"}, 200),
@@ -114,12 +111,7 @@ def test_a_front_that_names_itself_is_counted_apart(procs, addrs, kind):
     wait_until(lambda: h.inflight() == 0, what="held requests done")
     # front-a's requests are over, and so is its count: with front-b holding 2,
     # front-a (seen 0, b 2 > 0 + 1) is refused and front-b (seen 2) is not.
-    held = []
-    for _ in range(2):
-        t = threading.Thread(target=request, args=(h.addr, "GET", "/hold?work_ms=6000"),
-                             kwargs={"headers": {**FINAL, "hunt-front": "front-b"}}, daemon=True)
-        t.start()
-        held.append(t)
+    held = hold(h.addr, 2, work_ms=6000, front="front-b")
     wait_until(lambda: h.inflight() == 2, what="front-b's 2 requests in flight")
     assert request(h.addr, "GET", "/named/after-a", headers={**OFFER, "hunt-front": "front-a"})[0] == 425, kind
     assert request(h.addr, "GET", "/named/after-b", headers={**OFFER, "hunt-front": "front-b"})[0] == 200, kind
