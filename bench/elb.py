@@ -13,7 +13,7 @@
   throughput over time, client errors, and how long the front took to mark each
   one down and back up (health checks: 0.5 s interval, 2 failures / 2 successes).
 
-Usage: python3 bench/elb.py [--quick | --report-only | --only agility | --only agility-paired --reps N]
+Usage: python3 bench/elb.py [--quick | --report-only | --only agility | --only agility-paired --reps N [--append]]
        Writes docs/results/elb.{md,json,png}.
 """
 
@@ -118,7 +118,8 @@ STRONGEST = {"envoy": ("LR/full", "LR/full", None), "haproxy": ("leastconn", "le
 OWN = ("SR_cores/own", "hunt/own", "dynamic:slack=1,c_min={cores}")
 
 
-def agility_paired(work: Path, reps: int) -> dict:
+def agility_paired(work: Path, reps: int, first: int = 0) -> dict:
+    """`reps` paired repetitions, numbered from `first` (to add to earlier ones)."""
     procs, addrs = Procs(work), Addrs()
     hr = HaproxyRoot("2.6")
     cores = AGILITY_CORES
@@ -126,7 +127,7 @@ def agility_paired(work: Path, reps: int) -> dict:
         fleet, rate = agility_fleet(procs, addrs)
         seconds = 10.0
         runs = []
-        for rep in range(reps):
+        for rep in range(first, first + reps):
             for proxy in PROXIES:
                 pair = (STRONGEST[proxy], OWN) if rep % 2 == 0 else (OWN, STRONGEST[proxy])
                 for name, strategy, policy in pair:
@@ -145,7 +146,7 @@ def agility_paired(work: Path, reps: int) -> dict:
                                  **{k: rep_[k] for k in ("mean_ms", "p99_ms", "errors", "valid")}})
                     print(f"  agility pair {rep} {proxy:7s} {name:13s}: mean {rep_['mean_ms']:6.1f} ms p99 {rep_['p99_ms']:7.1f}"
                           f" rejected {rejected} refused {refused:.0f} errors {flag(rep_['errors'])}", flush=True)
-        return {"cores": cores, "rate": rate, "seconds": seconds, "reps": reps, "runs": runs}
+        return {"cores": cores, "rate": rate, "seconds": seconds, "reps": first + reps, "runs": runs}
     finally:
         procs.stop_all()
         hr.cleanup()
@@ -167,7 +168,7 @@ def agility_paired_report(p: dict) -> str:
                         f"{s['mean']:.3f} ± {s['ci95']:.3f} | {len(pairs)} | {rej[own]} / {rej[base]} | {refused:.0f} | {flag(errs)} |")
     return f"""## Agility, paired: the shipped hunting front against the strongest least-request
 
-`python3 bench/elb.py --only agility-paired --reps {p['reps']}`: the same fleet and rate as above,
+`python3 bench/elb.py --only agility-paired --reps N [--append]` ({p['reps']} in all): the same fleet and rate as above,
 {p['reps']} repetitions; in each, per proxy, the strongest least-request (Envoy FULL_SCAN, HAProxy
 leastconn) and the shipped hunting front (SR_cores/own) run back to back, order reversed every
 other repetition, fresh fronts, the same arrival seed. Ratios are hunting / least-request per
@@ -346,6 +347,7 @@ def main():
     ap.add_argument("--only", choices=["agility", "agility-paired"],
                     help="measure this section only; the others come from the last elb.json")
     ap.add_argument("--reps", type=int, default=7, help="agility-paired: paired repetitions")
+    ap.add_argument("--append", action="store_true", help="agility-paired: add to the repetitions in elb.json")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: refresh the fairness section from the SRLB sweep, redraw, rewrite the report")
     a = ap.parse_args()
@@ -360,7 +362,9 @@ def main():
         d = json.loads((RESULTS / "elb.json").read_text())
         print(a.only, flush=True)
         if a.only == "agility-paired":
-            d["agility_paired"] = agility_paired(work, a.reps)
+            old = d.get("agility_paired") if a.append else None
+            new = agility_paired(work, a.reps, first=old["reps"] if old else 0)
+            d["agility_paired"] = {**new, "runs": (old["runs"] if old else []) + new["runs"]}
         else:
             d[a.only] = agility(work, a.quick)
         d["machine"] = machine()
