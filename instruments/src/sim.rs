@@ -167,15 +167,17 @@ pub enum Dispatch {
     /// Join-shortest-queue on the true in-flight counts.
     Jsq,
     /// Agents that share the fleet's counts and forward a refused offer to
-    /// the least loaded server (see the module docs).
-    Forward(Rule, u32),
+    /// the least loaded server (see the module docs): the rule, SLACK, and
+    /// `seen=K`, keep any offer whose server holds at most the front's own
+    /// count there plus K (the front's count is the truth with one front).
+    Forward(Rule, u32, Option<u32>),
 }
 
 impl Dispatch {
     /// The rule, for dispatchers that use a proxy's own view or its draws.
     pub fn rule(&self) -> Option<Rule> {
         match *self {
-            Dispatch::Local(r) | Dispatch::Hunt(r, _) | Dispatch::Forward(r, _) => Some(r),
+            Dispatch::Local(r) | Dispatch::Hunt(r, _) | Dispatch::Forward(r, ..) => Some(r),
             Dispatch::Jsq => None,
         }
     }
@@ -195,9 +197,16 @@ impl FromStr for Dispatch {
             return Ok(Dispatch::Jsq);
         }
         if let Some(rest) = s.strip_prefix("forward-") {
-            let (rule, slack) = rest.split_once(':').ok_or_else(|| fail("expected forward-RULE:SLACK".into()))?;
+            let (rule, slack) = rest.split_once(':').ok_or_else(|| fail("expected forward-RULE:SLACK[:seen=K]".into()))?;
+            let (slack, seen) = match slack.split_once(':') {
+                Some((slack, seen)) => {
+                    let k = seen.strip_prefix("seen=").ok_or_else(|| fail(format!("expected seen=K after SLACK, not `{seen}`")))?;
+                    (slack, Some(k.parse::<u32>().map_err(|_| fail(format!("seen=K: K must be a whole number, not `{k}`")))?))
+                }
+                None => (slack, None),
+            };
             let slack = slack.parse::<u32>().map_err(|_| fail(format!("SLACK must be a whole number, not `{slack}`")))?;
-            return Ok(Dispatch::Forward(rule.parse().map_err(fail)?, slack));
+            return Ok(Dispatch::Forward(rule.parse().map_err(fail)?, slack, seen));
         }
         match s.split_once(':') {
             Some((head, spec)) => {
@@ -229,7 +238,8 @@ impl fmt::Display for Dispatch {
             Dispatch::Hunt(Rule::Random, p) => write!(f, "hunt:{p}"),
             Dispatch::Hunt(r, p) => write!(f, "hunt-{r}:{p}"),
             Dispatch::Jsq => write!(f, "jsq"),
-            Dispatch::Forward(r, slack) => write!(f, "forward-{r}:{slack}"),
+            Dispatch::Forward(r, slack, None) => write!(f, "forward-{r}:{slack}"),
+            Dispatch::Forward(r, slack, Some(k)) => write!(f, "forward-{r}:{slack}:seen={k}"),
         }
     }
 }
@@ -294,6 +304,10 @@ pub struct Config {
     /// `forward-*` only: the agents' shared view of every server's in-flight
     /// count is a snapshot refreshed every this many seconds; 0: live.
     pub fleet_view_s: f64,
+    /// `forward-*` only, instead of snapshots: every change of a server's
+    /// count reaches every agent this many seconds later (pushed on change,
+    /// as a gossip of counts would); 0: use `fleet_view_s`.
+    pub fleet_delay_s: f64,
     pub seed: u64,
     /// Sample per-server busy workers this often (seconds); 0: never.
     pub sample_every_s: f64,
@@ -461,7 +475,15 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
     let mut fleet_snap = vec![0u32; n];
     let mut fleet_snap_t = f64::NEG_INFINITY;
     let mut forwarded = if matches!(cfg.dispatch, Dispatch::Forward(..)) { vec![vec![0u32; n]; n] } else { Vec::new() };
-    let mut owner: Vec<(usize, usize)> = Vec::with_capacity(cfg.requests as usize); // (proxy, server) per request
+    // Delayed pushes: each server's count changes, (time, count), kept back to
+    // the one in force `fleet_delay_s` ago; and each agent's own forwards that
+    // recent (not yet in what it heard).
+    let delayed = cfg.fleet_delay_s > 0.0;
+    let mut history: Vec<VecDeque<(f64, u32)>> = if delayed { vec![VecDeque::from([(f64::NEG_INFINITY, 0)]); n] } else { Vec::new() };
+    let mut recent: Vec<VecDeque<(f64, usize)>> = if delayed { vec![VecDeque::new(); n] } else { Vec::new() };
+    // (proxy, server it counts the request at) per request: a forwarded
+    // request counts at the server its front sent it to, as a real front's does.
+    let mut owner: Vec<(usize, usize)> = Vec::with_capacity(cfg.requests as usize);
     let mut arrived_at: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
     let mut times: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
     let mut heap = BinaryHeap::new();
@@ -507,6 +529,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                 }
             }
             let own: &[u32] = if cfg.feedback { &est } else if stale { &snap[proxy] } else { &view[proxy] };
+            let mut counted = usize::MAX; // the server chosen, unless forwarded
             let s = match cfg.dispatch {
                 Dispatch::Local(rule) => pick(rule, own, None, rng),
                 Dispatch::Hunt(rule, p) => {
@@ -532,45 +555,78 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                     let true_load: Vec<u32> = servers.iter().map(Server::inflight).collect();
                     pick(Rule::Least { k: 1 }, &true_load, None, rng)
                 }
-                Dispatch::Forward(rule, slack) => {
+                Dispatch::Forward(rule, slack, seen_slack) => {
                     let first = pick(rule, own, None, rng);
+                    counted = first;
                     offers += 1;
-                    if cfg.fleet_view_s == 0.0 || now >= fleet_snap_t + cfg.fleet_view_s {
-                        for (v, srv) in fleet_snap.iter_mut().zip(&servers) {
-                            *v = srv.inflight();
+                    let mut seen: Vec<u32> = if delayed {
+                        let at = now - cfg.fleet_delay_s;
+                        let r = &mut recent[first];
+                        while r.front().is_some_and(|&(t, _)| t <= at) {
+                            r.pop_front();
                         }
-                        fleet_snap_t = now;
-                        forwarded.iter_mut().for_each(|f| f.fill(0));
-                    }
-                    // The first agent's view: the snapshot plus its own forwards
-                    // since, and its own count live.
-                    let mut seen: Vec<u32> = fleet_snap.iter().zip(&forwarded[first]).map(|(a, b)| a + b).collect();
+                        let mut v: Vec<u32> = history
+                            .iter_mut()
+                            .map(|h| {
+                                while h.len() >= 2 && h[1].0 <= at {
+                                    h.pop_front();
+                                }
+                                h[0].1
+                            })
+                            .collect();
+                        for &(_, to) in r.iter() {
+                            v[to] += 1;
+                        }
+                        v
+                    } else {
+                        if cfg.fleet_view_s == 0.0 || now >= fleet_snap_t + cfg.fleet_view_s {
+                            for (v, srv) in fleet_snap.iter_mut().zip(&servers) {
+                                *v = srv.inflight();
+                            }
+                            fleet_snap_t = now;
+                            forwarded.iter_mut().for_each(|f| f.fill(0));
+                        }
+                        // The snapshot plus the agent's own forwards since.
+                        fleet_snap.iter().zip(&forwarded[first]).map(|(a, b)| a + b).collect()
+                    };
+                    // Its own count it knows live.
                     seen[first] = servers[first].inflight();
                     let least_other = seen.iter().enumerate().filter(|&(i, _)| i != first).map(|(_, &v)| v).min().expect("n >= 2");
-                    if seen[first] <= least_other + slack {
+                    let front_is_right = seen_slack.is_some_and(|k| seen[first] <= own[first] + k);
+                    if front_is_right || seen[first] <= least_other + slack {
                         accepted += 1;
                         first
                     } else {
                         let to = pick(Rule::Least { k: 1 }, &seen, Some(first), rng);
-                        forwarded[first][to] += 1;
+                        if delayed {
+                            recent[first].push_back((now, to));
+                        } else {
+                            forwarded[first][to] += 1;
+                        }
                         to
                     }
                 }
             };
+            if counted == usize::MAX {
+                counted = s;
+            }
             let demand = exp(rng, cfg.mean_s);
-            owner.push((proxy, s));
+            owner.push((proxy, counted));
             arrived_at.push(now);
             let srv = &mut servers[s];
             srv.advance(now);
             if srv.in_service.len() < srv.workers as usize {
                 srv.in_service.push((srv.v + demand, id));
-                view[proxy][s] += 1;
+                view[proxy][counted] += 1;
                 reschedule(srv, s, &mut heap);
             } else if srv.queue.len() < cfg.backlog as usize {
                 srv.queue.push_back(Job { id, demand });
-                view[proxy][s] += 1;
+                view[proxy][counted] += 1;
             } else {
                 rejected += 1;
+            }
+            if delayed {
+                history[s].push_back((now, servers[s].inflight()));
             }
             id += 1;
             next_arrival = if id < cfg.requests { now + exp(rng, 1.0 / cfg.rate) } else { f64::INFINITY };
@@ -588,8 +644,8 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                     let (_, rid) = srv.in_service.swap_remove(i);
                     times.push(now - arrived_at[rid as usize]);
                     srv.served += 1;
-                    let (p, _) = owner[rid as usize];
-                    view[p][ev.server] -= 1;
+                    let (p, at) = owner[rid as usize];
+                    view[p][at] -= 1;
                     if cfg.feedback {
                         heard[p][ev.server] = (u32::MAX, view[p][ev.server]); // count filled in below
                     }
@@ -608,6 +664,9 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                         h[ev.server].0 = now_in;
                     }
                 }
+            }
+            if delayed {
+                history[ev.server].push_back((now, srv.inflight()));
             }
             reschedule(srv, ev.server, &mut heap);
         }
@@ -658,6 +717,7 @@ mod tests {
             refresh_s: 0.0,
             feedback: false,
             fleet_view_s: 0.0,
+            fleet_delay_s: 0.0,
             seed: 7,
             sample_every_s: 0.0,
         }
@@ -771,9 +831,29 @@ mod tests {
     }
 
     #[test]
+    fn counts_pushed_on_change_and_the_fronts_own_count_keep_forwarding_near_jsq() {
+        // What the agent ships (`fleet_listen`): every count change reaches the
+        // agents 0.2 ms later, and an offer whose server holds no more than its
+        // front's count there plus 1 is kept. One front: its count is the truth,
+        // so nothing is forwarded and it is least-request exactly. Four fronts:
+        // within a few percent of JSQ, far below least-request.
+        let base = |d: &str, proxies: usize, delay_ms: f64| Config { proxies, requests: 40_000, fleet_delay_s: delay_ms / 1e3, ..cfg(d, 0.88) };
+        let one = run(&base("forward-least:0:seen=1", 1, 0.2));
+        let least1 = run(&base("least", 1, 0.0));
+        assert_eq!(one.acceptance, Some(1.0));
+        assert_eq!(one.mean_ms, least1.mean_ms);
+        let (four, least4, jsq) = (run(&base("forward-least:0:seen=1", 4, 0.2)), run(&base("least", 4, 0.0)), run(&base("jsq", 4, 0.0)));
+        assert!(four.mean_ms < 0.87 * least4.mean_ms, "forward {} vs least {}", four.mean_ms, least4.mean_ms);
+        assert!(four.mean_ms < 1.05 * jsq.mean_ms, "forward {} vs JSQ {}", four.mean_ms, jsq.mean_ms);
+        // Older counts herd forwards onto a stale least.
+        let late = run(&base("forward-least:0:seen=1", 4, 5.0));
+        assert!(late.mean_ms > four.mean_ms, "5 ms {} vs 0.2 ms {}", late.mean_ms, four.mean_ms);
+    }
+
+    #[test]
     fn dispatch_specs_round_trip_and_old_ones_still_parse() {
         for s in ["random", "p2c", "least", "least-of-3", "jsq", "hunt:static:4", "hunt-p2c:static:4", "hunt-least:static:0",
-            "hunt-least-of-3:static:8", "hunt-random:static:4", "forward-least:0", "forward-p2c:2"]
+            "hunt-least-of-3:static:8", "hunt-random:static:4", "forward-least:0", "forward-p2c:2", "forward-least:0:seen=1"]
         {
             let d: Dispatch = s.parse().unwrap();
             assert_eq!(d.to_string().parse::<Dispatch>().unwrap(), d, "{s}");
@@ -784,7 +864,7 @@ mod tests {
         let Dispatch::Hunt(Rule::Least { k: 1 }, huntlb_policy::Policy::Dynamic(p)) = d else { panic!("{d:?}") };
         assert_eq!((p.low, p.high), (0.7, 0.9));
         for bad in ["fastest", "hunt", "hunt-least", "least-of-0", "least-of-x", "least-of-+2", "hunt-fast:static:4",
-            "jsq:static:4", "hunt:static:x", "hunt-least:dynamic:low=0.9,high=0.7", "forward-least", "forward-least:x",
+            "jsq:static:4", "hunt:static:x", "hunt-least:dynamic:low=0.9,high=0.7", "forward-least", "forward-least:x", "forward-least:0:seen", "forward-least:0:k=1",
             "forward-fast:0"]
         {
             let e = bad.parse::<Dispatch>().unwrap_err();

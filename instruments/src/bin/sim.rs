@@ -61,6 +61,9 @@ struct Args {
     /// forward-*: the agents' shared view of the fleet is refreshed every this many ms (0: live).
     #[arg(long, default_value_t = 0.0)]
     fleet_view_ms: f64,
+    /// forward-*: instead, every change of a server's count reaches the agents this many ms later.
+    #[arg(long, default_value_t = 0.0)]
+    fleet_delay_ms: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Sample busy workers per server this often, seconds (0: never).
@@ -107,6 +110,11 @@ fn main() -> anyhow::Result<()> {
         a.fleet_view_ms == 0.0 || matches!(dispatch, Dispatch::Forward(..)),
         "--fleet-view-ms: only forward-RULE:SLACK has agents that share a view of the fleet"
     );
+    anyhow::ensure!(a.fleet_delay_ms >= 0.0 && a.fleet_delay_ms.is_finite(), "--fleet-delay-ms: must be 0 or positive");
+    anyhow::ensure!(
+        a.fleet_delay_ms == 0.0 || (a.fleet_view_ms == 0.0 && matches!(dispatch, Dispatch::Forward(..))),
+        "--fleet-delay-ms: only with forward-RULE:SLACK, and not with --fleet-view-ms"
+    );
     anyhow::ensure!(a.rate.iter().all(|r| *r > 0.0 && r.is_finite()), "--rate: every rate must be positive");
     anyhow::ensure!(a.rho.iter().all(|r| *r > 0.0 && r.is_finite()), "--rho: every load must be positive");
     let mut cfg = sim::Config {
@@ -121,6 +129,7 @@ fn main() -> anyhow::Result<()> {
         refresh_s: a.refresh_ms / 1e3,
         feedback: a.feedback,
         fleet_view_s: a.fleet_view_ms / 1e3,
+        fleet_delay_s: a.fleet_delay_ms / 1e3,
         seed: a.seed,
         sample_every_s: a.sample_every,
     };
