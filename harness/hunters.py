@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.envoy import envoy_stats, sidecar_config, start_envoy
 from harness.haproxy import HaproxyRoot, haproxy_config, start_haproxy
-from harness.net import app_stats, metrics, wait_tcp
+from harness.net import app_stats, metrics, wait_tcp, wait_until
 from harness.procs import Addrs, Procs
 
 class Backend:
@@ -29,6 +29,23 @@ def start_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_opts: di
         app_proc, app = procs.workload(host, **{"demand": "const:0", **(app_opts or {})})
         agent_proc, agent, admin = procs.agent(host, app, policy=policy, **(agent_opts or {}))
         out.append(Backend(host, app, agent, admin, app_proc, agent_proc))
+    return out
+
+
+def start_fleet(procs: Procs, addrs: Addrs, n: int, policy: str = "dynamic", app_opts: dict | None = None,
+                agent_opts: dict | None = None) -> list[Backend]:
+    """`n` backends whose agents form a forwarding tier (`fleet_listen` on
+    port 9700 of each host, every agent a peer of every other), returned once
+    each has heard all the others."""
+    hosts = [addrs.host() for _ in range(n)]
+    peers = ",".join(f"{h}:9700" for h in hosts)
+    out = []
+    for host in hosts:
+        app_proc, app = procs.workload(host, **{"demand": "const:0", **(app_opts or {})})
+        agent_proc, agent, admin = procs.agent(host, app, policy=policy, fleet_listen=f"{host}:9700", fleet_peers=peers,
+                                               **(agent_opts or {}))
+        out.append(Backend(host, app, agent, admin, app_proc, agent_proc))
+    wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing every peer")
     return out
 
 

@@ -5,11 +5,14 @@
 //!  proxy ──► agent ──┬── offer & policy says busy ──► 425 `hunt: busy` (app never sees it)
 //!                    │     (a body of no declared length: only once it has ended within
 //!                    │      the proxy's copy; else accepted after all, `hold`)
-//!                    └── otherwise ──► app (hunt-* stripped) ──► response (its hunt-* stripped,
-//!                                                               an app 425 carried as 400) + hunt-served-by
+//!                    ├── otherwise ──► app (hunt-* stripped) ──► response (its hunt-* stripped,
+//!                    │                                          an app 425 carried as 400) + hunt-served-by
+//!                    └── offer, fleet_listen set, a peer is the fleet's least ──► that peer's agent, as a
+//!                          final (`relay`); no connection to it: refused, so the front re-sends
 //! ```
 
 use crate::config::{Config, LoadSource};
+use crate::fleet::{Fleet, Pick};
 use crate::load::{Inflight, InflightGuard, PerFront, PerFrontGuard, Progress, Scoreboard};
 use crate::metrics::{Gauges, Metrics};
 use bytes::Bytes;
@@ -47,6 +50,9 @@ pub struct Agent {
     pub scoreboard: Option<Arc<Scoreboard>>,
     pub metrics: Metrics,
     client: Client<HttpConnector, Replayed>,
+    /// The forwarding tier (`fleet_listen`), and its HTTP/1.1 client to peers.
+    pub fleet: Option<Arc<Fleet>>,
+    peer_client: Client<HttpConnector, Incoming>,
     app_authority: http::uri::Authority,
     app_up: AtomicBool,
     /// No sign of life from the app for `app_stall` while requests waited on it
@@ -57,10 +63,14 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn new(cfg: Config) -> Arc<Self> {
+    pub fn new(cfg: Config, fleet: Option<Arc<Fleet>>) -> Arc<Self> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        let peer_client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(cfg.pool_idle)
+            .pool_timer(TokioTimer::new())
+            .build(connector.clone());
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             // Without a timer the pool never reaps: an idle connection goes only
@@ -78,6 +88,8 @@ impl Agent {
             scoreboard,
             metrics: Metrics::default(),
             client,
+            fleet,
+            peer_client,
             app_authority: cfg.app.to_string().parse().expect("a socket address is an authority"),
             app_up: AtomicBool::new(true),
             stalled: AtomicBool::new(false),
@@ -97,6 +109,21 @@ impl Agent {
 
     pub fn inflight(&self) -> u32 {
         self.inflight.get()
+    }
+
+    /// The load the policy sees, as the forwarding tier reports it to peers.
+    pub fn busy_now(&self) -> u32 {
+        self.busy()
+    }
+
+    /// Wakes on every change of the in-flight count.
+    pub fn inflight_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.inflight.changed.clone()
+    }
+
+    /// Whether peers may forward here: not draining, app up and answering.
+    pub fn takes_forwards(&self) -> bool {
+        !self.draining.load(Ordering::Acquire) && self.app_up.load(Ordering::Acquire) && !self.stalled.load(Ordering::Acquire)
     }
 
     pub fn is_draining(&self) -> bool {
@@ -120,6 +147,7 @@ impl Agent {
             stalled: self.stalled.load(Ordering::Acquire),
             draining: self.draining.load(Ordering::Acquire),
             apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),
+            fleet_peers: self.fleet.as_ref().map(|f| f.ready_peers()),
         }
     }
 
@@ -137,7 +165,22 @@ impl Agent {
         // what it counts is what this agent holds from it.
         let front = protocol::parse_front(field(req.headers(), protocol::FRONT)).map(Box::<[u8]>::from);
         let seen = protocol::parse_seen(field(req.headers(), protocol::SEEN)).or_else(|| front.as_deref().map(|f| self.per_front.get(f)));
-        let (verdict, load) = self.admit(mark, seen);
+        // The forwarding tier decides an offer when peers are heard and no gate
+        // is shut (a shut gate refuses as without it); the acceptance policy
+        // decides when no peer is.
+        let pick = match &self.fleet {
+            Some(fleet) if mark == Mark::Offer && self.gates() == Gates::OPEN && forwardable(&req) => fleet.pick(self.busy(), seen),
+            _ => Pick::NoPeers,
+        };
+        if let Pick::Forward(to) = pick {
+            // Counted for its front here, where its front counts it.
+            let counted = front.as_deref().map(|f| self.per_front.enter(f));
+            return Ok(self.relay(req, &to, named_by_target, counted).await);
+        }
+        let (verdict, load) = match pick {
+            Pick::Keep => (Verdict::Accept, Load { busy: self.busy(), workers: self.cfg.workers, seen }),
+            _ => self.admit(mark, seen),
+        };
         let m = &self.metrics;
         if mark == Mark::Final && self.policy.is_busy(load) {
             m.finals_busy.fetch_add(1, Ordering::Relaxed); // accepted while busy: the scaling signal
@@ -173,17 +216,98 @@ impl Agent {
     /// This try's verdict, and the load it saw: the agent knows every gate
     /// (`huntlb_policy::admit`).
     fn admit(&self, mark: Mark, seen: Option<u32>) -> (Verdict, Load) {
-        let gates = Gates {
-            draining: self.draining.load(Ordering::Acquire),
-            app_down: !self.app_up.load(Ordering::Acquire),
-            at_capacity: self.inflight.get() >= self.cfg.max_inflight,
-        };
+        let gates = self.gates();
         let load = Load { busy: self.busy(), workers: self.cfg.workers, seen };
         let verdict = self.policy.admit(mark.as_try(), gates, load);
         if mark == Mark::Offer {
             debug!(busy = load.busy, workers = load.workers, c = self.policy.state().c, ?gates, ?verdict, "offer");
         }
         (verdict, load)
+    }
+
+    fn gates(&self) -> Gates {
+        Gates {
+            draining: self.draining.load(Ordering::Acquire),
+            app_down: !self.app_up.load(Ordering::Acquire),
+            at_capacity: self.inflight.get() >= self.cfg.max_inflight,
+        }
+    }
+
+    /// An offer forwarded to the peer at `to` (its `listen`), as a final: it
+    /// goes with `hunt-target: forwarded` and no other hunt header, so the peer
+    /// never refuses it for load, never forwards it again, and carries its
+    /// app's own 425 as 400 (`protocol::carry`). This agent holds no in-flight
+    /// slot for it (its app does not work on it), only its front's count.
+    ///
+    /// Exactly once: no connection to the peer means nothing reached it, and
+    /// the front gets the refusal and re-sends the request (its final); so
+    /// does a peer's own refusal (it could not reach its app). Anything after
+    /// the try may have reached the peer is an error the client sees (502,
+    /// 504), never a refusal.
+    async fn relay(&self, req: Request<Incoming>, to: &str, named_by_target: bool, front: Option<PerFrontGuard>) -> Response<AgentBody> {
+        let m = &self.metrics;
+        let h1 = req.version() < http::Version::HTTP_2;
+        let has_body = !req.body().is_end_stream();
+        let trailers = takes_trailers(req.headers());
+        let (mut parts, body) = req.into_parts();
+        strip_request_headers(&mut parts.headers);
+        if trailers {
+            parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
+        parts.headers.insert(protocol::TARGET, HeaderValue::from_static(FORWARDED_MARK));
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = match Uri::builder().scheme("http").authority(to).path_and_query(path).build() {
+            Ok(u) => u,
+            Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
+        };
+        parts.version = http::Version::HTTP_11;
+        let sent = tokio::time::timeout(self.cfg.app_timeout, self.peer_client.request(Request::from_parts(parts, body))).await;
+        let lost = |why: &dyn std::fmt::Display| {
+            if let Some(f) = &self.fleet {
+                f.lost(to);
+            }
+            debug!(peer = to, %why, "forward refused: the front re-sends");
+            m.forwards_refused.fetch_add(1, Ordering::Relaxed);
+            // The front's body may be part read: an HTTP/1 connection closes.
+            busy_response(h1 && has_body)
+        };
+        match sent {
+            Err(_) => {
+                m.forwards_failed.fetch_add(1, Ordering::Relaxed);
+                let msg = format!("huntlb agent: peer {to} did not answer within {} ms\n", self.cfg.app_timeout.as_millis());
+                plain(StatusCode::GATEWAY_TIMEOUT, &msg)
+            }
+            Ok(Err(e)) if e.is_connect() => lost(&source_chain(&e)),
+            Ok(Err(e)) => {
+                m.forwards_failed.fetch_add(1, Ordering::Relaxed);
+                plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: peer {to} failed: {}\n", source_chain(&e)))
+            }
+            // The peer's own refusal (`hunt` is the agent's alone): its app never saw it.
+            Ok(Ok(resp)) if resp.status().as_u16() == protocol::BUSY_STATUS && resp.headers().contains_key(protocol::BUSY_HEADER) => {
+                lost(&"the peer refused its final")
+            }
+            Ok(Ok(resp)) => {
+                m.forwards_sent.fetch_add(1, Ordering::Relaxed);
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                let served_by = parts.headers.get(protocol::SERVED_BY).cloned();
+                // The peer carried its app's 425 (we named the try): restore it,
+                // then carry it as our own front needs.
+                let carried = parts.status.as_u16() == protocol::CARRIER_STATUS
+                    && parts.headers.get(protocol::APP_STATUS).is_some_and(|v| v.as_bytes() == b"425");
+                strip_hunt_headers(&mut parts.headers);
+                let app_status = if carried { protocol::BUSY_STATUS } else { parts.status.as_u16() };
+                let (status, hunt_status) = protocol::carry(app_status, named_by_target);
+                parts.status = StatusCode::from_u16(status).expect("a status");
+                if let Some(v) = hunt_status {
+                    parts.headers.insert(protocol::APP_STATUS, HeaderValue::from_static(v));
+                }
+                if let Some(v) = served_by {
+                    parts.headers.insert(protocol::SERVED_BY, v);
+                }
+                Response::from_parts(parts, Guarded { inner: body, _guard: None, _front: front }.boxed_unsync())
+            }
+        }
     }
 
     /// The busy refusal: 425, `hunt: busy`, empty body. A body up to `drain_limit`
@@ -294,7 +418,7 @@ impl Agent {
         let h1 = req.version() < http::Version::HTTP_2;
         // `te: trailers` is hop-by-hop but says the client takes trailers, which
         // gRPC servers require of every call: pass that one value on.
-        let trailers = req.headers().get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))));
+        let trailers = takes_trailers(req.headers());
         let downstream = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         strip_request_headers(&mut parts.headers);
@@ -378,7 +502,7 @@ impl Agent {
                 if let Ok(v) = HeaderValue::from_str(&self.cfg.id) {
                     parts.headers.insert(protocol::SERVED_BY, v);
                 }
-                Response::from_parts(parts, Guarded { inner: body, _guard: guard, _front: front }.boxed_unsync())
+                Response::from_parts(parts, Guarded { inner: body, _guard: Some(guard), _front: front }.boxed_unsync())
             }
         }
     }
@@ -500,7 +624,8 @@ impl Body for Replayed {
 /// its front's count) until it ends.
 struct Guarded {
     inner: Incoming,
-    _guard: InflightGuard,
+    /// None for a forwarded try: its peer's app holds the slot.
+    _guard: Option<InflightGuard>,
     _front: Option<PerFrontGuard>,
 }
 
@@ -519,6 +644,22 @@ impl Body for Guarded {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// `hunt-target` on a forwarded try: a final at the peer.
+const FORWARDED_MARK: &str = "forwarded";
+
+/// Can this offer go to a peer? Not an upgrade (its tunnel is joined here),
+/// and not a body of no declared length: if the peer cannot be reached that
+/// body is gone, and the front may not hold it whole to re-send (`hold`).
+fn forwardable(req: &Request<Incoming>) -> bool {
+    upgrade_of(req.headers()).is_none() && (req.body().is_end_stream() || req.headers().contains_key(header::CONTENT_LENGTH))
+}
+
+/// `te: trailers` is hop-by-hop but says the client takes trailers, which
+/// gRPC servers require of every call: that one value is passed on.
+fn takes_trailers(h: &HeaderMap) -> bool {
+    h.get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))))
 }
 
 fn field<'a>(h: &'a HeaderMap, name: &str) -> Field<'a> {

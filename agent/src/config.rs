@@ -58,6 +58,29 @@ pub struct Config {
     /// TLS on `listen` (`tls_cert` and `tls_key`, mTLS with `tls_client_ca`);
     /// None: plaintext.
     pub tls: Option<crate::tls::Tls>,
+    /// The forwarding tier (`fleet_listen` set); None: off.
+    pub fleet: Option<FleetConfig>,
+}
+
+/// The forwarding tier: this agent's count goes to every peer, theirs come in,
+/// and an offer not kept here goes on to the least loaded peer
+/// (`huntlb_policy::forward`).
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// UDP: where peers' counts arrive, and ours leave from.
+    pub listen: SocketAddr,
+    /// Every peer's `fleet_listen` (this agent's own is skipped).
+    pub peers: Vec<SocketAddr>,
+    /// Where peers forward to: this agent's `listen`, as they can reach it.
+    pub advertise: String,
+    pub forwarding: huntlb_policy::forward::Forwarding,
+    /// Our count goes out on every change and at least this often.
+    pub heartbeat: Duration,
+    /// A peer not heard from for this long takes no forwards.
+    pub dead_after: Duration,
+    /// What this agent forwarded to a peer counts in its view of that peer
+    /// for this long (until the peer's own count has surely told it).
+    pub settle: Duration,
 }
 
 /// The raw knobs: every field optional, from the file and from flags alike.
@@ -159,6 +182,34 @@ pub struct Raw {
     /// one of them (mTLS), so only the fronts holding one reach the agent [default: none].
     #[arg(long)]
     pub tls_client_ca: Option<String>,
+    /// UDP address for the forwarding tier's counts: set, this agent sends its
+    /// in-flight count to every peer on each change, hears theirs, and forwards
+    /// an offer it is not the fleet's least for to the least peer, as a final
+    /// (docs/agent.md, "Forwarding") [default: off].
+    #[arg(long)]
+    pub fleet_listen: Option<String>,
+    /// The peers' `fleet_listen` addresses, comma separated (this agent's own may be listed).
+    #[arg(long)]
+    pub fleet_peers: Option<String>,
+    /// The address peers forward offers to: this agent's `listen` as they reach it [default: listen].
+    #[arg(long)]
+    pub fleet_advertise: Option<String>,
+    /// Keep an offer when this backend's count is at most the least peer's plus this [default: 0].
+    #[arg(long)]
+    pub forward_slack: Option<u32>,
+    /// Keep an offer when this backend's count is at most the front's own count
+    /// here (`hunt-seen` or `hunt-front`) plus this: with one front, never forward [default: 1].
+    #[arg(long)]
+    pub forward_seen_slack: Option<u32>,
+    /// Send this agent's count at least this often, in ms, changed or not [default: 50].
+    #[arg(long)]
+    pub fleet_heartbeat_ms: Option<u64>,
+    /// A peer not heard from for this long, in ms, takes no forwards [default: 250].
+    #[arg(long)]
+    pub fleet_dead_after_ms: Option<u64>,
+    /// This agent's own forwards count in its view of a peer for this long, in ms [default: 2].
+    #[arg(long)]
+    pub fleet_settle_ms: Option<u64>,
 }
 
 macro_rules! overlay {
@@ -179,7 +230,9 @@ impl Raw {
         };
         overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
-            app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca);
+            app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
+            fleet_listen, fleet_peers, fleet_advertise, forward_slack, forward_seen_slack, fleet_heartbeat_ms, fleet_dead_after_ms,
+            fleet_settle_ms);
         raw.validate()
     }
 
@@ -253,10 +306,71 @@ impl Raw {
             (None, None, Some(_)) => return Err(invalid("tls_client_ca", "only meaningful with tls_cert and tls_key")),
             (None, None, None) => None,
         };
+        let listen = addr("listen", self.listen, "127.0.0.1:8080")?;
+        let fleet = match self.fleet_listen {
+            None => {
+                for (key, set) in [
+                    ("fleet_peers", self.fleet_peers.is_some()),
+                    ("fleet_advertise", self.fleet_advertise.is_some()),
+                    ("forward_slack", self.forward_slack.is_some()),
+                    ("forward_seen_slack", self.forward_seen_slack.is_some()),
+                    ("fleet_heartbeat_ms", self.fleet_heartbeat_ms.is_some()),
+                    ("fleet_dead_after_ms", self.fleet_dead_after_ms.is_some()),
+                    ("fleet_settle_ms", self.fleet_settle_ms.is_some()),
+                ] {
+                    if set {
+                        return Err(invalid(key, "only meaningful with fleet_listen"));
+                    }
+                }
+                None
+            }
+            Some(l) => {
+                // A forwarded try goes to a peer's `listen` in plaintext.
+                if tls.is_some() {
+                    return Err(invalid("fleet_listen", "forwarding speaks plaintext HTTP to peers; not with tls_cert"));
+                }
+                let listen_udp = addr("fleet_listen", Some(l), "")?;
+                let peers_raw = self.fleet_peers.ok_or_else(|| invalid("fleet_peers", "required with fleet_listen"))?;
+                let peers = peers_raw
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.parse::<SocketAddr>().map_err(|_| invalid("fleet_peers", format!("`{p}` is not an ip:port address"))))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if peers.iter().all(|p| *p == listen_udp) {
+                    return Err(invalid("fleet_peers", "names no peer but this agent"));
+                }
+                let advertise = self.fleet_advertise.unwrap_or_else(|| listen.to_string());
+                if huntlb_policy::protocol::parse_front(huntlb_policy::protocol::Field::One(advertise.as_bytes())).is_none() {
+                    return Err(invalid("fleet_advertise", format!("`{advertise}`: 1 to 64 visible bytes, no comma")));
+                }
+                if advertise.parse::<http::uri::Authority>().is_err() {
+                    return Err(invalid("fleet_advertise", format!("`{advertise}` is not host:port")));
+                }
+                let heartbeat = ms("fleet_heartbeat_ms", self.fleet_heartbeat_ms, 50, 1)?;
+                let dead_after = ms("fleet_dead_after_ms", self.fleet_dead_after_ms, 250, 1)?;
+                if dead_after <= heartbeat {
+                    return Err(invalid("fleet_dead_after_ms", "must be longer than fleet_heartbeat_ms, or every peer is dead between beats"));
+                }
+                Some(FleetConfig {
+                    listen: listen_udp,
+                    peers,
+                    advertise,
+                    forwarding: huntlb_policy::forward::Forwarding {
+                        slack: self.forward_slack.unwrap_or(0),
+                        seen_slack: Some(self.forward_seen_slack.unwrap_or(1)),
+                    },
+                    heartbeat,
+                    dead_after,
+                    settle: ms("fleet_settle_ms", self.fleet_settle_ms, 2, 0)?,
+                })
+            }
+        };
         Ok(Config {
+            fleet,
             tls,
             app_h2,
-            listen: addr("listen", self.listen, "127.0.0.1:8080")?,
+            listen,
             admin: addr("admin", self.admin, "127.0.0.1:9901")?,
             app: addr("app", self.app, "127.0.0.1:9000")?,
             agent_check: match self.agent_check {
@@ -321,6 +435,39 @@ mod tests {
         assert_eq!(key_of(raw(|r| r.app_timeout_ms = Some(0))), "app_timeout_ms");
         assert_eq!(key_of(raw(|r| r.idle_timeout_ms = Some(10))), "idle_timeout_ms");
         assert_eq!(key_of(raw(|r| r.max_headers = Some(4))), "max_headers");
+    }
+
+    #[test]
+    fn fleet_keys_are_checked_and_named() {
+        assert!(raw(|_| {}).unwrap().fleet.is_none());
+        assert_eq!(key_of(raw(|r| r.fleet_peers = Some("127.0.0.2:9700".into()))), "fleet_peers");
+        assert_eq!(key_of(raw(|r| r.forward_slack = Some(1))), "forward_slack");
+        let fleet = |peers: &str| {
+            let peers = peers.to_string();
+            move |r: &mut Raw| {
+                r.fleet_listen = Some("127.0.0.1:9700".into());
+                r.fleet_peers = Some(peers);
+            }
+        };
+        let c = raw(fleet("127.0.0.1:9700, 127.0.0.2:9700,")).unwrap().fleet.unwrap();
+        assert_eq!(c.peers.len(), 2);
+        assert_eq!(c.advertise, "127.0.0.1:8080");
+        assert_eq!(c.forwarding, huntlb_policy::forward::Forwarding { slack: 0, seen_slack: Some(1) });
+        assert_eq!(key_of(raw(fleet("127.0.0.1:9700"))), "fleet_peers");
+        assert_eq!(key_of(raw(fleet("nowhere"))), "fleet_peers");
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_dead_after_ms = Some(10);
+            r.fleet_heartbeat_ms = Some(10);
+        })), "fleet_dead_after_ms");
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_advertise = Some("a,b".into());
+        })), "fleet_advertise");
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_listen = Some("udp".into());
+        })), "fleet_listen");
     }
 
     #[test]

@@ -16,16 +16,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Requests in flight to the app, with a guard that counts one down on drop.
+/// Every change wakes `changed` (the forwarding tier sends the new count).
 #[derive(Default, Debug)]
-pub struct Inflight(AtomicU32);
+pub struct Inflight {
+    n: AtomicU32,
+    pub changed: Arc<tokio::sync::Notify>,
+}
 
 impl Inflight {
     pub fn get(&self) -> u32 {
-        self.0.load(Ordering::Acquire)
+        self.n.load(Ordering::Acquire)
     }
 
     pub fn enter(self: &Arc<Self>) -> InflightGuard {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.n.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_one();
         InflightGuard(self.clone())
     }
 }
@@ -34,7 +39,8 @@ pub struct InflightGuard(Arc<Inflight>);
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+        self.0.n.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod agent;
 mod config;
+mod fleet;
 mod load;
 mod metrics;
 mod tls;
@@ -52,7 +53,11 @@ fn main() -> std::process::ExitCode {
 async fn run(cfg: config::Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(cfg.listen).await.with_context(|| format!("config key `listen`: bind {}", cfg.listen))?;
     let admin = TcpListener::bind(cfg.admin).await.with_context(|| format!("config key `admin`: bind {}", cfg.admin))?;
-    let agent = Agent::new(cfg);
+    let fleet = match &cfg.fleet {
+        Some(f) => Some(fleet::Fleet::bind(f.clone()).await?),
+        None => None,
+    };
+    let agent = Agent::new(cfg, fleet);
     let c = &agent.cfg;
     let tls = match &c.tls {
         None => "off",
@@ -71,6 +76,14 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
     if let Some(addr) = c.agent_check {
         let l = TcpListener::bind(addr).await.with_context(|| format!("config key `agent_check`: bind {addr}"))?;
         tokio::spawn(serve_agent_check(l, agent.clone()));
+    }
+    if let Some(fleet) = agent.fleet.clone() {
+        let a = agent.clone();
+        tokio::spawn(fleet.clone().listen(move || {
+            a.metrics.fleet_reports_bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }));
+        let a = agent.clone();
+        tokio::spawn(fleet.announce(agent.inflight_changed(), move || (a.busy_now(), a.takes_forwards())));
     }
     tokio::spawn(serve_admin(admin, agent.clone()));
     tokio::spawn(serve(listener, agent.clone()));

@@ -71,7 +71,7 @@ impl FailureLog {
     pub fn admit(&self, now: Instant) -> (bool, u64) {
         let mut g = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let (start, logged, unlogged) = &mut *g;
-        if start.map_or(true, |s| now.duration_since(s) >= LOG_WINDOW) {
+        if start.is_none_or(|s| now.duration_since(s) >= LOG_WINDOW) {
             (*start, *logged) = (Some(now), 0);
         }
         if *logged < LOG_BURST {

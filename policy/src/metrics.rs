@@ -98,6 +98,19 @@ pub const APACHE_POLLS: Metric = Metric {
     label: Some(("result", &["ok", "failed"])),
     sidecar: false,
 };
+pub const FORWARDS: Metric = Metric {
+    name: "huntlb_forwards_total",
+    kind: Kind::Counter,
+    help: "Offers forwarded to a peer (fleet_listen), by outcome: sent (the peer answered), \
+           refused (no connection to the peer, or it could not reach its app: refused to the front, \
+           which re-sends it), failed (an error after the try may have reached the peer: never re-sent).",
+    label: Some(("outcome", &["sent", "refused", "failed"])),
+    sidecar: false,
+};
+pub const FLEET_PEERS: Metric =
+    m("huntlb_fleet_peers", Kind::Gauge, "Peers heard from within fleet_dead_after_ms and taking forwards.", false);
+pub const FLEET_REPORTS_BAD: Metric =
+    m("huntlb_fleet_reports_bad_total", Kind::Counter, "Datagrams on fleet_listen that are not a hunt-fleet/1 report.", false);
 pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
 pub const BUSY: Metric = m("huntlb_busy", Kind::Gauge, "The load b the policy sees (requests in flight, or Apache BusyWorkers).", true);
 pub const WORKERS: Metric = m("huntlb_workers", Kind::Gauge, "The app's worker count n.", true);
@@ -122,6 +135,9 @@ pub const ALL: &[Metric] = &[
     TLS_HANDSHAKE_FAILURES,
     APP_ERRORS,
     APACHE_POLLS,
+    FORWARDS,
+    FLEET_PEERS,
+    FLEET_REPORTS_BAD,
     INFLIGHT,
     BUSY,
     WORKERS,

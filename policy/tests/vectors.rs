@@ -276,3 +276,35 @@ fn front_vectors() {
     }
     assert!(cases.len() >= 10);
 }
+
+#[test]
+fn forward_vectors() {
+    use huntlb_policy::forward::{route, Forwarding, Report, Route};
+    let doc = vectors("forward.json");
+    let opt = |v: &Value| v.as_u64().map(|n| n as u32);
+    let cases = doc["route"].as_array().unwrap();
+    for c in cases {
+        let name = c["name"].as_str().unwrap();
+        let f = Forwarding { slack: c["slack"].as_u64().unwrap() as u32, seen_slack: opt(&c["seen_slack"]) };
+        let peers: Vec<u32> = c["peers"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as u32).collect();
+        let got = route(f, c["busy"].as_u64().unwrap() as u32, opt(&c["seen"]), &peers, c["draw"].as_u64().unwrap());
+        let want = match c["expect"].as_u64() {
+            Some(i) => Route::Forward(i as usize),
+            None => Route::Keep,
+        };
+        assert_eq!(got, want, "forward.json `{name}`");
+    }
+    let reports = doc["reports"].as_array().unwrap();
+    for c in reports {
+        let d = c["datagram"].as_str().unwrap();
+        match (Report::parse(d.as_bytes()), c.get("error")) {
+            (Ok(r), None) => {
+                assert_eq!(r, Report { addr: c["addr"].as_str().unwrap().into(), seq: c["seq"].as_u64().unwrap(), busy: c["busy"].as_u64().unwrap() as u32, ready: c["ready"].as_bool().unwrap() }, "{d}");
+                assert_eq!(r.to_string(), d, "a report prints as it parses");
+            }
+            (Err(e), Some(want)) => assert!(e.starts_with(want.as_str().unwrap()), "`{d}`: error `{e}`, want it to start `{want}`"),
+            (got, want) => panic!("`{d}`: got {got:?}, want error {want:?}"),
+        }
+    }
+    assert!(cases.len() >= 10 && reports.len() >= 10);
+}

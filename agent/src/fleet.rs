@@ -1,0 +1,193 @@
+//! The forwarding tier's view of the fleet: this agent's count goes to every
+//! peer on each change (and every `fleet_heartbeat_ms`), theirs come in, and
+//! [`Fleet::pick`] asks the policy crate where an offer goes
+//! (`huntlb_policy::forward`).
+//!
+//! ```text
+//!  Inflight changes ──notify──► announce task ──UDP "hunt-fleet/1 ..."──► every peer
+//!  every peer ──UDP──► listen task ──► peers: addr -> (busy, seq, ready, heard, own forwards since)
+//!  offer ──► pick: ready peers heard within dead_after ──► route(busy, seen, their counts)
+//! ```
+
+use crate::config::FleetConfig;
+use huntlb_policy::forward::{route, Report, Route};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::net::UdpSocket;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+struct Peer {
+    busy: u32,
+    seq: u64,
+    ready: bool,
+    heard: Instant,
+    /// When this agent forwarded there, for `settle`: not yet in `busy`.
+    sent: VecDeque<Instant>,
+}
+
+pub struct Fleet {
+    cfg: FleetConfig,
+    sock: UdpSocket,
+    peers: Mutex<HashMap<String, Peer>>,
+    /// Starts at the clock's microseconds, so a restarted agent's reports are
+    /// newer than its old ones at every peer.
+    seq: AtomicU64,
+    /// The tie-break stream (splitmix64 over a counter).
+    draws: AtomicU64,
+    /// Bad datagrams logged in the current 10 s window.
+    bad_logged: Mutex<(Instant, u32)>,
+}
+
+/// Where one offer goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// No ready peer: the acceptance policy decides, as without a fleet.
+    NoPeers,
+    /// Here: this backend is the fleet's least (or the front knew its load).
+    Keep,
+    /// To the peer whose `listen` this is, as a final.
+    Forward(String),
+}
+
+impl Fleet {
+    pub async fn bind(cfg: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
+        use anyhow::Context;
+        let sock = UdpSocket::bind(cfg.listen).await.with_context(|| format!("config key `fleet_listen`: bind {}", cfg.listen))?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        Ok(Arc::new(Fleet {
+            sock,
+            peers: Mutex::new(HashMap::new()),
+            seq: AtomicU64::new(now.as_micros() as u64),
+            draws: AtomicU64::new(now.as_nanos() as u64 ^ u64::from(std::process::id()) << 32),
+            bad_logged: Mutex::new((Instant::now(), 0)),
+            cfg,
+        }))
+    }
+
+    /// Where this offer goes, by the ready peers heard from within `dead_after`.
+    pub fn pick(&self, busy: u32, seen: Option<u32>) -> Pick {
+        let now = Instant::now();
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut addrs = Vec::with_capacity(peers.len());
+        let mut counts = Vec::with_capacity(peers.len());
+        for (addr, p) in peers.iter_mut() {
+            if !p.ready || now.duration_since(p.heard) > self.cfg.dead_after {
+                continue;
+            }
+            while p.sent.front().is_some_and(|t| now.duration_since(*t) > self.cfg.settle) {
+                p.sent.pop_front();
+            }
+            addrs.push(addr);
+            counts.push(p.busy.saturating_add(p.sent.len() as u32));
+        }
+        if counts.is_empty() {
+            return Pick::NoPeers;
+        }
+        match route(self.cfg.forwarding, busy, seen, &counts, self.draw()) {
+            Route::Keep => Pick::Keep,
+            Route::Forward(i) => {
+                let addr = addrs[i].clone();
+                if let Some(p) = peers.get_mut(&addr) {
+                    p.sent.push_back(now);
+                }
+                Pick::Forward(addr)
+            }
+        }
+    }
+
+    /// Ready peers heard from within `dead_after`.
+    pub fn ready_peers(&self) -> usize {
+        let now = Instant::now();
+        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        peers.values().filter(|p| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after).count()
+    }
+
+    /// A forward to `addr` found no one there, or a peer that cannot reach its
+    /// app: it takes no more until it reports again.
+    pub fn lost(&self, addr: &str) {
+        if let Some(p) = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get_mut(addr) {
+            p.ready = false;
+        }
+    }
+
+    fn draw(&self) -> u64 {
+        // splitmix64: cheap, and distinct per agent by its seed.
+        let mut z = self.draws.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Send `report()` to every peer on each `changed` notification and at
+    /// least every heartbeat. Notifications coalesce: what goes out is the
+    /// count at sending time.
+    pub async fn announce(self: Arc<Self>, changed: Arc<Notify>, report: impl Fn() -> (u32, bool)) {
+        let own = self.cfg.listen;
+        loop {
+            let _ = tokio::time::timeout(self.cfg.heartbeat, changed.notified()).await;
+            let (busy, ready) = report();
+            let r = Report { addr: self.cfg.advertise.clone(), seq: self.seq.fetch_add(1, Ordering::Relaxed), busy, ready };
+            let d = r.to_string();
+            for peer in self.cfg.peers.iter().filter(|p| **p != own) {
+                // A peer that is down refuses on loopback (ICMP): nothing to do
+                // but try again next time.
+                let _ = self.sock.send_to(d.as_bytes(), peer).await;
+            }
+        }
+    }
+
+    /// Take peers' reports as they come.
+    pub async fn listen(self: Arc<Self>, bad: impl Fn()) {
+        let mut buf = [0u8; huntlb_policy::forward::MAX_REPORT_LEN + 1];
+        loop {
+            let (n, from) = match self.sock.recv_from(&mut buf).await {
+                Ok(x) => x,
+                // ICMP port unreachable from a send to a dead peer surfaces here
+                // on some systems: not a report, not an error of ours.
+                Err(_) => continue,
+            };
+            match Report::parse(&buf[..n]) {
+                Ok(r) if r.addr == self.cfg.advertise => {}
+                Ok(r) => self.heard(r),
+                Err(e) => {
+                    bad();
+                    self.log_bad(from, &e);
+                }
+            }
+        }
+    }
+
+    fn heard(&self, r: Report) {
+        let now = Instant::now();
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        match peers.get_mut(&r.addr) {
+            Some(p) if r.seq <= p.seq => {} // older than what we know (UDP may reorder)
+            Some(p) => {
+                if !p.ready && r.ready {
+                    info!(peer = %r.addr, "peer takes forwards again");
+                }
+                (p.busy, p.seq, p.ready, p.heard) = (r.busy, r.seq, r.ready, now);
+            }
+            None => {
+                info!(peer = %r.addr, busy = r.busy, ready = r.ready, "peer heard");
+                peers.insert(r.addr, Peer { busy: r.busy, seq: r.seq, ready: r.ready, heard: now, sent: VecDeque::new() });
+            }
+        }
+    }
+
+    /// At most 10 lines per 10 s: a stray sender must not flood the log.
+    fn log_bad(&self, from: SocketAddr, e: &str) {
+        let mut g = self.bad_logged.lock().unwrap_or_else(PoisonError::into_inner);
+        if g.0.elapsed() > Duration::from_secs(10) {
+            *g = (Instant::now(), 0);
+        }
+        g.1 += 1;
+        if g.1 <= 10 {
+            warn!(%from, error = e, "fleet_listen: not a hunt-fleet/1 report, dropped");
+        }
+    }
+}

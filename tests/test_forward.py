@@ -1,0 +1,139 @@
+"""The forwarding tier (agent `fleet_listen`, policy/src/forward.rs): agents
+share their in-flight counts over UDP and send an offer their backend is not the
+fleet's least for to the least peer, as a final. Real agents and apps on
+loopback; every path counts arrivals at the apps, since a forwarded try that may
+have reached a peer must never be sent anywhere else.
+"""
+
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+from harness import OFFER, app_stats, path_count, request, start_fleet, start_front, wait_until
+
+
+def hold(b, n, work_ms=4000):
+    """`n` plain requests working at `b`'s app for `work_ms`: its count is n."""
+    ts = [threading.Thread(target=request, args=(b.agent, "GET", f"/hold/{uuid.uuid4()}?work_ms={work_ms}"),
+                           kwargs={"timeout": 30}, daemon=True) for _ in range(n)]
+    for t in ts:
+        t.start()
+    wait_until(lambda: app_stats(b.app)["busy"] >= n, what=f"{n} requests working at {b.host}")
+    return ts
+
+
+def counts(bs, path):
+    return [app_stats(b.app)["paths"].get(path, 0) for b in bs]
+
+
+def test_an_offer_goes_to_the_least_loaded_peer_once(procs, addrs):
+    a, b, c = bs = start_fleet(procs, addrs, 3)
+    hold(a, 2)
+    hold(c, 1)
+    # The peers have heard a's and c's new counts (each change is sent at once).
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 2)
+    for _ in range(5):
+        path = f"/fwd/{uuid.uuid4()}"
+        status, h, _ = request(a.agent, "POST", path, headers=OFFER, body=b"x" * 1000)
+        assert status == 200 and h["hunt-served-by"] == b.id, (status, h)
+        assert counts(bs, path) == [0, 1, 0]
+    m = a.metrics()
+    assert m['huntlb_forwards_total{outcome="sent"}'] == 5
+    assert m['huntlb_offers_total{decision="refuse"}'] == 0
+    # The front knew a's load (hunt-seen): kept, as with one front.
+    path = f"/kept/{uuid.uuid4()}"
+    status, h, _ = request(a.agent, "GET", path, headers={**OFFER, "hunt-seen": "2"})
+    assert status == 200 and h["hunt-served-by"] == a.id
+    assert counts(bs, path) == [1, 0, 0]
+    # A final is never forwarded, whatever the loads.
+    path = f"/final/{uuid.uuid4()}"
+    status, h, _ = request(a.agent, "GET", path, headers={"hunt-offer": "1", "hunt-target": "2"})
+    assert status == 200 and h["hunt-served-by"] == a.id
+    assert counts(bs, path) == [1, 0, 0]
+
+
+def test_a_forwarded_apps_425_is_carried_and_processed_once(procs, addrs):
+    a, b = bs = start_fleet(procs, addrs, 2)
+    hold(a, 2)
+    path = f"/too-early/{uuid.uuid4()}"
+    # hunt-target: a front that retries by status (HAProxy) gets the carried form.
+    status, h, _ = request(a.agent, "POST", f"{path}?status=425", headers=OFFER, body=b"order")
+    assert (status, h.get("hunt-status"), h.get("hunt"), h["hunt-served-by"]) == (400, "425", None, b.id)
+    assert counts(bs, path) == [0, 1]
+    # An Envoy front names its try by attempt count: the app's 425 as it is, no `hunt`.
+    path = f"/too-early/{uuid.uuid4()}"
+    envoy_offer = {"hunt-offer": "1", "x-envoy-attempt-count": "1"}
+    status, h, _ = request(a.agent, "POST", f"{path}?status=425", headers=envoy_offer, body=b"order")
+    assert (status, h.get("hunt-status"), h.get("hunt")) == (425, None, None)
+    assert counts(bs, path) == [0, 1]
+
+
+def test_a_dead_peer_is_refused_to_the_front_then_left_out(procs, addrs):
+    # b's agent dies; a still thinks it idle (dead_after is long here), forwards
+    # there, finds no one, and refuses: no app saw the request, so the front
+    # may re-send it. Then b takes no forwards and a's policy decides again.
+    a, b = bs = start_fleet(procs, addrs, 2, policy="always", agent_opts={"fleet_dead_after_ms": 30000})
+    hold(a, 2)
+    wait_until(lambda: b.metrics()["huntlb_inflight"] == 0)
+    b.agent_proc.signal(signal.SIGKILL)
+    b.agent_proc.wait(5)
+    path = f"/dead/{uuid.uuid4()}"
+    status, h, _ = request(a.agent, "POST", path, headers=OFFER, body=b"x" * 5000)
+    assert (status, h.get("hunt")) == (425, "busy")
+    assert counts(bs, path) == [0, 0]
+    assert a.metrics()['huntlb_forwards_total{outcome="refused"}'] == 1
+    assert a.metrics()["huntlb_fleet_peers"] == 0
+    path = f"/after/{uuid.uuid4()}"
+    status, h, _ = request(a.agent, "POST", path, headers=OFFER, body=b"x")
+    assert status == 200 and h["hunt-served-by"] == a.id
+    assert counts(bs, path) == [1, 0]
+
+
+def test_a_peer_frozen_with_the_try_gets_an_error_never_a_resend(procs, addrs):
+    # b's agent is stopped (SIGSTOP) once the peers know it idle: the kernel
+    # still takes the connection, so a's try may have reached it. The client
+    # gets 504; the request goes nowhere else.
+    a, b, c = bs = start_fleet(procs, addrs, 3, policy="always",
+                               agent_opts={"fleet_dead_after_ms": 30000, "app_timeout_ms": 1500})
+    hold(a, 2)
+    hold(c, 2)
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 2 and c.metrics()["huntlb_inflight"] == 2)
+    b.agent_proc.signal(signal.SIGSTOP)
+    try:
+        path = f"/frozen/{uuid.uuid4()}"
+        status, _, body = request(a.agent, "POST", path, headers=OFFER, body=b"order", timeout=20)
+        assert status == 504, body
+        assert b"peer" in body
+        assert a.metrics()['huntlb_forwards_total{outcome="failed"}'] == 1
+    finally:
+        b.agent_proc.signal(signal.SIGCONT)
+    # Thawed, b's agent passes on what it had read: at most once, and only at b.
+    time.sleep(0.5)
+    got = counts(bs, path)
+    assert got[0] == 0 and got[2] == 0 and got[1] <= 1, got
+
+
+@pytest.mark.parametrize("front_kind", ["envoy", "haproxy-2.6"])
+def test_through_a_real_front_every_request_is_processed_once(procs, addrs, front_kind):
+    # Every agent but b is loaded and b's agent is dead, though its peers still
+    # count it idle: each offer the front sends to a live agent is forwarded to
+    # b, refused back, and re-sent by the front as its final. The client sees
+    # 200 every time and every request reaches exactly one app.
+    bs = start_fleet(procs, addrs, 3, agent_opts={"fleet_dead_after_ms": 30000})
+    a, b, c = bs
+    f = start_front(front_kind, procs, addrs, bs)
+    hold(a, 3)
+    hold(c, 3)
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 3 and c.metrics()["huntlb_inflight"] == 3)
+    b.agent_proc.signal(signal.SIGKILL)
+    b.agent_proc.wait(5)
+    for i in range(8):
+        path = f"/front/{uuid.uuid4()}"
+        status, h, body = request(f.listen, "POST", path, body=b"order=%d" % i, timeout=20)
+        assert status == 200, (status, body[:200])
+        assert h["hunt-served-by"] in (a.id, c.id)
+        assert path_count([a, c], path) == 1 and app_stats(b.app)["paths"].get(path, 0) == 0
+    refused = a.metrics()['huntlb_forwards_total{outcome="refused"}'] + c.metrics()['huntlb_forwards_total{outcome="refused"}']
+    assert refused >= 1, "no offer was forwarded to the dead peer: the test proved nothing"
