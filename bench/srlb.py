@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from benchlib import plots
-from benchlib.fleet import HUNT_POLICIES, STRATEGIES, Fleet, Sampler, baselines, drive, summary
+from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, baselines, drive, summary
 from benchlib.fronts import Front, wait_all_up
 from benchlib.reports import RESULTS, ROOT, flag, machine, write_result
 from benchlib.runs import Run, load, paired, select
@@ -109,21 +109,24 @@ class Bench:
     def _run_once(self, proxy: str, name: str, rate: float, seconds: float, instances: int, sample: bool,
                   rho: float, rep: int) -> Run:
         strategy, policy = self.policy_for(name)
+        forward = name.partition("/")[0] in FORWARDING
         # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
         # from c0), as a separate experiment would, and as the simulator does.
         if strategy.startswith("hunt"):
-            self.fleet.set_policy(policy)
+            self.fleet.set_policy(policy, forward=forward)
         fronts = [self.front(proxy, strategy, i) for i in range(instances)]
         for f in fronts:
             wait_all_up(f, SERVERS)
         before = self.fleet.stats()
-        refused0 = self.fleet.refused()
+        refused0, forwarded0 = self.fleet.refused(), self.fleet.forwarded()
         self.seq += 1
         out = self.work / f"run-{self.seq}.json"
         with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
             report = drive([f.url for f in fronts], rate, seconds, out, seed=self.seq, max_lateness_us=MAX_LATENESS_US)
         after = self.fleet.stats()
         refused = self.fleet.refused() - refused0
+        # With a forwarding tier, an offer the first agent did not keep went to a peer.
+        refused += self.fleet.forwarded() - forwarded0
         res = Run(**summary(report), proxy=proxy, policy=name, rate=rate, seconds=seconds, instances=instances, refused=refused,
                   acceptance=(1 - refused / max(report["completed"], 1)) if strategy.startswith("hunt") else None,
                   backlog_rejected=sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before)),
@@ -361,7 +364,13 @@ Mean / p99 response time (ms):
 # proxy: (its own least-request as configured by default, hunting over that
 # pick, hunting over a random pick, then any stronger least-request it has).
 # Envoy's default compares two random hosts; FULL_SCAN (LR/full) compares all.
-VS_LEAST = {"envoy": ("LEAST_REQUEST", "SR_slack/full", "SR_dyn", "LR/full"), "haproxy": ("leastconn", "SR_slack/least", "SR_dyn")}
+# FWD/*: the same shipped front, over agents that form a forwarding tier.
+VS_LEAST = {"envoy": {"baselines": ("LEAST_REQUEST", "LR/full"), "hunting": ("SR_slack/full", "FWD/full", "SR_dyn")},
+            "haproxy": {"baselines": ("leastconn",), "hunting": ("SR_slack/least", "FWD/least", "SR_dyn")}}
+
+
+def vs_least_names(proxy: str) -> tuple[str, ...]:
+    return VS_LEAST[proxy]["baselines"] + VS_LEAST[proxy]["hunting"]
 
 
 def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:
@@ -373,7 +382,7 @@ def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:
     for rep in range(reps):
         for n in counts:
             for proxy in [p for p in b.proxies if p in VS_LEAST]:
-                names = VS_LEAST[proxy] if rep % 2 == 0 else VS_LEAST[proxy][::-1]
+                names = vs_least_names(proxy) if rep % 2 == 0 else vs_least_names(proxy)[::-1]
                 for name in names:
                     runs.append(b.run(proxy, name, rate, seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=n, keep_cdf=False))
     return runs
@@ -383,9 +392,9 @@ def report_vs_least(data: dict) -> str:
     runs, lam0 = data["runs"], data["lambda0"]
     rows, ratios = [], []
     for proxy in sorted({r.proxy for r in runs}):
-        least, over, rand, *more = VS_LEAST[proxy]
+        bases, hunting = VS_LEAST[proxy]["baselines"], VS_LEAST[proxy]["hunting"]
         for n in sorted({r.instances for r in runs if r.proxy == proxy}):
-            for name in (least, *more, over, rand):
+            for name in bases + hunting:
                 sel = select(runs, proxy=proxy, policy=name, instances=n)
                 if not sel:  # a baseline added after these runs
                     continue
@@ -394,8 +403,8 @@ def report_vs_least(data: dict) -> str:
                 rows.append(f"| {proxy} | {n} | {name} | {median([r.mean_ms for r in ok]):.1f} | "
                             f"{median([r.p99_ms for r in ok]):.0f} | {f'{median(acc):.2f}' if acc else '-'} | "
                             f"{len(ok)}/{len(sel)} | {flag(sum(r.errors for r in sel))} |")
-            for base in (least, *more):
-                for name in (over, rand):
+            for base in bases:
+                for name in hunting:
                     for key in ("mean_ms", "p99_ms"):
                         xs = paired(runs, name, base, key, proxy=proxy, instances=n)
                         if not xs:  # a baseline added after these runs

@@ -19,7 +19,7 @@ from pathlib import Path
 from benchlib.fronts import Front, start_front
 from harness.envoy import FULL_SCAN, FULL_SCAN_NAMED
 from benchlib.stats import jain
-from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary
+from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, wait_until
 
 # How each named balancing strategy is set up: (proxy, hunting?, lb setting).
 # RR is the paper's baseline: random, no hunting. SR_* hunt with that agent policy,
@@ -47,7 +47,13 @@ STRATEGIES = {
 # suffix hunts over that pick instead of a random one: `SR_dyn/LR` is SR_dyn
 # offered to Envoy's LEAST_REQUEST pick (strategy `hunt/LR`).
 HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "SR_dyn": "dynamic",
-                 "SR_slack": "dynamic:slack=1", "SR_slack2": "dynamic:slack=2", "SR_gate": "dynamic:c0=0,c_max=0,slack=1"}
+                 "SR_slack": "dynamic:slack=1", "SR_slack2": "dynamic:slack=2", "SR_gate": "dynamic:c0=0,c_max=0,slack=1",
+                 "FWD": "dynamic:slack=1"}
+# Strategies whose agents form a forwarding tier (agent `fleet_listen`, every
+# agent a peer of every other): an offer not the fleet's least goes on to the
+# least peer; the policy decides only while no peer is heard.
+FORWARDING = {"FWD"}
+FLEET_PORT = 9700
 
 
 def baselines(proxy: str) -> list[str]:
@@ -66,6 +72,7 @@ class Fleet:
     backlog: int = 128
     mean_ms: float = 10.0
     policy: str = "always"
+    forward: bool = False
     backends: list[Backend] = field(default_factory=list)
 
     def start(self) -> "Fleet":
@@ -83,16 +90,27 @@ class Fleet:
         """Requests/s the apps can serve: sum of cores / mean demand."""
         return sum(self.cores) / (self.mean_ms / 1000)
 
-    def set_policy(self, policy: str) -> None:
+    def set_policy(self, policy: str, forward: bool = False) -> None:
         """Restart every agent in place with this acceptance policy (fresh state).
         `{cores}` in it becomes each backend's own cores, rounded up (a
-        capacity-aware fleet: `dynamic:c_min={cores}`)."""
+        capacity-aware fleet: `dynamic:c_min={cores}`). forward: the agents
+        form a forwarding tier, returned once each hears every other."""
         for b in self.backends:
             b.agent_proc.stop()
-        for b, k in zip(self.backends, self.cores):
-            b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=policy.format(cores=math.ceil(k)), workers=self.workers,
-                                                  drain_grace_ms=0)
-        self.policy = policy
+        self.policy, self.forward = policy, forward
+        for i in range(len(self.backends)):
+            self._start_agent(i)
+        if forward:
+            n = len(self.backends)
+            wait_until(lambda: all(b.metrics().get("huntlb_fleet_peers") == n - 1 for b in self.backends), timeout=15,
+                       what="every agent hearing every peer")
+
+    def _start_agent(self, i: int) -> None:
+        b = self.backends[i]
+        fleet = {"fleet_listen": f"{b.host}:{FLEET_PORT}",
+                 "fleet_peers": ",".join(f"{o.host}:{FLEET_PORT}" for o in self.backends)} if self.forward else {}
+        b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=self.policy.format(cores=math.ceil(self.cores[i])),
+                                              workers=self.workers, drain_grace_ms=0, **fleet)
 
     def kill(self, i: int) -> None:
         """SIGKILL backend i's agent and app: a host that dies, with no drain."""
@@ -104,7 +122,7 @@ class Fleet:
         b = self.backends[i]
         b.app_proc, _ = self.procs.workload(b.host, workers=self.workers, cores=self.cores[i], backlog=self.backlog,
                                             demand=f"exp:{self.mean_ms}", seed=2000 + i)
-        b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=self.policy, workers=self.workers, drain_grace_ms=0)
+        self._start_agent(i)
 
     def stats(self) -> list[dict | None]:
         out = []
@@ -117,6 +135,10 @@ class Fleet:
 
     def refused(self) -> float:
         return sum(b.refused() for b in self.backends if b.agent_proc.alive())
+
+    def forwarded(self) -> float:
+        """Offers the agents forwarded to a peer that answered (0 without a tier)."""
+        return sum(b.metrics().get('huntlb_forwards_total{outcome="sent"}', 0) for b in self.backends if b.agent_proc.alive())
 
     def front(self, proxy: str, hunting: bool, lb: str, hr: HaproxyRoot | None = None, name: str = "front", **kw) -> Front:
         """A front over the fleet (kw as fronts.start_front's). Every HAProxy
