@@ -132,6 +132,8 @@ impl Agent {
 
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
+        // Peers hear at once that this agent takes no more forwards.
+        self.inflight.changed.notify_one();
     }
 
     pub fn gauges(&self) -> Gauges {

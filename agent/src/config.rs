@@ -62,6 +62,28 @@ pub struct Config {
     pub fleet: Option<FleetConfig>,
 }
 
+/// One `fleet_peers` entry: an address, or a DNS name resolved again every
+/// `fleet_resolve_ms` to every address it has (Docker's service names, a
+/// headless Kubernetes service), so peers come and go with the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    Addr(SocketAddr),
+    Name { host: String, port: u16 },
+}
+
+impl Peer {
+    fn parse(v: &str) -> Option<Peer> {
+        if let Ok(a) = v.parse::<SocketAddr>() {
+            return Some(Peer::Addr(a));
+        }
+        let (host, port) = v.rsplit_once(':')?;
+        let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
+        let label_ok = |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && !l.starts_with('-');
+        (host.len() <= 253 && host.split('.').all(label_ok) && !host.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+            .then(|| Peer::Name { host: host.to_string(), port })
+    }
+}
+
 /// The forwarding tier: this agent's count goes to every peer, theirs come in,
 /// and an offer not kept here goes on to the least loaded peer
 /// (`huntlb_policy::forward`).
@@ -70,7 +92,7 @@ pub struct FleetConfig {
     /// UDP: where peers' counts arrive, and ours leave from.
     pub listen: SocketAddr,
     /// Every peer's `fleet_listen` (this agent's own is skipped).
-    pub peers: Vec<SocketAddr>,
+    pub peers: Vec<Peer>,
     /// Where peers forward to: this agent's `listen`, as they can reach it.
     pub advertise: String,
     pub forwarding: huntlb_policy::forward::Forwarding,
@@ -81,6 +103,8 @@ pub struct FleetConfig {
     /// What this agent forwarded to a peer counts in its view of that peer
     /// for this long (until the peer's own count has surely told it).
     pub settle: Duration,
+    /// Names in `peers` are resolved again this often.
+    pub resolve: Duration,
 }
 
 /// The raw knobs: every field optional, from the file and from flags alike.
@@ -188,7 +212,9 @@ pub struct Raw {
     /// (docs/agent.md, "Forwarding") [default: off].
     #[arg(long)]
     pub fleet_listen: Option<String>,
-    /// The peers' `fleet_listen` addresses, comma separated (this agent's own may be listed).
+    /// The peers' `fleet_listen` addresses, comma separated (this agent's own may
+    /// be listed); a host:port entry is a DNS name resolved every
+    /// `fleet_resolve_ms` to all its addresses.
     #[arg(long)]
     pub fleet_peers: Option<String>,
     /// The address peers forward offers to: this agent's `listen` as they reach it [default: listen].
@@ -210,6 +236,9 @@ pub struct Raw {
     /// This agent's own forwards count in its view of a peer for this long, in ms [default: 2].
     #[arg(long)]
     pub fleet_settle_ms: Option<u64>,
+    /// Resolve the DNS names in `fleet_peers` again this often, in ms [default: 1000].
+    #[arg(long)]
+    pub fleet_resolve_ms: Option<u64>,
 }
 
 macro_rules! overlay {
@@ -232,7 +261,7 @@ impl Raw {
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
             fleet_listen, fleet_peers, fleet_advertise, forward_slack, forward_seen_slack, fleet_heartbeat_ms, fleet_dead_after_ms,
-            fleet_settle_ms);
+            fleet_settle_ms, fleet_resolve_ms);
         raw.validate()
     }
 
@@ -317,6 +346,7 @@ impl Raw {
                     ("fleet_heartbeat_ms", self.fleet_heartbeat_ms.is_some()),
                     ("fleet_dead_after_ms", self.fleet_dead_after_ms.is_some()),
                     ("fleet_settle_ms", self.fleet_settle_ms.is_some()),
+                    ("fleet_resolve_ms", self.fleet_resolve_ms.is_some()),
                 ] {
                     if set {
                         return Err(invalid(key, "only meaningful with fleet_listen"));
@@ -335,9 +365,9 @@ impl Raw {
                     .split(',')
                     .map(str::trim)
                     .filter(|p| !p.is_empty())
-                    .map(|p| p.parse::<SocketAddr>().map_err(|_| invalid("fleet_peers", format!("`{p}` is not an ip:port address"))))
+                    .map(|p| Peer::parse(p).ok_or_else(|| invalid("fleet_peers", format!("`{p}` is not ip:port or name:port"))))
                     .collect::<Result<Vec<_>, _>>()?;
-                if peers.iter().all(|p| *p == listen_udp) {
+                if peers.iter().all(|p| *p == Peer::Addr(listen_udp)) {
                     return Err(invalid("fleet_peers", "names no peer but this agent"));
                 }
                 let advertise = self.fleet_advertise.unwrap_or_else(|| listen.to_string());
@@ -363,6 +393,7 @@ impl Raw {
                     heartbeat,
                     dead_after,
                     settle: ms("fleet_settle_ms", self.fleet_settle_ms, 2, 0)?,
+                    resolve: ms("fleet_resolve_ms", self.fleet_resolve_ms, 1000, 100)?,
                 })
             }
         };
@@ -455,6 +486,11 @@ mod tests {
         assert_eq!(c.forwarding, huntlb_policy::forward::Forwarding { slack: 0, seen_slack: Some(1) });
         assert_eq!(key_of(raw(fleet("127.0.0.1:9700"))), "fleet_peers");
         assert_eq!(key_of(raw(fleet("nowhere"))), "fleet_peers");
+        assert_eq!(key_of(raw(fleet("backends:0"))), "fleet_peers");
+        assert_eq!(key_of(raw(fleet("bad_name:9700"))), "fleet_peers");
+        assert_eq!(key_of(raw(fleet("127.0.0.300:9700"))), "fleet_peers");
+        let c = raw(fleet("backends:9700,[::1]:9700")).unwrap().fleet.unwrap();
+        assert_eq!(c.peers, [Peer::Name { host: "backends".into(), port: 9700 }, Peer::Addr("[::1]:9700".parse().unwrap())]);
         assert_eq!(key_of(raw(|r| {
             fleet("127.0.0.2:9700")(r);
             r.fleet_dead_after_ms = Some(10);

@@ -9,7 +9,7 @@
 //!  offer ──► pick: ready peers heard within dead_after ──► route(busy, seen, their counts)
 //! ```
 
-use crate::config::FleetConfig;
+use crate::config::{FleetConfig, Peer as PeerEntry};
 use huntlb_policy::forward::{route, Report, Route};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -33,6 +33,8 @@ pub struct Fleet {
     cfg: FleetConfig,
     sock: UdpSocket,
     peers: Mutex<HashMap<String, Peer>>,
+    /// Where our count goes: `fleet_peers`, names resolved (`resolve`).
+    targets: Mutex<Vec<SocketAddr>>,
     /// Starts at the clock's microseconds, so a restarted agent's reports are
     /// newer than its old ones at every peer.
     seq: AtomicU64,
@@ -58,9 +60,11 @@ impl Fleet {
         use anyhow::Context;
         let sock = UdpSocket::bind(cfg.listen).await.with_context(|| format!("config key `fleet_listen`: bind {}", cfg.listen))?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let targets = resolve_all(&cfg.peers, &[]).await;
         Ok(Arc::new(Fleet {
             sock,
             peers: Mutex::new(HashMap::new()),
+            targets: Mutex::new(targets),
             seq: AtomicU64::new(now.as_micros() as u64),
             draws: AtomicU64::new(now.as_nanos() as u64 ^ u64::from(std::process::id()) << 32),
             bad_logged: Mutex::new((Instant::now(), 0)),
@@ -124,7 +128,11 @@ impl Fleet {
 
     /// Send `report()` to every peer on each `changed` notification and at
     /// least every heartbeat. Notifications coalesce: what goes out is the
-    /// count at sending time.
+    /// count at sending time. Every change goes: with 12 agents at ρ 0.88 the
+    /// counts sit within one of the least almost always, so sending only
+    /// those near it saved 1-4% of the datagrams (measured, not kept). On
+    /// this 2-core VM a loopback delivery costs about 20 µs of kernel time:
+    /// about 2200 changes a second to 11 peers each took half a core.
     pub async fn announce(self: Arc<Self>, changed: Arc<Notify>, report: impl Fn() -> (u32, bool)) {
         let own = self.cfg.listen;
         loop {
@@ -132,11 +140,30 @@ impl Fleet {
             let (busy, ready) = report();
             let r = Report { addr: self.cfg.advertise.clone(), seq: self.seq.fetch_add(1, Ordering::Relaxed), busy, ready };
             let d = r.to_string();
-            for peer in self.cfg.peers.iter().filter(|p| **p != own) {
+            let targets = self.targets.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            for peer in targets.iter().filter(|p| **p != own) {
                 // A peer that is down refuses on loopback (ICMP): nothing to do
                 // but try again next time.
                 let _ = self.sock.send_to(d.as_bytes(), peer).await;
             }
+        }
+    }
+
+    /// Resolve the names in `fleet_peers` again every `fleet_resolve_ms`: a
+    /// peer that joins is sent our count from then on. A name that does not
+    /// resolve keeps the addresses it had (a DNS hiccup is not a fleet change).
+    pub async fn resolve(self: Arc<Self>) {
+        if !self.cfg.peers.iter().any(|p| matches!(p, PeerEntry::Name { .. })) {
+            return;
+        }
+        loop {
+            tokio::time::sleep(self.cfg.resolve).await;
+            let old = self.targets.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            let new = resolve_all(&self.cfg.peers, &old).await;
+            if new != old {
+                info!(peers = new.len(), "fleet_peers resolved to a new set");
+            }
+            *self.targets.lock().unwrap_or_else(PoisonError::into_inner) = new;
         }
     }
 
@@ -146,8 +173,7 @@ impl Fleet {
         loop {
             let (n, from) = match self.sock.recv_from(&mut buf).await {
                 Ok(x) => x,
-                // ICMP port unreachable from a send to a dead peer surfaces here
-                // on some systems: not a report, not an error of ours.
+                // Not a report, not an error of ours (an ICMP error).
                 Err(_) => continue,
             };
             match Report::parse(&buf[..n]) {
@@ -189,5 +215,48 @@ impl Fleet {
         if g.1 <= 10 {
             warn!(%from, error = e, "fleet_listen: not a hunt-fleet/1 report, dropped");
         }
+    }
+}
+
+/// Every address of `peers`, in order, duplicates dropped. A name that does not
+/// resolve keeps its addresses from `before` (those on its port).
+async fn resolve_all(peers: &[PeerEntry], before: &[SocketAddr]) -> Vec<SocketAddr> {
+    let mut out: Vec<SocketAddr> = Vec::new();
+    for p in peers {
+        let found: Vec<SocketAddr> = match p {
+            PeerEntry::Addr(a) => vec![*a],
+            PeerEntry::Name { host, port } => match tokio::net::lookup_host((host.as_str(), *port)).await {
+                Ok(addrs) => addrs.collect(),
+                Err(e) => {
+                    warn!(name = %host, error = %e, "fleet_peers: name does not resolve; keeping its last addresses");
+                    before.iter().filter(|a| a.port() == *port).copied().collect()
+                }
+            },
+        };
+        for a in found {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn names_resolve_to_every_address_and_a_failed_lookup_keeps_the_last() {
+        let local = PeerEntry::Name { host: "localhost".into(), port: 9700 };
+        let fixed: SocketAddr = "127.0.0.9:9700".parse().unwrap();
+        let got = resolve_all(&[local, PeerEntry::Addr(fixed), PeerEntry::Addr(fixed)], &[]).await;
+        assert!(got.contains(&"127.0.0.1:9700".parse().unwrap()), "{got:?}");
+        assert_eq!(got.iter().filter(|a| **a == fixed).count(), 1, "duplicates dropped: {got:?}");
+        // A name that does not resolve (an empty one fails at once, with no
+        // query sent): the addresses it had stay.
+        let gone = PeerEntry::Name { host: String::new(), port: 9701 };
+        let before: SocketAddr = "127.0.0.7:9701".parse().unwrap();
+        assert_eq!(resolve_all(&[gone], &[before, fixed]).await, vec![before]);
     }
 }

@@ -82,6 +82,7 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
         tokio::spawn(fleet.clone().listen(move || {
             a.metrics.fleet_reports_bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }));
+        tokio::spawn(fleet.clone().resolve());
         let a = agent.clone();
         tokio::spawn(fleet.announce(agent.inflight_changed(), move || (a.busy_now(), a.takes_forwards())));
     }
