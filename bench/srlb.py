@@ -444,6 +444,12 @@ runs of the same repetition.
   least-loaded server with its count (`hunt-seen`); agents on `dynamic:slack=1` (the
   default) refuse only when they hold more than one request beyond that count; the final is
   leastconn's pick among the others.
+* **FWD/full** (Envoy), **FWD/least** (HAProxy): the same shipped fronts over agents that
+  form a forwarding tier (`fleet_listen`, every agent a peer of every other, the defaults:
+  docs/agent.md, "Forwarding"): each agent sends its count to the others on every change,
+  and keeps an offer only if it holds no more than the front's own count there plus one or
+  is the fleet's least; otherwise it forwards the offer, as a final, to the least peer.
+  Acceptance here is the share of offers the first agent kept (neither refused nor forwarded).
 * **SR_dyn**: hunting over a random pick, as in the paper.
 
 A run the generator flags invalid is repeated (up to {REPEATS} times) and, if still invalid, left
