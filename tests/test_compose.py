@@ -229,6 +229,14 @@ def _exercise(stack: Stack, timings: dict) -> None:
     assert all(v == 0 for v in errors.values()), f"client errors while 2 backends were added: {errors}"
     before = up
 
+    # The forwarding tier (FORWARD=on): every agent, the new ones too, hears
+    # the other five by the name `backends`, and offers are forwarded.
+    wait(lambda: stack.prometheus("min(huntlb_fleet_peers)") == 5 and stack.prometheus("max(huntlb_fleet_peers)") == 5,
+         timeout=30, what="every agent hearing its 5 peers")
+    forwarded = stack.prometheus('sum(huntlb_forwards_total{outcome="sent"})')
+    assert forwarded and forwarded > 0, f"no offer forwarded: {forwarded}"
+    log(f"forwarding tier: every agent hears its 5 peers; {forwarded:.0f} offers forwarded so far")
+
     # 5 -> 3 with load flowing: the removed ones drain, nobody sees an error
     t = time.monotonic()
     stack.compose("up", "-d", "--no-recreate", "--no-deps", "--scale", "backend=3", "backend", timeout=180)

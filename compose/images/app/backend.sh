@@ -15,5 +15,13 @@ for _ in $(seq 1 100); do
     (exec 3<>/dev/tcp/127.0.0.1/9000) 2>/dev/null && break
     sleep 0.05
 done
+# FORWARD=on: the agents form a forwarding tier (docs/agent.md, "Forwarding"):
+# every backend container answers to the DNS name `backends`, resolved again
+# every second, so backends that come and go are peers from then on.
+fleet=()
+if [ "${FORWARD:-off}" = on ]; then
+    ip=$(hostname -i | cut -d' ' -f1)
+    fleet=(--fleet-listen 0.0.0.0:9700 --fleet-peers backends:9700 --fleet-advertise "$ip:8080")
+fi
 exec huntlb-agent --listen 0.0.0.0:8080 --admin 0.0.0.0:9901 --app 127.0.0.1:9000 --id "$(hostname)" \
-    --policy "$POLICY" --workers "$WORKERS" --drain-grace-ms "${DRAIN_GRACE_MS:-5000}"
+    --policy "$POLICY" --workers "$WORKERS" --drain-grace-ms "${DRAIN_GRACE_MS:-5000}" "${fleet[@]}"
