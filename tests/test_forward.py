@@ -137,3 +137,68 @@ def test_through_a_real_front_every_request_is_processed_once(procs, addrs, fron
         assert path_count([a, c], path) == 1 and app_stats(b.app)["paths"].get(path, 0) == 0
     refused = a.metrics()['huntlb_forwards_total{outcome="refused"}'] + c.metrics()['huntlb_forwards_total{outcome="refused"}']
     assert refused >= 1, "no offer was forwarded to the dead peer: the test proved nothing"
+
+
+def test_a_peer_that_cannot_take_a_forward_refuses_it_and_nothing_is_processed(procs, addrs):
+    # b's app dies after a's last news of b: a forwards there, b cannot reach
+    # its app (nothing processed), a turns that into a refusal the front re-sends.
+    a, b = bs = start_fleet(procs, addrs, 2, agent_opts={"fleet_dead_after_ms": 30000})
+    hold(a, 2)
+    wait_until(lambda: b.metrics()["huntlb_fleet_peers"] == 1)
+    b.app_proc.signal(signal.SIGKILL)
+    b.app_proc.wait(5)
+    path = f"/no-app/{uuid.uuid4()}"
+    status, h, _ = request(a.agent, "POST", path, headers=OFFER, body=b"order")
+    assert (status, h.get("hunt")) == (425, "busy")
+    assert app_stats(a.app)["paths"].get(path, 0) == 0
+    assert a.metrics()['huntlb_forwards_total{outcome="refused"}'] == 1
+    # A forwarded try that finds the peer full reached no app either: refused.
+    c, d = start_fleet(procs, addrs, 2, agent_opts={"max_inflight": 2})
+    hold(d, 2)
+    path = f"/full/{uuid.uuid4()}"
+    status, h, _ = request(d.agent, "POST", path, headers={"hunt-target": "forwarded", "hunt-via": c.agent}, body=b"x")
+    assert (status, h.get("hunt")) == (425, "busy")
+    assert app_stats(d.app)["paths"].get(path, 0) == 0
+    # The same try from a front (no hunt-via) is a final: an error, never a refusal.
+    status, h, _ = request(d.agent, "POST", path, headers={"hunt-offer": "1", "hunt-target": "2"}, body=b"x")
+    assert (status, h.get("hunt")) == (503, None)
+
+
+def test_reports_from_outside_fleet_peers_are_dropped(procs, addrs):
+    import socket
+    a, b = start_fleet(procs, addrs, 2)
+    hold(a, 2)
+    hold(b, 2)
+    stray = addrs.host()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((stray, 0))
+        for i in range(5):
+            s.sendto(f"hunt-fleet/1 {stray}:8080 {i + 1} 0 1".encode(), (a.host, 9700))
+    wait_until(lambda: a.metrics()["huntlb_fleet_reports_bad_total"] == 5, what="the stray reports counted as bad")
+    assert a.metrics()["huntlb_fleet_peers"] == 1
+    # Loaded alike, a keeps its offer: the stray "idle" address is no peer.
+    path = f"/stray/{uuid.uuid4()}"
+    status, h, _ = request(a.agent, "GET", path, headers=OFFER)
+    assert status == 200 and h["hunt-served-by"] == a.id
+
+
+def test_a_draining_agent_waits_for_what_it_relays(procs, addrs):
+    # a relays a slow POST to b and is told to stop (drain_grace_ms 0): it
+    # exits only once the relayed answer is through.
+    a, b = bs = start_fleet(procs, addrs, 2, agent_opts={"drain_grace_ms": 0})
+    hold(a, 2, work_ms=800)
+    got = {}
+    path = f"/slow/{uuid.uuid4()}"
+
+    def client():
+        got["r"] = request(a.agent, "POST", f"{path}?work_ms=1500", headers=OFFER, body=b"order", timeout=20)
+
+    t = threading.Thread(target=client)
+    t.start()
+    wait_until(lambda: app_stats(b.app)["paths"].get(path, 0) == 1 or app_stats(b.app)["busy"] >= 1, what="the POST at b")
+    a.agent_proc.signal(signal.SIGTERM)
+    t.join(timeout=20)
+    status, h, _ = got["r"]
+    assert status == 200 and h["hunt-served-by"] == b.id
+    assert counts(bs, path) == [0, 1]
+    assert a.agent_proc.wait(10) == 0

@@ -13,7 +13,7 @@
 
 use crate::config::{Config, LoadSource};
 use crate::fleet::{Fleet, Pick};
-use crate::load::{Inflight, InflightGuard, PerFront, PerFrontGuard, Progress, Scoreboard};
+use crate::load::{Inflight, InflightGuard, PerFront, PerFrontGuard, Progress, RelayGuard, Relaying, Scoreboard};
 use crate::metrics::{Gauges, Metrics};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
@@ -53,6 +53,7 @@ pub struct Agent {
     /// The forwarding tier (`fleet_listen`), and its HTTP/1.1 client to peers.
     pub fleet: Option<Arc<Fleet>>,
     peer_client: Client<HttpConnector, Incoming>,
+    relaying: Arc<Relaying>,
     app_authority: http::uri::Authority,
     app_up: AtomicBool,
     /// No sign of life from the app for `app_stall` while requests waited on it
@@ -67,10 +68,15 @@ impl Agent {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        // A peer that does not take the connection within this took nothing:
+        // the offer is refused to its front, which re-sends it (a connect
+        // error, never a timeout after the try may have been sent).
+        let mut peer_connector = connector.clone();
+        peer_connector.set_connect_timeout(Some(cfg.fleet.as_ref().map_or(Duration::from_secs(1), |f| f.dead_after.min(Duration::from_secs(1)))));
         let peer_client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             .pool_timer(TokioTimer::new())
-            .build(connector.clone());
+            .build(peer_connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             // Without a timer the pool never reaps: an idle connection goes only
@@ -90,6 +96,7 @@ impl Agent {
             client,
             fleet,
             peer_client,
+            relaying: Arc::new(Relaying::default()),
             app_authority: cfg.app.to_string().parse().expect("a socket address is an authority"),
             app_up: AtomicBool::new(true),
             stalled: AtomicBool::new(false),
@@ -111,6 +118,11 @@ impl Agent {
         self.inflight.get()
     }
 
+    /// Tries being relayed to peers: a drain waits for them too.
+    pub fn relaying(&self) -> u32 {
+        self.relaying.get()
+    }
+
     /// The load the policy sees, as the forwarding tier reports it to peers.
     pub fn busy_now(&self) -> u32 {
         self.busy()
@@ -123,7 +135,7 @@ impl Agent {
 
     /// Whether peers may forward here: not draining, app up and answering.
     pub fn takes_forwards(&self) -> bool {
-        !self.draining.load(Ordering::Acquire) && self.app_up.load(Ordering::Acquire) && !self.stalled.load(Ordering::Acquire)
+        self.gates() == Gates::OPEN && !self.stalled.load(Ordering::Acquire)
     }
 
     pub fn is_draining(&self) -> bool {
@@ -207,6 +219,12 @@ impl Agent {
                 self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
             }
             Verdict::Refuse(why) => self.refuse(req, why, named_by_target, front.as_deref()).await,
+            // A peer's forward that finds no room reached no app: refused, and
+            // the peer refuses it to its front, which re-sends it.
+            Verdict::Overloaded if mark == Mark::Final && req.headers().contains_key(protocol::VIA) => {
+                self.metrics.refused(Reason::Overload);
+                busy_response(req.version() < http::Version::HTTP_2 && !req.body().is_end_stream())
+            }
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
         };
         if from_envoy && leaves_rotation(&resp, verdict) {
@@ -257,13 +275,21 @@ impl Agent {
             parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
         parts.headers.insert(protocol::TARGET, HeaderValue::from_static(FORWARDED_MARK));
+        if let Some(f) = &self.fleet {
+            if let Ok(v) = HeaderValue::from_str(f.advertise()) {
+                parts.headers.insert(protocol::VIA, v);
+            }
+        }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         parts.uri = match Uri::builder().scheme("http").authority(to).path_and_query(path).build() {
             Ok(u) => u,
             Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
         };
         parts.version = http::Version::HTTP_11;
-        let sent = tokio::time::timeout(self.cfg.app_timeout, self.peer_client.request(Request::from_parts(parts, body))).await;
+        // The peer's own 504 (which names its app) comes first.
+        let relay = self.relaying.enter();
+        let limit = self.cfg.app_timeout + Duration::from_secs(1);
+        let sent = tokio::time::timeout(limit, self.peer_client.request(Request::from_parts(parts, body))).await;
         let lost = |why: &dyn std::fmt::Display| {
             if let Some(f) = &self.fleet {
                 f.lost(to);
@@ -276,7 +302,7 @@ impl Agent {
         match sent {
             Err(_) => {
                 m.forwards_failed.fetch_add(1, Ordering::Relaxed);
-                let msg = format!("huntlb agent: peer {to} did not answer within {} ms\n", self.cfg.app_timeout.as_millis());
+                let msg = format!("huntlb agent: peer {to} did not answer within {} ms\n", limit.as_millis());
                 plain(StatusCode::GATEWAY_TIMEOUT, &msg)
             }
             Ok(Err(e)) if e.is_connect() => lost(&source_chain(&e)),
@@ -307,7 +333,7 @@ impl Agent {
                 if let Some(v) = served_by {
                     parts.headers.insert(protocol::SERVED_BY, v);
                 }
-                Response::from_parts(parts, Guarded { inner: body, _guard: None, _front: front }.boxed_unsync())
+                Response::from_parts(parts, Guarded { inner: body, _guard: None, _front: front, _relay: Some(relay) }.boxed_unsync())
             }
         }
     }
@@ -504,7 +530,7 @@ impl Agent {
                 if let Ok(v) = HeaderValue::from_str(&self.cfg.id) {
                     parts.headers.insert(protocol::SERVED_BY, v);
                 }
-                Response::from_parts(parts, Guarded { inner: body, _guard: Some(guard), _front: front }.boxed_unsync())
+                Response::from_parts(parts, Guarded { inner: body, _guard: Some(guard), _front: front, _relay: None }.boxed_unsync())
             }
         }
     }
@@ -628,6 +654,8 @@ struct Guarded {
     inner: Incoming,
     /// None for a forwarded try: its peer's app holds the slot.
     _guard: Option<InflightGuard>,
+    /// Some for a forwarded try: a drain waits for it.
+    _relay: Option<RelayGuard>,
     _front: Option<PerFrontGuard>,
 }
 

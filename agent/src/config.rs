@@ -370,17 +370,32 @@ impl Raw {
                 if peers.iter().all(|p| *p == Peer::Addr(listen_udp)) {
                     return Err(invalid("fleet_peers", "names no peer but this agent"));
                 }
-                let advertise = self.fleet_advertise.unwrap_or_else(|| listen.to_string());
-                if huntlb_policy::protocol::parse_front(huntlb_policy::protocol::Field::One(advertise.as_bytes())).is_none() {
-                    return Err(invalid("fleet_advertise", format!("`{advertise}`: 1 to 64 visible bytes, no comma")));
+                // Peers forward here: an address they can reach, which an
+                // unspecified one (0.0.0.0, [::]) is not.
+                let advertise = match self.fleet_advertise {
+                    Some(a) => a,
+                    None if listen.ip().is_unspecified() => {
+                        return Err(invalid("fleet_advertise", format!("required when listen is {listen}: the address peers reach this agent at")))
+                    }
+                    None => listen.to_string(),
+                };
+                if !huntlb_policy::forward::is_forward_addr(&advertise) {
+                    return Err(invalid("fleet_advertise", format!("`{advertise}` is not host:port (at most 64 bytes)")));
                 }
-                if advertise.parse::<http::uri::Authority>().is_err() {
-                    return Err(invalid("fleet_advertise", format!("`{advertise}` is not host:port")));
+                if advertise.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_unspecified()) {
+                    return Err(invalid("fleet_advertise", format!("`{advertise}`: peers cannot reach an unspecified address")));
                 }
                 let heartbeat = ms("fleet_heartbeat_ms", self.fleet_heartbeat_ms, 50, 1)?;
                 let dead_after = ms("fleet_dead_after_ms", self.fleet_dead_after_ms, 250, 1)?;
                 if dead_after <= heartbeat {
                     return Err(invalid("fleet_dead_after_ms", "must be longer than fleet_heartbeat_ms, or every peer is dead between beats"));
+                }
+                let settle = ms("fleet_settle_ms", self.fleet_settle_ms, 2, 0)?;
+                if settle > dead_after {
+                    return Err(invalid("fleet_settle_ms", "must not be longer than fleet_dead_after_ms"));
+                }
+                if self.fleet_resolve_ms.is_some() && !peers.iter().any(|p| matches!(p, Peer::Name { .. })) {
+                    return Err(invalid("fleet_resolve_ms", "only meaningful with a name in fleet_peers"));
                 }
                 Some(FleetConfig {
                     listen: listen_udp,
@@ -392,7 +407,7 @@ impl Raw {
                     },
                     heartbeat,
                     dead_after,
-                    settle: ms("fleet_settle_ms", self.fleet_settle_ms, 2, 0)?,
+                    settle,
                     resolve: ms("fleet_resolve_ms", self.fleet_resolve_ms, 1000, 100)?,
                 })
             }
@@ -496,10 +511,24 @@ mod tests {
             r.fleet_dead_after_ms = Some(10);
             r.fleet_heartbeat_ms = Some(10);
         })), "fleet_dead_after_ms");
+        for bad in ["a,b", "a/b:8080", "host", "0.0.0.0:8080"] {
+            assert_eq!(key_of(raw(|r| {
+                fleet("127.0.0.2:9700")(r);
+                r.fleet_advertise = Some(bad.into());
+            })), "fleet_advertise", "{bad}");
+        }
         assert_eq!(key_of(raw(|r| {
             fleet("127.0.0.2:9700")(r);
-            r.fleet_advertise = Some("a,b".into());
+            r.listen = Some("0.0.0.0:8080".into());
         })), "fleet_advertise");
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_settle_ms = Some(1000);
+        })), "fleet_settle_ms");
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_resolve_ms = Some(500);
+        })), "fleet_resolve_ms");
         assert_eq!(key_of(raw(|r| {
             fleet("127.0.0.2:9700")(r);
             r.fleet_listen = Some("udp".into());

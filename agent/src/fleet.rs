@@ -33,8 +33,9 @@ pub struct Fleet {
     cfg: FleetConfig,
     sock: UdpSocket,
     peers: Mutex<HashMap<String, Peer>>,
-    /// Where our count goes: `fleet_peers`, names resolved (`resolve`).
-    targets: Mutex<Vec<SocketAddr>>,
+    /// Each `fleet_peers` entry's addresses (names resolved, `resolve`):
+    /// where our count goes, and the only senders whose reports are taken.
+    resolved: Mutex<Vec<Vec<SocketAddr>>>,
     /// Starts at the clock's microseconds, so a restarted agent's reports are
     /// newer than its old ones at every peer.
     seq: AtomicU64,
@@ -60,11 +61,11 @@ impl Fleet {
         use anyhow::Context;
         let sock = UdpSocket::bind(cfg.listen).await.with_context(|| format!("config key `fleet_listen`: bind {}", cfg.listen))?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let targets = resolve_all(&cfg.peers, &[]).await;
+        let resolved = resolve_all(&cfg.peers, &[]).await;
         Ok(Arc::new(Fleet {
             sock,
             peers: Mutex::new(HashMap::new()),
-            targets: Mutex::new(targets),
+            resolved: Mutex::new(resolved),
             seq: AtomicU64::new(now.as_micros() as u64),
             draws: AtomicU64::new(now.as_nanos() as u64 ^ u64::from(std::process::id()) << 32),
             bad_logged: Mutex::new((Instant::now(), 0)),
@@ -74,8 +75,8 @@ impl Fleet {
 
     /// Where this offer goes, by the ready peers heard from within `dead_after`.
     pub fn pick(&self, busy: u32, seen: Option<u32>) -> Pick {
-        let now = Instant::now();
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
         let mut addrs = Vec::with_capacity(peers.len());
         let mut counts = Vec::with_capacity(peers.len());
         for (addr, p) in peers.iter_mut() {
@@ -101,6 +102,11 @@ impl Fleet {
                 Pick::Forward(addr)
             }
         }
+    }
+
+    /// Where peers forward to: this agent.
+    pub fn advertise(&self) -> &str {
+        &self.cfg.advertise
     }
 
     /// Ready peers heard from within `dead_after`.
@@ -140,13 +146,32 @@ impl Fleet {
             let (busy, ready) = report();
             let r = Report { addr: self.cfg.advertise.clone(), seq: self.seq.fetch_add(1, Ordering::Relaxed), busy, ready };
             let d = r.to_string();
-            let targets = self.targets.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            for peer in targets.iter().filter(|p| **p != own) {
+            self.forget_silent();
+            for peer in self.targets().iter().filter(|p| **p != own) {
                 // A peer that is down refuses on loopback (ICMP): nothing to do
                 // but try again next time.
                 let _ = self.sock.send_to(d.as_bytes(), peer).await;
             }
         }
+    }
+
+    /// Every peer address, once.
+    fn targets(&self) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for a in self.resolved.lock().unwrap_or_else(PoisonError::into_inner).iter().flatten() {
+            if !out.contains(a) {
+                out.push(*a);
+            }
+        }
+        out
+    }
+
+    /// Peers not heard from for four times `dead_after` are forgotten: a
+    /// fleet that scales in and out does not grow the map `pick` walks.
+    fn forget_silent(&self) {
+        let now = Instant::now();
+        let limit = self.cfg.dead_after * 4;
+        self.peers.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, p| now.duration_since(p.heard) <= limit);
     }
 
     /// Resolve the names in `fleet_peers` again every `fleet_resolve_ms`: a
@@ -158,12 +183,12 @@ impl Fleet {
         }
         loop {
             tokio::time::sleep(self.cfg.resolve).await;
-            let old = self.targets.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            let old = self.resolved.lock().unwrap_or_else(PoisonError::into_inner).clone();
             let new = resolve_all(&self.cfg.peers, &old).await;
             if new != old {
-                info!(peers = new.len(), "fleet_peers resolved to a new set");
+                info!(peers = new.iter().flatten().count(), "fleet_peers resolved to a new set");
             }
-            *self.targets.lock().unwrap_or_else(PoisonError::into_inner) = new;
+            *self.resolved.lock().unwrap_or_else(PoisonError::into_inner) = new;
         }
     }
 
@@ -176,6 +201,13 @@ impl Fleet {
                 // Not a report, not an error of ours (an ICMP error).
                 Err(_) => continue,
             };
+            // Only the configured peers are heard: a report names where
+            // requests will be sent, so a stray sender must not be able to.
+            if !self.resolved.lock().unwrap_or_else(PoisonError::into_inner).iter().flatten().any(|a| *a == from) {
+                bad();
+                self.log_bad(from, "not a peer in fleet_peers");
+                continue;
+            }
             match Report::parse(&buf[..n]) {
                 Ok(r) if r.addr == self.cfg.advertise => {}
                 Ok(r) => self.heard(r),
@@ -191,7 +223,10 @@ impl Fleet {
         let now = Instant::now();
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         match peers.get_mut(&r.addr) {
-            Some(p) if r.seq <= p.seq => {} // older than what we know (UDP may reorder)
+            // Older than what we know (UDP may reorder); but a peer silent for
+            // `dead_after` is taken afresh (it may have restarted after its
+            // clock stepped back).
+            Some(p) if r.seq <= p.seq && now.duration_since(p.heard) <= self.cfg.dead_after => {}
             Some(p) => {
                 if !p.ready && r.ready {
                     info!(peer = %r.addr, "peer takes forwards again");
@@ -218,26 +253,27 @@ impl Fleet {
     }
 }
 
-/// Every address of `peers`, in order, duplicates dropped. A name that does not
-/// resolve keeps its addresses from `before` (those on its port).
-async fn resolve_all(peers: &[PeerEntry], before: &[SocketAddr]) -> Vec<SocketAddr> {
-    let mut out: Vec<SocketAddr> = Vec::new();
-    for p in peers {
-        let found: Vec<SocketAddr> = match p {
+/// Each entry's addresses, in order. A name that does not resolve within 2 s
+/// keeps what it had in `before` (same index).
+async fn resolve_all(peers: &[PeerEntry], before: &[Vec<SocketAddr>]) -> Vec<Vec<SocketAddr>> {
+    let mut out = Vec::with_capacity(peers.len());
+    for (i, p) in peers.iter().enumerate() {
+        out.push(match p {
             PeerEntry::Addr(a) => vec![*a],
-            PeerEntry::Name { host, port } => match tokio::net::lookup_host((host.as_str(), *port)).await {
-                Ok(addrs) => addrs.collect(),
-                Err(e) => {
-                    warn!(name = %host, error = %e, "fleet_peers: name does not resolve; keeping its last addresses");
-                    before.iter().filter(|a| a.port() == *port).copied().collect()
+            PeerEntry::Name { host, port } => {
+                match tokio::time::timeout(Duration::from_secs(2), tokio::net::lookup_host((host.as_str(), *port))).await {
+                    Ok(Ok(addrs)) => addrs.collect(),
+                    failed => {
+                        let why = match failed {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => "no answer within 2 s".into(),
+                        };
+                        warn!(name = %host, error = %why, "fleet_peers: name does not resolve; keeping its last addresses");
+                        before.get(i).cloned().unwrap_or_default()
+                    }
                 }
-            },
-        };
-        for a in found {
-            if !out.contains(&a) {
-                out.push(a);
             }
-        }
+        });
     }
     out
 }
@@ -250,13 +286,13 @@ mod tests {
     async fn names_resolve_to_every_address_and_a_failed_lookup_keeps_the_last() {
         let local = PeerEntry::Name { host: "localhost".into(), port: 9700 };
         let fixed: SocketAddr = "127.0.0.9:9700".parse().unwrap();
-        let got = resolve_all(&[local, PeerEntry::Addr(fixed), PeerEntry::Addr(fixed)], &[]).await;
-        assert!(got.contains(&"127.0.0.1:9700".parse().unwrap()), "{got:?}");
-        assert_eq!(got.iter().filter(|a| **a == fixed).count(), 1, "duplicates dropped: {got:?}");
+        let got = resolve_all(&[local, PeerEntry::Addr(fixed)], &[]).await;
+        assert!(got[0].contains(&"127.0.0.1:9700".parse().unwrap()), "{got:?}");
+        assert_eq!(got[1], vec![fixed]);
         // A name that does not resolve (an empty one fails at once, with no
         // query sent): the addresses it had stay.
         let gone = PeerEntry::Name { host: String::new(), port: 9701 };
         let before: SocketAddr = "127.0.0.7:9701".parse().unwrap();
-        assert_eq!(resolve_all(&[gone], &[before, fixed]).await, vec![before]);
+        assert_eq!(resolve_all(&[PeerEntry::Addr(fixed), gone], &[vec![fixed], vec![before]]).await, vec![vec![fixed], vec![before]]);
     }
 }

@@ -44,6 +44,30 @@ impl Drop for InflightGuard {
     }
 }
 
+/// Tries this agent is relaying to peers (the forwarding tier): not load here,
+/// but a drain waits for them as for its own requests.
+#[derive(Default, Debug)]
+pub struct Relaying(AtomicU32);
+
+impl Relaying {
+    pub fn get(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub fn enter(self: &Arc<Self>) -> RelayGuard {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        RelayGuard(self.clone())
+    }
+}
+
+pub struct RelayGuard(Arc<Relaying>);
+
+impl Drop for RelayGuard {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Requests in flight per front (`hunt-front`): each front's own count at this
 /// backend, what a front that cannot send `hunt-seen` would have sent.
 #[derive(Default, Debug)]

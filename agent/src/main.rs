@@ -251,7 +251,7 @@ async fn drain_on_signal(agent: Arc<Agent>) -> anyhow::Result<()> {
             info!(inflight = agent.inflight(), "drain timeout reached: exiting");
             return Ok(());
         }
-        if waited >= agent.cfg.drain_grace && agent.inflight() == 0 {
+        if waited >= agent.cfg.drain_grace && agent.inflight() == 0 && agent.relaying() == 0 {
             info!(waited_ms = waited.as_millis() as u64, "drained: exiting");
             return Ok(());
         }

@@ -105,8 +105,8 @@ impl Report {
         if magic != MAGIC {
             return Err(format!("starts `{magic}`, expected `{MAGIC}`"));
         }
-        if addr.is_empty() || addr.len() > crate::protocol::MAX_MARK_LEN || !addr.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(format!("address `{addr}`: 1 to 64 visible bytes"));
+        if !is_forward_addr(addr) {
+            return Err(format!("address `{addr}`: expected host:port (a name, an IPv4 address or [IPv6]), at most 64 bytes"));
         }
         let num = |what: &str, v: &str| -> Result<u64, String> {
             if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
@@ -123,6 +123,20 @@ impl Report {
         };
         Ok(Report { addr: addr.to_string(), seq, busy, ready })
     }
+}
+
+/// Where a forward may go: `host:port`, at most 64 bytes, the host a DNS name,
+/// an IPv4 address or a bracketed IPv6 address, the port 1 to 65535. Nothing
+/// else can become a request's authority: a report naming `a/b` or `x@y`
+/// would turn every forward there into an error instead of a try.
+pub fn is_forward_addr(a: &str) -> bool {
+    let Some((host, port)) = a.rsplit_once(':') else { return false };
+    let port_ok = !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => !v6.is_empty() && v6.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.'),
+        None => !host.is_empty() && host.split('.').all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')),
+    };
+    a.len() <= crate::protocol::MAX_MARK_LEN && port_ok && host_ok
 }
 
 #[cfg(test)]

@@ -42,6 +42,12 @@ pub const BUSY_STATUS: u16 = 425;
 /// health checks caught up. Not a hunt header: the Envoy front removes it from
 /// what clients see.
 pub const ENVOY_HC_FAIL: &str = "x-envoy-immediate-health-check-fail";
+/// On a try one agent forwarded to another (the forwarding tier): the
+/// forwarding agent's address. Such a try is a final (it carries only
+/// `hunt-target: forwarded`) that the receiving agent refuses only when it
+/// could not take it at all (`max_inflight`), as no app has seen it then; the
+/// forwarding agent turns that into a refusal its front re-sends.
+pub const VIA: &str = "hunt-via";
 /// Optional on an accepted response: which agent served it.
 pub const SERVED_BY: &str = "hunt-served-by";
 /// The agent's own health path.
