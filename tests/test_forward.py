@@ -159,6 +159,7 @@ def test_a_peer_that_cannot_take_a_forward_refuses_it_and_nothing_is_processed(p
     status, h, _ = request(d.agent, "POST", path, headers={"hunt-target": "forwarded", "hunt-via": c.agent}, body=b"x")
     assert (status, h.get("hunt")) == (425, "busy")
     assert app_stats(d.app)["paths"].get(path, 0) == 0
+    assert d.metrics()['huntlb_offers_total{decision="refuse"}'] == 0, "a forwarded try is no offer here"
     # The same try from a front (no hunt-via) is a final: an error, never a refusal.
     status, h, _ = request(d.agent, "POST", path, headers={"hunt-offer": "1", "hunt-target": "2"}, body=b"x")
     assert (status, h.get("hunt")) == (503, None)

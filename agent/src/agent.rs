@@ -220,9 +220,10 @@ impl Agent {
             }
             Verdict::Refuse(why) => self.refuse(req, why, named_by_target, front.as_deref()).await,
             // A peer's forward that finds no room reached no app: refused, and
-            // the peer refuses it to its front, which re-sends it.
+            // the peer refuses it to its front, which re-sends it (counted
+            // there, in `huntlb_forwards_total{outcome="refused"}`: it was no
+            // offer here).
             Verdict::Overloaded if mark == Mark::Final && req.headers().contains_key(protocol::VIA) => {
-                self.metrics.refused(Reason::Overload);
                 busy_response(req.version() < http::Version::HTTP_2 && !req.body().is_end_stream())
             }
             Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
