@@ -52,7 +52,7 @@ pub struct Agent {
     client: Client<HttpConnector, Replayed>,
     /// The forwarding tier (`fleet_listen`), and its HTTP/1.1 client to peers.
     pub fleet: Option<Arc<Fleet>>,
-    peer_client: Client<HttpConnector, Incoming>,
+    peer_client: Client<HttpConnector, Lent>,
     relaying: Arc<Relaying>,
     app_authority: http::uri::Authority,
     app_up: AtomicBool,
@@ -271,6 +271,11 @@ impl Agent {
         let has_body = !req.body().is_end_stream();
         let trailers = takes_trailers(req.headers());
         let (mut parts, body) = req.into_parts();
+        // What it takes to serve the offer here instead, should the peer not
+        // take the connection: the head as it came, and the body, lent.
+        let here = (parts.method.clone(), parts.uri.clone(), parts.version, parts.headers.clone());
+        let (back_tx, back) = tokio::sync::oneshot::channel();
+        let body = Lent { inner: Some(body), back: Some(back_tx), read: false };
         strip_request_headers(&mut parts.headers);
         if trailers {
             parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
@@ -306,7 +311,28 @@ impl Agent {
                 let msg = format!("huntlb agent: peer {to} did not answer within {} ms\n", limit.as_millis());
                 plain(StatusCode::GATEWAY_TIMEOUT, &msg)
             }
-            Ok(Err(e)) if e.is_connect() => lost(&source_chain(&e)),
+            // No connection: nothing was sent, and the body comes back unread.
+            // The offer is served here, as if kept (the peer takes no more
+            // forwards until it reports again).
+            Ok(Err(e)) if e.is_connect() => {
+                if let Some(f) = &self.fleet {
+                    f.lost(to);
+                }
+                drop(relay);
+                // The client dropped the request with its error; bounded all the same.
+                match tokio::time::timeout(Duration::from_millis(100), back).await {
+                    Ok(Ok(body)) => {
+                        debug!(peer = to, error = %source_chain(&e), "peer unreachable: offer served here");
+                        m.forwards_unreachable.fetch_add(1, Ordering::Relaxed);
+                        m.offers_accepted.fetch_add(1, Ordering::Relaxed);
+                        let (method, uri, version, headers) = here;
+                        let mut local = Request::new(body);
+                        (*local.method_mut(), *local.uri_mut(), *local.version_mut(), *local.headers_mut()) = (method, uri, version, headers);
+                        self.forward(local, VecDeque::new(), named_by_target, true, front).await
+                    }
+                    _ => lost(&source_chain(&e)),
+                }
+            }
             Ok(Err(e)) => {
                 m.forwards_failed.fetch_add(1, Ordering::Relaxed);
                 plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: peer {to} failed: {}\n", source_chain(&e)))
@@ -646,6 +672,46 @@ impl Body for Replayed {
             hint.set_upper(held + upper);
         }
         hint
+    }
+}
+
+/// A request body lent to a forward: if the forward drops it unread (no
+/// connection to the peer, so nothing was sent), it goes back through `back`
+/// and the offer is served here, with nothing lost.
+pub struct Lent {
+    inner: Option<Incoming>,
+    back: Option<tokio::sync::oneshot::Sender<Incoming>>,
+    read: bool,
+}
+
+impl Body for Lent {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        self.read = true;
+        match self.inner.as_mut() {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if !self.read {
+            if let (Some(body), Some(back)) = (self.inner.take(), self.back.take()) {
+                let _ = back.send(body);
+            }
+        }
     }
 }
 

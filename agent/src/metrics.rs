@@ -31,6 +31,7 @@ pub struct Metrics {
     pub app_errors_other: AtomicU64,
     /// Forwards to peers by outcome, in `FORWARDS`' label order.
     pub forwards_sent: AtomicU64,
+    pub forwards_unreachable: AtomicU64,
     pub forwards_refused: AtomicU64,
     pub forwards_failed: AtomicU64,
     pub fleet_reports_bad: AtomicU64,
@@ -93,7 +94,7 @@ impl Metrics {
             labelled(&mut o, &M::APACHE_POLLS, &[(polls - failed) as f64, failed as f64]);
         }
         if let Some(peers) = g.fleet_peers {
-            let forwards = [&self.forwards_sent, &self.forwards_refused, &self.forwards_failed];
+            let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_failed];
             labelled(&mut o, &M::FORWARDS, &forwards.map(|a| v(a) as f64));
             single(&mut o, &M::FLEET_PEERS, peers as f64);
             single(&mut o, &M::FLEET_REPORTS_BAD, v(&self.fleet_reports_bad) as f64);

@@ -32,7 +32,7 @@ _M.ALL = {
     m("huntlb_tls_handshake_failures_total", "counter", false),
     m("huntlb_app_errors_total", "counter", false, "kind", { "connect", "timeout", "other" }),
     m("huntlb_apache_polls_total", "counter", false, "result", { "ok", "failed" }),
-    m("huntlb_forwards_total", "counter", false, "outcome", { "sent", "refused", "failed" }),
+    m("huntlb_forwards_total", "counter", false, "outcome", { "sent", "unreachable", "refused", "failed" }),
     m("huntlb_fleet_peers", "gauge", false),
     m("huntlb_fleet_reports_bad_total", "counter", false),
     m("huntlb_inflight", "gauge", false),

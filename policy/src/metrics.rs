@@ -102,9 +102,10 @@ pub const FORWARDS: Metric = Metric {
     name: "huntlb_forwards_total",
     kind: Kind::Counter,
     help: "Offers forwarded to a peer (fleet_listen), by outcome: sent (the peer answered), \
-           refused (no connection to the peer, or it could not reach its app: refused to the front, \
-           which re-sends it), failed (an error after the try may have reached the peer: never re-sent).",
-    label: Some(("outcome", &["sent", "refused", "failed"])),
+           unreachable (no connection to the peer: served here instead), refused (the peer could not \
+           take it: refused to the front, which re-sends it), failed (an error after the try may have \
+           reached the peer: never re-sent).",
+    label: Some(("outcome", &["sent", "unreachable", "refused", "failed"])),
     sidecar: false,
 };
 pub const FLEET_PEERS: Metric =
