@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Two strategies of `bench/srlb.py`, paired, and nothing else running: a check
+of one ratio of `vs-least` (which keeps every strategy's fronts up at once).
+
+Usage (after `make release`):
+  PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/pairs.py envoy LR/full FWD/full --fronts 4 --reps 10
+
+ρ 0.88 of the last sweep's λ0, 10 s per run, the order reversed every other
+repetition as in vs-least; prints every run, then candidate / baseline for mean
+and p99: median over repetitions, and mean ± 95% CI. Writes nothing. A run
+with client errors or flagged invalid is reported, never averaged in quietly.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import srlb
+from benchlib.stats import ci95
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("proxy", choices=["envoy", "haproxy"])
+    ap.add_argument("baseline")
+    ap.add_argument("candidate")
+    ap.add_argument("--fronts", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=10)
+    a = ap.parse_args()
+    lam0 = json.loads((srlb.RESULTS / "srlb-poisson.json").read_text())["probe"]["lambda0"]
+    rate = 0.88 * lam0
+    b = srlb.Bench(Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), [a.proxy], False)
+    runs = []
+    try:
+        for rep in range(a.reps):
+            names = [a.baseline, a.candidate] if rep % 2 == 0 else [a.candidate, a.baseline]
+            for name in names:
+                runs.append(b.run(a.proxy, name, rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=a.fronts,
+                                  keep_cdf=False))
+    finally:
+        b.close()
+    bad = [r for r in runs if r.errors or not r.valid]
+    if bad:
+        print(f"FLAGGED: {len(bad)} runs with client errors or invalid; their pairs are left out", file=sys.stderr)
+    for key in ("mean_ms", "p99_ms"):
+        xs = []
+        for rep in range(a.reps):
+            pair = {r.policy: r for r in runs if r.rep == rep and r not in bad}
+            if len(pair) == 2:
+                xs.append(getattr(pair[a.candidate], key) / getattr(pair[a.baseline], key))
+        m, h = ci95(xs)
+        print(f"{a.candidate} / {a.baseline}, {a.fronts} fronts, {key[:-3]}: median {statistics.median(xs):.3f}, "
+              f"mean {m:.3f} ± {h:.3f} ({len(xs)} pairs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
