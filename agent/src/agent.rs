@@ -128,9 +128,9 @@ impl Agent {
         self.busy()
     }
 
-    /// Wakes on every change of the in-flight count.
-    pub fn inflight_changed(&self) -> Arc<tokio::sync::Notify> {
-        self.inflight.changed.clone()
+    /// Called on every change of the in-flight count, and on a drain.
+    pub fn on_inflight_change(&self, f: Box<dyn Fn() + Send + Sync>) {
+        self.inflight.on_change(f);
     }
 
     /// Whether peers may forward here: not draining, app up and answering.
@@ -145,7 +145,7 @@ impl Agent {
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
         // Peers hear at once that this agent takes no more forwards.
-        self.inflight.changed.notify_one();
+        self.inflight.changed();
     }
 
     pub fn gauges(&self) -> Gauges {
@@ -161,7 +161,7 @@ impl Agent {
             stalled: self.stalled.load(Ordering::Acquire),
             draining: self.draining.load(Ordering::Acquire),
             apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),
-            fleet_peers: self.fleet.as_ref().map(|f| f.ready_peers()),
+            fleet: self.fleet.as_ref().map(|f| (f.ready_peers(), f.reports_bad())),
         }
     }
 

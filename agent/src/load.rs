@@ -12,15 +12,17 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Requests in flight to the app, with a guard that counts one down on drop.
-/// Every change wakes `changed` (the forwarding tier sends the new count).
-#[derive(Default, Debug)]
+/// Every change calls the hook set by [`Inflight::on_change`] on the thread
+/// that made it (the forwarding tier sends the new count from there: no task
+/// to wake, so peers hear it as soon as this thread runs on).
+#[derive(Default)]
 pub struct Inflight {
     n: AtomicU32,
-    pub changed: Arc<tokio::sync::Notify>,
+    on_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Inflight {
@@ -30,8 +32,20 @@ impl Inflight {
 
     pub fn enter(self: &Arc<Self>) -> InflightGuard {
         self.n.fetch_add(1, Ordering::AcqRel);
-        self.changed.notify_one();
+        self.changed();
         InflightGuard(self.clone())
+    }
+
+    /// Set once, at start; a second hook is ignored.
+    pub fn on_change(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_change.set(f);
+    }
+
+    /// Run the hook now (a change the count does not show: a drain).
+    pub fn changed(&self) {
+        if let Some(f) = self.on_change.get() {
+            f();
+        }
     }
 }
 
@@ -40,7 +54,7 @@ pub struct InflightGuard(Arc<Inflight>);
 impl Drop for InflightGuard {
     fn drop(&mut self) {
         self.0.n.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
+        self.0.changed();
     }
 }
 

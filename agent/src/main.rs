@@ -78,13 +78,17 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
         tokio::spawn(serve_agent_check(l, agent.clone()));
     }
     if let Some(fleet) = agent.fleet.clone() {
-        let a = agent.clone();
-        tokio::spawn(fleet.clone().listen(move || {
-            a.metrics.fleet_reports_bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }));
+        tokio::spawn(fleet.clone().keep_up());
         tokio::spawn(fleet.clone().resolve());
-        let a = agent.clone();
-        tokio::spawn(fleet.announce(agent.inflight_changed(), move || (a.busy_now(), a.takes_forwards())));
+        // Each change goes out from the thread that made it; the heartbeat
+        // covers what changes without the count (app up or down, stalled).
+        let a = Arc::downgrade(&agent);
+        let report = move || a.upgrade().map(|a| (a.busy_now(), a.takes_forwards()));
+        let (r, f) = (report.clone(), fleet.clone());
+        agent.on_inflight_change(Box::new(move || {
+            f.announce(&r);
+        }));
+        tokio::spawn(fleet.heartbeat(report));
     }
     tokio::spawn(serve_admin(admin, agent.clone()));
     tokio::spawn(serve(listener, agent.clone()));

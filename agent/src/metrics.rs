@@ -34,7 +34,6 @@ pub struct Metrics {
     pub forwards_unreachable: AtomicU64,
     pub forwards_refused: AtomicU64,
     pub forwards_failed: AtomicU64,
-    pub fleet_reports_bad: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
@@ -52,8 +51,8 @@ pub struct Gauges {
     /// With load = apache: (polls, failed polls). A failing status page keeps
     /// the last BusyWorkers, so its failures must be visible.
     pub apache_polls: Option<(u64, u64)>,
-    /// With fleet_listen: ready peers.
-    pub fleet_peers: Option<usize>,
+    /// With fleet_listen: (ready peers, datagrams that were not a peer's report).
+    pub fleet: Option<(usize, u64)>,
 }
 
 impl Metrics {
@@ -93,11 +92,11 @@ impl Metrics {
         if let Some((polls, failed)) = g.apache_polls {
             labelled(&mut o, &M::APACHE_POLLS, &[(polls - failed) as f64, failed as f64]);
         }
-        if let Some(peers) = g.fleet_peers {
+        if let Some((peers, bad)) = g.fleet {
             let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_failed];
             labelled(&mut o, &M::FORWARDS, &forwards.map(|a| v(a) as f64));
             single(&mut o, &M::FLEET_PEERS, peers as f64);
-            single(&mut o, &M::FLEET_REPORTS_BAD, v(&self.fleet_reports_bad) as f64);
+            single(&mut o, &M::FLEET_REPORTS_BAD, bad as f64);
         }
         for (m, val) in [
             (M::INFLIGHT, g.inflight as f64),
