@@ -30,10 +30,12 @@ def counts(bs, path):
 
 
 def test_an_offer_goes_to_the_least_loaded_peer_once(procs, addrs):
-    a, b, c = bs = start_fleet(procs, addrs, 3)
+    # Heartbeats a second apart: the counts below reach the peers only as each
+    # change is sent (were they not, b and c would tie at 0 in a's view, and
+    # five forwards would all land on b one time in 32).
+    a, b, c = bs = start_fleet(procs, addrs, 3, agent_opts={"fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000})
     hold(a, 2)
     hold(c, 1)
-    # The peers have heard a's and c's new counts (each change is sent at once).
     wait_until(lambda: a.metrics()["huntlb_inflight"] == 2)
     for _ in range(5):
         path = f"/fwd/{uuid.uuid4()}"

@@ -47,10 +47,14 @@ pub struct Fleet {
     seq: Mutex<u64>,
     /// The tie-break stream (splitmix64 over a counter).
     draws: AtomicU64,
-    /// Bad datagrams logged in the current 10 s window.
+    /// Lines about bad datagrams (or failed reads) logged in the current 10 s window.
     bad_logged: Mutex<(Instant, u32)>,
     /// Datagrams that were not a report from a peer (`huntlb_fleet_reports_bad_total`).
     bad: AtomicU64,
+    /// Held by the one thread reading the socket: an offer that finds another
+    /// reading decides on the view that one is bringing up to date, instead
+    /// of queueing behind it (a flood costs at most one reader).
+    reading: Mutex<()>,
 }
 
 /// How often queued reports are read when no offer reads them: keeps `heard`
@@ -87,6 +91,7 @@ impl Fleet {
             draws: AtomicU64::new(now.as_nanos() as u64 ^ u64::from(std::process::id()) << 32),
             bad_logged: Mutex::new((Instant::now(), 0)),
             bad: AtomicU64::new(0),
+            reading: Mutex::new(()),
             cfg,
         }))
     }
@@ -135,6 +140,7 @@ impl Fleet {
 
     /// Ready peers heard from within `dead_after`.
     pub fn ready_peers(&self) -> usize {
+        self.read_queued();
         let now = Instant::now();
         let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         peers.values().filter(|p| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after).count()
@@ -174,22 +180,23 @@ impl Fleet {
         };
         let own = self.cfg.listen;
         for peer in self.targets().iter().filter(|p| **p != own) {
-            // A peer that is down refuses on loopback (ICMP), and a full
-            // send buffer would block: either way the next change resends.
+            // A full send buffer would block: the report is dropped, and the
+            // next change or heartbeat resends.
             let _ = self.sock.send_to(d.as_bytes(), peer);
         }
         true
     }
 
-    /// Every `fleet_heartbeat_ms`, send the count whether or not it changed
-    /// (peers take silence for death), and forget peers long silent.
+    /// At start and every `fleet_heartbeat_ms` after, send the count whether or
+    /// not it changed (peers take silence for death), and forget peers long
+    /// silent.
     pub async fn heartbeat(self: Arc<Self>, report: impl Fn() -> Option<(u32, bool)>) {
         loop {
-            tokio::time::sleep(self.cfg.heartbeat).await;
             self.forget_silent();
             if !self.announce(&report) {
                 return;
             }
+            tokio::time::sleep(self.cfg.heartbeat).await;
         }
     }
 
@@ -207,6 +214,8 @@ impl Fleet {
     /// Peers not heard from for four times `dead_after` are forgotten: a
     /// fleet that scales in and out does not grow the map `pick` walks.
     fn forget_silent(&self) {
+        // What is queued counts as heard.
+        self.read_queued();
         let now = Instant::now();
         let limit = self.cfg.dead_after * 4;
         self.peers.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, p| now.duration_since(p.heard) <= limit);
@@ -240,15 +249,26 @@ impl Fleet {
         }
     }
 
-    /// Take every report queued on the socket (at most `READ_AT_MOST`).
+    /// Take every report queued on the socket (at most `READ_AT_MOST`), unless
+    /// another thread is at it. A report's `heard` is when it is read here:
+    /// within `READ_EVERY` of its arrival.
     fn read_queued(&self) {
+        use std::io::ErrorKind::{ConnectionRefused, ConnectionReset, Interrupted, WouldBlock};
+        let Ok(_reading) = self.reading.try_lock() else { return };
         let mut buf = [0u8; huntlb_policy::forward::MAX_REPORT_LEN + 1];
         for _ in 0..READ_AT_MOST {
             let (n, from) = match self.sock.recv_from(&mut buf) {
                 Ok(x) => x,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                // Not a report, not an error of ours (an ICMP error).
-                Err(_) => continue,
+                Err(e) if e.kind() == WouldBlock => return,
+                // A send's ICMP error, where the platform reports one to an
+                // unconnected socket (once): not about what is queued.
+                Err(e) if matches!(e.kind(), ConnectionRefused | ConnectionReset | Interrupted) => continue,
+                Err(e) => {
+                    if self.may_log() {
+                        warn!(error = %e, "fleet_listen: read failed; queued reports are read at the next offer or tick");
+                    }
+                    return;
+                }
             };
             // Only the configured peers are heard: a report names where
             // requests will be sent, so a stray sender must not be able to.
@@ -291,14 +311,18 @@ impl Fleet {
 
     /// At most 10 lines per 10 s: a stray sender must not flood the log.
     fn log_bad(&self, from: SocketAddr, e: &str) {
+        if self.may_log() {
+            warn!(%from, error = e, "fleet_listen: not a hunt-fleet/1 report, dropped");
+        }
+    }
+
+    fn may_log(&self) -> bool {
         let mut g = self.bad_logged.lock().unwrap_or_else(PoisonError::into_inner);
         if g.0.elapsed() > Duration::from_secs(10) {
             *g = (Instant::now(), 0);
         }
         g.1 += 1;
-        if g.1 <= 10 {
-            warn!(%from, error = e, "fleet_listen: not a hunt-fleet/1 report, dropped");
-        }
+        g.1 <= 10
     }
 }
 
@@ -343,5 +367,53 @@ mod tests {
         let gone = PeerEntry::Name { host: String::new(), port: 9701 };
         let before: SocketAddr = "127.0.0.7:9701".parse().unwrap();
         assert_eq!(resolve_all(&[PeerEntry::Addr(fixed), gone], &[vec![fixed], vec![before]]).await, vec![vec![fixed], vec![before]]);
+    }
+
+    fn cfg(listen: &str, peers: &[&str]) -> FleetConfig {
+        FleetConfig {
+            listen: listen.parse().unwrap(),
+            peers: peers.iter().map(|p| PeerEntry::Addr(p.parse().unwrap())).collect(),
+            advertise: listen.into(),
+            forwarding: huntlb_policy::forward::Forwarding { slack: 0, seen_slack: None },
+            heartbeat: Duration::from_secs(60),
+            dead_after: Duration::from_secs(120),
+            settle: Duration::ZERO,
+            resolve: Duration::from_secs(1),
+        }
+    }
+
+    /// Counts go out from `announce` alone (no heartbeat, no reading task
+    /// runs here) and an offer reads what is queued before it decides.
+    #[tokio::test]
+    async fn an_offer_reads_the_counts_queued_before_it_decides() {
+        let (a, b) = ("127.77.9.1:9700", "127.77.9.2:9700");
+        let fa = Fleet::bind(cfg(a, &[a, b])).await.unwrap();
+        let fb = Fleet::bind(cfg(b, &[a, b])).await.unwrap();
+        assert_eq!(fb.pick(5, None), Pick::NoPeers, "nothing heard yet");
+        assert!(fa.announce(|| Some((3, true))));
+        assert_eq!(fb.pick(5, None), Pick::Forward(a.into()), "A holds 3, B 5: to A");
+        assert!(fa.announce(|| Some((9, true))));
+        assert_eq!(fb.pick(5, None), Pick::Keep, "A now holds 9");
+        // A report whose agent is gone is not sent.
+        assert!(!fa.announce(|| None));
+        assert!(fa.announce(|| Some((9, false))));
+        assert_eq!(fb.pick(5, None), Pick::NoPeers, "A takes no forwards");
+        assert_eq!(fb.ready_peers(), 0);
+        // And the other way.
+        assert!(fb.announce(|| Some((1, true))));
+        assert_eq!(fa.ready_peers(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stray_datagram_is_counted_and_dropped() {
+        let (a, b) = ("127.77.9.3:9700", "127.77.9.4:9700");
+        let fa = Fleet::bind(cfg(a, &[a, b])).await.unwrap();
+        let stray = std::net::UdpSocket::bind("127.77.9.5:0").unwrap();
+        stray.send_to(b"hunt-fleet/1 127.77.9.5:9700 1 0 1", a).unwrap();
+        let peer = std::net::UdpSocket::bind(b).unwrap();
+        peer.send_to(b"not a report", a).unwrap();
+        assert_eq!(fa.ready_peers(), 0);
+        assert_eq!(fa.reports_bad(), 2, "one from outside fleet_peers, one that does not parse");
+        assert_eq!(fa.pick(7, None), Pick::NoPeers);
     }
 }
