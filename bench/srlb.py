@@ -60,6 +60,14 @@ def plan(quick: bool) -> dict:
 MID_RHOS = (0.1, 0.8)
 
 
+def common_seed(rate: float, rep: int, instances: int) -> int:
+    """The generator's seed, the same for every strategy at one rate, repetition
+    and number of fronts: paired runs meet the same arrivals and the same job
+    sizes (common random numbers), so their ratio is the balancers' difference
+    and not two draws of a 10-s run's busy periods."""
+    return 1 + rep * 1_000_003 + instances * 10_007 + round(rate * 10)
+
+
 def seconds_for(rate: float, max_s: float) -> float:
     return max(4.0, min(max_s, PROBE_QUERIES / rate))
 
@@ -122,7 +130,8 @@ class Bench:
         self.seq += 1
         out = self.work / f"run-{self.seq}.json"
         with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
-            report = drive([f.url for f in fronts], rate, seconds, out, seed=self.seq, max_lateness_us=MAX_LATENESS_US)
+            report = drive([f.url for f in fronts], rate, seconds, out, seed=common_seed(rate, rep, instances),
+                           max_lateness_us=MAX_LATENESS_US, work=f"exp:{MEAN_MS}")
         after = self.fleet.stats()
         refused = self.fleet.refused() - refused0
         # With a forwarding tier, an offer the first agent did not keep went to a peer.

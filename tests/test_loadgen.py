@@ -44,3 +44,23 @@ def test_flags_itself_invalid_beyond_what_it_can_send(procs, addrs, tmp_path):
     rep = json.loads(out.read_text())
     assert rep["valid"] is False and "behind" in rep["invalid_reason"]
     assert "INVALID RUN" in r.stdout
+
+
+def test_work_draws_each_jobs_size_for_the_app(procs, addrs, tmp_path):
+    # The app's own demand is 0; the generator's `--work const:40` makes every
+    # job take 40 ms, which is what the client measures.
+    host = addrs.host()
+    _, app = procs.workload(host, cores=1000, workers=1000, demand="const:0")
+    out = tmp_path / "r.json"
+    r = loadgen("--target", f"http://{app}/", "--rate", "100", "--duration", "2", "--arrival", "constant",
+                "--work", "const:40", "--json", str(out), "--max-lateness-us", "5000")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(out.read_text())
+    p50_ms = dict((p, v) for p, v in rep["latency"]["percentiles"])[50.0] / 1000
+    assert 38.0 < p50_ms < 46.0, f"p50 {p50_ms:.2f} ms for 40 ms jobs"
+    assert rep["errors"] == 0 and rep["completed"] == rep["scheduled"] >= 199
+
+
+def test_a_bad_work_spec_is_refused_by_name():
+    r = loadgen("--target", "http://127.0.0.1:9/", "--work", "exp:-1", "--duration", "1")
+    assert r.returncode != 0 and "--work" in r.stderr and "exp:-1" in r.stderr

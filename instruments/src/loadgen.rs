@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+use crate::workload::demand::Demand;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -48,6 +49,11 @@ pub struct Plan {
     pub max_lateness: Duration,
     /// Optional trace: (offset from start, path) pairs replayed instead of `rate`.
     pub trace: Option<Vec<(Duration, String)>>,
+    /// Each request's service demand, drawn here from the seed and sent as
+    /// `x-work-ms` (the workload app runs it instead of drawing its own): two
+    /// runs with one seed then meet the same arrivals and the same jobs, and
+    /// their difference is the balancer's alone (common random numbers).
+    pub work: Option<Demand>,
 }
 
 /// A latency summary in microseconds.
@@ -141,6 +147,13 @@ fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// Each request's `x-work-ms`, in milliseconds, from the seed: a stream of its
+/// own, so the arrivals are the same with or without it.
+fn draw_works(seed: u64, n: usize, work: Option<Demand>) -> Vec<Option<String>> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5EED_0F_10B5);
+    (0..n).map(|_| work.map(|d| format!("{:.3}", d.sample(&mut rng).as_secs_f64() * 1000.0))).collect()
+}
+
 /// Run the plan to completion (bounded by its duration plus the timeout).
 pub fn run(plan: Plan) -> anyhow::Result<Report> {
     anyhow::ensure!(!plan.targets.is_empty(), "no target");
@@ -184,6 +197,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
             out
         }
     };
+    let works = draw_works(plan.seed, schedule.len(), plan.work);
     let scheduled = schedule.len() as u64;
     let cpu0 = cpu_seconds();
     let start = Instant::now() + Duration::from_millis(20);
@@ -192,7 +206,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
     // Far behind schedule the numbers mean nothing: stop sending, report invalid.
     let give_up = (plan.max_lateness * 100).max(Duration::from_secs(1));
     let mut abandoned = 0u64;
-    for (i, (offset, path)) in schedule.into_iter().enumerate() {
+    for (i, ((offset, path), work)) in schedule.into_iter().zip(works).enumerate() {
         let intended = start + offset;
         let now = Instant::now();
         if intended > now {
@@ -211,7 +225,11 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         let (client, tally, slots, served_by, timeout) = (client.clone(), tally.clone(), slots.clone(), served_by.clone(), plan.timeout);
         tasks.push(handle.spawn(async move {
             let _permit = slots.acquire_owned().await;
-            let req = Request::get(uri).body(Full::new(Bytes::new())).expect("request");
+            let mut req = Request::get(uri);
+            if let Some(ms) = work {
+                req = req.header("x-work-ms", ms);
+            }
+            let req = req.body(Full::new(Bytes::new())).expect("request");
             let res = tokio::time::timeout(timeout, async {
                 let resp = client.request(req).await?;
                 let status = resp.status().as_u16();
@@ -380,6 +398,18 @@ mod tests {
     use super::*;
 
     const WRK2: &str = "Running 30s test @ http://127.0.0.1:80/\n  2 threads and 100 connections\n  Thread calibration: mean lat.: 1.234ms\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency     1.08ms  526.19us   6.40ms   66.67%\n    Req/Sec     1.05k   115.61     1.55k    69.95%\n  Latency Distribution (HdrHistogram - Recorded Latency)\n 50.000%    1.03ms\n 75.000%    1.40ms\n 90.000%    1.75ms\n 99.000%    2.56ms\n 99.900%    3.72ms\n 99.990%    5.26ms\n 99.999%    6.40ms\n100.000%    6.40ms\n\n  Detailed Percentile spectrum:\n       Value   Percentile   TotalCount 1/(1-Percentile)\n\n       0.125     0.000000            1         1.00\n----\n  59992 requests in 30.00s, 20.00MB read\nRequests/sec:   1999.71\nTransfer/sec:    682.52KB\n";
+
+    #[test]
+    fn one_seed_draws_the_same_jobs_and_another_seed_others() {
+        let exp: Demand = "exp:20".parse().unwrap();
+        let a = draw_works(7, 2000, Some(exp));
+        assert_eq!(a, draw_works(7, 2000, Some(exp)));
+        assert_ne!(a, draw_works(8, 2000, Some(exp)));
+        let ms: Vec<f64> = a.iter().map(|w| w.as_deref().unwrap().parse().unwrap()).collect();
+        let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+        assert!((mean - 20.0).abs() < 2.0, "mean of 2000 draws of exp:20 is {mean}");
+        assert!(draw_works(7, 3, None).iter().all(Option::is_none));
+    }
 
     #[test]
     fn parses_wrk2_latency_output() {

@@ -40,6 +40,11 @@ struct Args {
     /// Write the full report (histogram included) as JSON here.
     #[arg(long)]
     json: Option<String>,
+    /// Draw each request's service demand here (`exp:20`, as the workload's
+    /// `--demand`) from --seed, sent as `x-work-ms`: runs with one seed meet the
+    /// same jobs.
+    #[arg(long)]
+    work: Option<String>,
     /// Pin the generator to this CPU (isolate it from what it measures).
     #[arg(long)]
     pin: Option<usize>,
@@ -90,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         served_by_header: a.served_by_header,
         max_lateness: Duration::from_micros(a.max_lateness_us),
         trace,
+        work: a.work.as_deref().map(|w| w.parse().map_err(|e| anyhow::anyhow!("--work: {e}"))).transpose()?,
     })?;
     print!("{}", loadgen::wrk2_text(&report));
     if let Some(path) = a.json {
