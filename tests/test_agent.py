@@ -131,6 +131,22 @@ def test_app_killed_mid_run(procs, addrs):
     assert request(agent, "GET", "/x", headers=OFFER)[0] == 425
 
 
+def test_health_answers_from_recent_traffic_then_connects(procs, addrs):
+    # An answer from the app within app_probe_ms says it is up without a
+    # connection to it; once that is old, the check connects and finds it gone.
+    host = addrs.host()
+    app_proc, app = procs.workload(host, demand="const:0")
+    _, agent, admin = procs.agent(host, app, policy="always", app_probe_ms=3000)
+    assert request(agent, "GET", "/x", headers=OFFER)[0] == 200
+    app_proc.stop()
+    assert request(agent, "GET", "/.hunt/health")[0] == 200
+    assert metrics(admin)["huntlb_app_up"] == 1
+    wait_until(lambda: request(agent, "GET", "/.hunt/health")[0] == 503, timeout=15, what="health connects and finds the app gone")
+    assert metrics(admin)["huntlb_app_up"] == 0
+    # The request that finds it gone is refused as unreachable, never served.
+    assert request(agent, "GET", "/x", headers=OFFER)[0] == 425
+
+
 def test_sigterm_drains(procs, addrs):
     host = addrs.host()
     _, app = procs.workload(host, cores=64, demand="const:0")

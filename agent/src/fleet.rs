@@ -55,6 +55,10 @@ pub struct Fleet {
     /// reading decides on the view that one is bringing up to date, instead
     /// of queueing behind it (a flood costs at most one reader).
     reading: Mutex<()>,
+    /// When a count last went out, in microseconds since `born`: the heartbeat
+    /// waits a beat after it.
+    sent_us: AtomicU64,
+    born: Instant,
 }
 
 /// How often queued reports are read when no offer reads them: keeps `heard`
@@ -92,6 +96,8 @@ impl Fleet {
             bad_logged: Mutex::new((Instant::now(), 0)),
             bad: AtomicU64::new(0),
             reading: Mutex::new(()),
+            sent_us: AtomicU64::new(0),
+            born: Instant::now(),
             cfg,
         }))
     }
@@ -184,19 +190,26 @@ impl Fleet {
             // next change or heartbeat resends.
             let _ = self.sock.send_to(d.as_bytes(), peer);
         }
+        self.sent_us.store(self.born.elapsed().as_micros() as u64, Ordering::Relaxed);
         true
     }
 
-    /// At start and every `fleet_heartbeat_ms` after, send the count whether or
-    /// not it changed (peers take silence for death), and forget peers long
-    /// silent.
+    /// At start, and whenever `fleet_heartbeat_ms` pass with no count sent,
+    /// send the count (peers take silence for death); forget peers long
+    /// silent. A busy agent sends on every change, so its beats are skipped:
+    /// 12 agents' beats were 10% of the datagrams on the bench.
     pub async fn heartbeat(self: Arc<Self>, report: impl Fn() -> Option<(u32, bool)>) {
+        if !self.announce(&report) {
+            return;
+        }
         loop {
+            let since = self.born.elapsed().saturating_sub(Duration::from_micros(self.sent_us.load(Ordering::Relaxed)));
+            tokio::time::sleep(self.cfg.heartbeat.saturating_sub(since)).await;
             self.forget_silent();
-            if !self.announce(&report) {
+            let since = self.born.elapsed().saturating_sub(Duration::from_micros(self.sent_us.load(Ordering::Relaxed)));
+            if since >= self.cfg.heartbeat && !self.announce(&report) {
                 return;
             }
-            tokio::time::sleep(self.cfg.heartbeat).await;
         }
     }
 

@@ -127,11 +127,15 @@ pub struct Progress {
     epoch: Instant,
     waiting: AtomicU32,
     mark_ms: AtomicU64,
+    /// When the app last answered (a response head, or an HTTP probe): `NEVER` before.
+    answer_ms: AtomicU64,
 }
+
+const NEVER: u64 = u64::MAX;
 
 impl Default for Progress {
     fn default() -> Self {
-        Progress { epoch: Instant::now(), waiting: AtomicU32::new(0), mark_ms: AtomicU64::new(0) }
+        Progress { epoch: Instant::now(), waiting: AtomicU32::new(0), mark_ms: AtomicU64::new(0), answer_ms: AtomicU64::new(NEVER) }
     }
 }
 
@@ -151,6 +155,19 @@ impl Progress {
     /// The app showed it is alive (a response head, an answer to a probe).
     pub fn answered(&self) {
         self.mark_ms.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// The app answered: progress, and a sign that it is up.
+    pub fn app_answered(&self) {
+        let now = self.now_ms();
+        self.mark_ms.store(now, Ordering::Release);
+        self.answer_ms.store(now, Ordering::Release);
+    }
+
+    /// Did the app answer within `d`?
+    pub fn answered_within(&self, d: Duration) -> bool {
+        let at = self.answer_ms.load(Ordering::Acquire);
+        at != NEVER && self.now_ms().saturating_sub(at) <= d.as_millis() as u64
     }
 
     /// How long requests have waited with no sign of life from the app, if any wait.
