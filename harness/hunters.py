@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.envoy import envoy_stats, sidecar_config, start_envoy
 from harness.haproxy import HaproxyRoot, haproxy_config, start_haproxy
-from harness.net import app_stats, metrics, wait_tcp, wait_until
+from harness.net import app_stats, metrics, request, wait_tcp, wait_until
 from harness.procs import Addrs, Procs
 
 class Backend:
@@ -33,10 +33,13 @@ def start_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_opts: di
 
 
 def start_fleet(procs: Procs, addrs: Addrs, n: int, policy: str = "dynamic", app_opts: dict | None = None,
-                agent_opts: dict | None = None) -> list[Backend]:
+                agent_opts: dict | None = None, wanting: bool = True) -> list[Backend]:
     """`n` backends whose agents form a forwarding tier (`fleet_listen` on
     port 9700 of each host, every agent a peer of every other), returned once
-    each has heard all the others."""
+    each has heard all the others. wanting: first send each agent an offer
+    with no `hunt-seen` (served where it lands: all are idle), so that every
+    agent wants every change of its peers' counts, as with several fronts,
+    and wait until each peer knows."""
     hosts = [addrs.host() for _ in range(n)]
     peers = ",".join(f"{h}:9700" for h in hosts)
     out = []
@@ -46,6 +49,12 @@ def start_fleet(procs: Procs, addrs: Addrs, n: int, policy: str = "dynamic", app
                                                **(agent_opts or {}))
         out.append(Backend(host, app, agent, admin, app_proc, agent_proc))
     wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing every peer")
+    if wanting:
+        for b in out:
+            status, _, _ = request(b.agent, "GET", "/fleet-warm-up", headers={"hunt-offer": "1", "hunt-target": "1"})
+            assert status == 200, f"warm-up offer to {b.id}: {status}"
+        wait_until(lambda: all(b.metrics()["huntlb_fleet_peers_wanting"] == n - 1 for b in out),
+                   what="every agent knowing that every peer wants its changes")
     return out
 
 

@@ -57,6 +57,25 @@ def test_an_offer_goes_to_the_least_loaded_peer_once(procs, addrs):
     assert counts(bs, path) == [1, 0, 0]
 
 
+def test_with_one_front_no_agent_wants_changes_until_one_decides_by_them(procs, addrs):
+    # Offers that carry what the front saw (one front) are kept by it: no
+    # agent wants its peers' every change, and counts go out as heartbeats
+    # only. The first offer decided by the counts makes that agent want them,
+    # and its peers learn so.
+    a, b, c = bs = start_fleet(procs, addrs, 3, wanting=False)
+    for b_ in bs:
+        path = f"/one-front/{uuid.uuid4()}"
+        status, h, _ = request(b_.agent, "GET", path, headers={**OFFER, "hunt-seen": "0"})
+        assert status == 200 and h["hunt-served-by"] == b_.id
+        assert counts(bs, path) == [int(x is b_) for x in bs]
+    assert [x.metrics()["huntlb_fleet_peers_wanting"] for x in bs] == [0, 0, 0]
+    status, h, _ = request(a.agent, "GET", f"/decided/{uuid.uuid4()}", headers=OFFER)
+    assert status == 200
+    wait_until(lambda: b.metrics()["huntlb_fleet_peers_wanting"] == 1 and c.metrics()["huntlb_fleet_peers_wanting"] == 1,
+               what="b and c told that a wants their changes")
+    assert a.metrics()["huntlb_fleet_peers_wanting"] == 0
+
+
 def test_a_forwarded_apps_425_is_carried_and_processed_once(procs, addrs):
     a, b = bs = start_fleet(procs, addrs, 2)
     hold(a, 2)

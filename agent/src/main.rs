@@ -86,7 +86,7 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
         let report = move || a.upgrade().map(|a| (a.busy_now(), a.takes_forwards()));
         let (r, f) = (report.clone(), fleet.clone());
         agent.on_inflight_change(Box::new(move || {
-            f.announce(&r);
+            f.announce(fleet::To::Wanting, &r);
         }));
         tokio::spawn(fleet.heartbeat(report));
     }

@@ -51,8 +51,9 @@ pub struct Gauges {
     /// With load = apache: (polls, failed polls). A failing status page keeps
     /// the last BusyWorkers, so its failures must be visible.
     pub apache_polls: Option<(u64, u64)>,
-    /// With fleet_listen: (ready peers, datagrams that were not a peer's report).
-    pub fleet: Option<(usize, u64)>,
+    /// With fleet_listen: (ready peers, peers wanting every change,
+    /// datagrams that were not a peer's report).
+    pub fleet: Option<(usize, usize, u64)>,
 }
 
 impl Metrics {
@@ -92,10 +93,11 @@ impl Metrics {
         if let Some((polls, failed)) = g.apache_polls {
             labelled(&mut o, &M::APACHE_POLLS, &[(polls - failed) as f64, failed as f64]);
         }
-        if let Some((peers, bad)) = g.fleet {
+        if let Some((peers, wanting, bad)) = g.fleet {
             let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_failed];
             labelled(&mut o, &M::FORWARDS, &forwards.map(|a| v(a) as f64));
             single(&mut o, &M::FLEET_PEERS, peers as f64);
+            single(&mut o, &M::FLEET_PEERS_WANTING, wanting as f64);
             single(&mut o, &M::FLEET_REPORTS_BAD, bad as f64);
         }
         for (m, val) in [

@@ -34,6 +34,7 @@ _M.ALL = {
     m("huntlb_apache_polls_total", "counter", false, "result", { "ok", "failed" }),
     m("huntlb_forwards_total", "counter", false, "outcome", { "sent", "unreachable", "refused", "failed" }),
     m("huntlb_fleet_peers", "gauge", false),
+    m("huntlb_fleet_peers_wanting", "gauge", false),
     m("huntlb_fleet_reports_bad_total", "counter", false),
     m("huntlb_inflight", "gauge", false),
     m("huntlb_busy", "gauge", true),

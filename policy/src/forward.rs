@@ -6,7 +6,8 @@
 //!  front ──offer──► agent A ── busy <= seen + seen_slack, or busy <= least peer + slack ──► app A
 //!                      │ else
 //!                      └──final──► agent B (the least peer, ties at random) ──► app B
-//!  every agent ──"hunt-fleet/1 <addr> <seq> <busy> <ready>"──► every peer (UDP, on each change)
+//!  every agent ──"hunt-fleet/1 <addr> <seq> <busy> <ready> <wants>"──► peers that want (UDP, on each change)
+//!                                                                     └──► every peer (a heartbeat)
 //! ```
 //!
 //! Why: a front counts only its own requests, so with several fronts its least
@@ -50,6 +51,13 @@ pub enum Route {
     Forward(usize),
 }
 
+/// Is an offer kept whatever the peers hold? The front knew this backend's
+/// load (`seen` within `seen_slack`). A host may decide on this alone, before
+/// it brings its view of the peers up to date.
+pub fn kept_by_seen(f: Forwarding, busy: u32, seen: Option<u32>) -> bool {
+    f.seen_slack.zip(seen).is_some_and(|(k, s)| busy <= s.saturating_add(k))
+}
+
 /// Decide one offer. `busy`: this backend's count now; `seen`: the front's own
 /// count here, if it told; `peers`: each ready peer's count as this agent knows
 /// it (last heard, plus what this agent forwarded there since); `draw`: a
@@ -59,7 +67,7 @@ pub enum Route {
 /// No peers: keep (the host falls back to its acceptance policy).
 pub fn route(f: Forwarding, busy: u32, seen: Option<u32>, peers: &[u32], draw: u64) -> Route {
     let Some(&least) = peers.iter().min() else { return Route::Keep };
-    if f.seen_slack.zip(seen).is_some_and(|(k, s)| busy <= s.saturating_add(k)) || busy <= least.saturating_add(f.slack) {
+    if kept_by_seen(f, busy, seen) || busy <= least.saturating_add(f.slack) {
         return Route::Keep;
     }
     let ties = peers.iter().filter(|&&c| c == least).count() as u64;
@@ -76,18 +84,23 @@ const MAGIC: &str = "hunt-fleet/1";
 /// One agent's count as it goes to its peers: where to forward to (its
 /// `listen` address, a name of at most 64 visible bytes), a sequence number
 /// (a datagram older than one already heard is dropped: UDP may reorder), its
-/// count, and whether it takes forwards at all (not draining, app up).
+/// count, whether it takes forwards at all (not draining, app up), and
+/// whether it *wants* every change of its peers' counts: it decides offers by
+/// them. An agent whose offers are all kept by `seen` (one front) does not, and
+/// its peers send it their heartbeats only. A report of five fields, without
+/// `wants`, comes from an agent that wants every change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     pub addr: String,
     pub seq: u64,
     pub busy: u32,
     pub ready: bool,
+    pub wants: bool,
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{MAGIC} {} {} {} {}", self.addr, self.seq, self.busy, u8::from(self.ready))
+        write!(f, "{MAGIC} {} {} {} {} {}", self.addr, self.seq, self.busy, u8::from(self.ready), u8::from(self.wants))
     }
 }
 
@@ -99,8 +112,10 @@ impl Report {
         }
         let s = std::str::from_utf8(d).map_err(|_| "not UTF-8".to_string())?;
         let f: Vec<&str> = s.split(' ').collect();
-        let [magic, addr, seq, busy, ready] = f[..] else {
-            return Err(format!("{} fields, expected 5: `{MAGIC} ADDR SEQ BUSY READY`", f.len()));
+        let (magic, addr, seq, busy, ready, wants) = match f[..] {
+            [m, a, s, b, r, w] => (m, a, s, b, r, w),
+            [m, a, s, b, r] => (m, a, s, b, r, "1"),
+            _ => return Err(format!("{} fields, expected 6: `{MAGIC} ADDR SEQ BUSY READY WANTS` (or 5, without WANTS)", f.len())),
         };
         if magic != MAGIC {
             return Err(format!("starts `{magic}`, expected `{MAGIC}`"));
@@ -116,12 +131,12 @@ impl Report {
         };
         let seq = num("seq", seq)?;
         let busy = u32::try_from(num("busy", busy)?).map_err(|_| format!("busy `{busy}`: more than a u32"))?;
-        let ready = match ready {
-            "1" => true,
-            "0" => false,
-            other => return Err(format!("ready `{other}`: expected 0 or 1")),
+        let flag = |what: &str, v: &str| match v {
+            "1" => Ok(true),
+            "0" => Ok(false),
+            other => Err(format!("{what} `{other}`: expected 0 or 1")),
         };
-        Ok(Report { addr: addr.to_string(), seq, busy, ready })
+        Ok(Report { addr: addr.to_string(), seq, busy, ready: flag("ready", ready)?, wants: flag("wants", wants)? })
     }
 }
 
@@ -145,8 +160,8 @@ mod tests {
 
     #[test]
     fn a_report_round_trips() {
-        let r = Report { addr: "127.0.1.2:8080".into(), seq: 7, busy: 31, ready: true };
-        assert_eq!(r.to_string(), "hunt-fleet/1 127.0.1.2:8080 7 31 1");
+        let r = Report { addr: "127.0.1.2:8080".into(), seq: 7, busy: 31, ready: true, wants: false };
+        assert_eq!(r.to_string(), "hunt-fleet/1 127.0.1.2:8080 7 31 1 0");
         assert_eq!(Report::parse(r.to_string().as_bytes()), Ok(r));
     }
 

@@ -110,6 +110,12 @@ pub const FORWARDS: Metric = Metric {
 };
 pub const FLEET_PEERS: Metric =
     m("huntlb_fleet_peers", Kind::Gauge, "Peers heard from within fleet_dead_after_ms and taking forwards.", false);
+pub const FLEET_PEERS_WANTING: Metric = m(
+    "huntlb_fleet_peers_wanting",
+    Kind::Gauge,
+    "Peers that want every change of this agent's count (0 while every front's offers are kept by what it saw).",
+    false,
+);
 pub const FLEET_REPORTS_BAD: Metric =
     m("huntlb_fleet_reports_bad_total", Kind::Counter, "Datagrams on fleet_listen that are not a hunt-fleet/1 report.", false);
 pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
@@ -138,6 +144,7 @@ pub const ALL: &[Metric] = &[
     APACHE_POLLS,
     FORWARDS,
     FLEET_PEERS,
+    FLEET_PEERS_WANTING,
     FLEET_REPORTS_BAD,
     INFLIGHT,
     BUSY,
