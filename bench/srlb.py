@@ -431,7 +431,11 @@ def report_vs_least(data: dict) -> str:
 1 and 4 independent front instances (Envoy `--concurrency 1` each, HAProxy one thread; the
 generator sends to them in turn; each counts only its own requests). {reps} repetitions; in each,
 one proxy's strategies run back to back (order reversed every other repetition) and ratios pair
-runs of the same repetition.
+runs of the same repetition. The runs of one repetition and front count share the generator's
+seed, and the generator draws each job's size as well as its arrival (`--work exp:20`, sent as
+`x-work-ms`): paired runs meet the same arrivals and the same jobs (common random numbers), so a
+ratio is the balancers' difference, not two draws of a 10-s run's busy periods. (Before,
+with a seed per run, single four-front ratios spread over 0.74-1.06 and CIs were 5-10 times wider.)
 
 * **LEAST_REQUEST** (Envoy) / **leastconn** (HAProxy): the proxy's own least-request, no
   hunting: what users run. Envoy's compares two random hosts' active requests; HAProxy's
@@ -455,9 +459,10 @@ runs of the same repetition.
   leastconn's pick among the others.
 * **FWD/full** (Envoy), **FWD/least** (HAProxy): the same shipped fronts over agents that
   form a forwarding tier (`fleet_listen`, every agent a peer of every other, the defaults:
-  docs/agent.md, "Forwarding"): each agent sends its count to the others on every change,
-  and keeps an offer only if it holds no more than the front's own count there plus one or
-  is the fleet's least; otherwise it forwards the offer, as a final, to the least peer.
+  docs/agent.md, "Forwarding"): each agent keeps an offer if it holds no more than the
+  front's own count there plus one, or if it is the fleet's least; otherwise it forwards the
+  offer, as a final, to the least peer. Agents send their counts on every change to the peers
+  that decide by them (every agent, with four fronts), and heartbeats only otherwise (one front).
   Acceptance here is the share of offers the first agent kept (neither refused nor forwarded).
 * **SR_dyn**: hunting over a random pick, as in the paper.
 
