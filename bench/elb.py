@@ -137,7 +137,7 @@ def agility_paired(work: Path, reps: int, first: int = 0) -> dict:
                     wait_all_up(f, len(cores))
                     before, refused = fleet.stats(), fleet.refused()
                     rep_ = summary(drive([f.url], rate, seconds, work / f"agp-{rep}-{proxy}-{name.replace('/', '-')}.json",
-                                         seed=1000 + rep, max_lateness_us=2500))
+                                         seed=1000 + rep, max_lateness_us=2500, work=f"exp:{fleet.mean_ms}"))
                     after = fleet.stats()
                     rejected = sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before))
                     refused = fleet.refused() - refused
@@ -171,7 +171,8 @@ def agility_paired_report(p: dict) -> str:
 `python3 bench/elb.py --only agility-paired --reps N [--append]` ({p['reps']} in all): the same fleet and rate as above,
 {p['reps']} repetitions; in each, per proxy, the strongest least-request (Envoy FULL_SCAN, HAProxy
 leastconn) and the shipped hunting front (SR_cores/own) run back to back, order reversed every
-other repetition, fresh fronts, the same arrival seed. Ratios are hunting / least-request per
+other repetition, fresh fronts, the same seed for arrivals and job sizes (the generator draws
+both: common random numbers). Ratios are hunting / least-request per
 pair: the median with its distribution-free 95% CI, and the mean ± 95% CI. A pair with a client
 error is left out (the errors column says how many there were).
 
