@@ -159,9 +159,8 @@ impl Progress {
 
     /// The app answered: progress, and a sign that it is up.
     pub fn app_answered(&self) {
-        let now = self.now_ms();
-        self.mark_ms.store(now, Ordering::Release);
-        self.answer_ms.store(now, Ordering::Release);
+        self.answered();
+        self.answer_ms.store(self.now_ms(), Ordering::Release);
     }
 
     /// Did the app answer within `d`?
