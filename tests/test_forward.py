@@ -230,3 +230,32 @@ def test_a_draining_agent_waits_for_what_it_relays(procs, addrs):
     assert status == 200 and h["hunt-served-by"] == b.id
     assert counts(bs, path) == [0, 1]
     assert a.agent_proc.wait(10) == 0
+
+
+def test_no_app_takes_a_backend_out_of_an_envoy_fronts_rotation(procs, addrs):
+    # x-envoy-immediate-health-check-fail on an upstream response ejects that
+    # host at an Envoy front with health checks. The agent sends it for its own
+    # refusals about the whole backend; an app's (here b's, reached through the
+    # tier from a) must not reach the front, or one app could eject another's
+    # backend.
+    from harness import envoy_host_health
+    a, b = bs = start_fleet(procs, addrs, 2, agent_opts={"fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000})
+    front = start_front("envoy", procs, addrs, bs)
+    hold(a, 2)
+    wait_until(lambda: b.metrics()["huntlb_fleet_peers"] == 1)
+    sent = 0
+    for _ in range(6):
+        path = f"/eject/{uuid.uuid4()}"
+        status, h, _ = request(front.listen, "GET", f"{path}?hdr=x-envoy-immediate-health-check-fail:true&hdr=x-envoy-degraded:1",
+                               headers={"x-envoy-attempt-count": "1"})
+        assert status == 200, (status, h)
+        assert "x-envoy-immediate-health-check-fail" not in h and "x-envoy-degraded" not in h
+        assert path_count(bs, path) == 1
+        sent += 1
+    # Straight at each agent too (a's answer comes through the tier from b).
+    for x in bs:
+        status, h, _ = request(x.agent, "GET", "/eject-direct?hdr=x-envoy-immediate-health-check-fail:true", headers=OFFER)
+        assert status == 200 and "x-envoy-immediate-health-check-fail" not in h, h
+    assert a.metrics()['huntlb_forwards_total{outcome="sent"}'] >= 1, "no answer came through the tier: the test proves less"
+    health = envoy_host_health(front.envoy_admin)
+    assert all(v == "healthy" for v in health.values()), health

@@ -181,3 +181,26 @@ def test_grpc_through_the_haproxy_fronts_keeps_its_status(procs, addrs, kind, po
         assert (e.value.code(), e.value.details(), replies) == (grpc.StatusCode.NOT_FOUND, "fail was asked for", [b"echo:x"])
     assert at_app() == 6
     assert sum(b.refused() for b in bs) - refused0 == (6 if policy == "static:0" else 0), "each call refused once, then served"
+
+
+def test_a_get_with_a_body_of_no_declared_length_reaches_the_app_whole(procs, addrs):
+    # HTTP/2 needs no content-length; the agent speaks HTTP/1.1 to the app, where
+    # a GET of unknown length went out with no body at all (hyper's default for
+    # GET, HEAD and CONNECT), and the app answered 200 to an empty request.
+    bs = start_backends(procs, addrs, 2, "always")
+    data = os.urandom(5000)
+    want = f'"fnv64":"{fnv64(data):016x}"'.encode()
+    path = f"/h2get/{uuid.uuid4()}"
+    status, _, body = curl_h2(f"http://{bs[0].agent}{path}", "-X", "GET", "-H", "content-length:", "-H", "hunt-offer: 1",
+                              "-H", "hunt-target: 1", "--data-binary", "@-", data=data)
+    assert status == 200 and want in body, (status, body[:200])
+    assert path_count(bs, path) == 1
+    # Through the Envoy front with HTTP/2 to the agents: the client's chunked
+    # GET reaches the agent as HTTP/2 with no content-length.
+    listen, _ = start_h2_front(procs, addrs, bs)
+    for _ in range(3):
+        path = f"/h2get-front/{uuid.uuid4()}"
+        out = subprocess.run(["curl", "-sS", "-X", "GET", "-H", "transfer-encoding: chunked", "--data-binary", "@-",
+                              f"http://{listen}{path}"], input=data, capture_output=True, timeout=30).stdout
+        assert want in out, out[:200]
+        assert path_count(bs, path) == 1

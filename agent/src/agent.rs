@@ -292,6 +292,7 @@ impl Agent {
             Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
         };
         parts.version = http::Version::HTTP_11;
+        keep_body_framing(&mut parts.headers, &body);
         // The peer's own 504 (which names its app) comes first.
         let relay = self.relaying.enter();
         let limit = self.cfg.app_timeout + Duration::from_secs(1);
@@ -350,7 +351,7 @@ impl Agent {
                 // then carry it as our own front needs.
                 let carried = parts.status.as_u16() == protocol::CARRIER_STATUS
                     && parts.headers.get(protocol::APP_STATUS).is_some_and(|v| v.as_bytes() == b"425");
-                strip_hunt_headers(&mut parts.headers);
+                strip_reserved_response_headers(&mut parts.headers);
                 let app_status = if carried { protocol::BUSY_STATUS } else { parts.status.as_u16() };
                 let (status, hunt_status) = protocol::carry(app_status, named_by_target);
                 parts.status = StatusCode::from_u16(status).expect("a status");
@@ -490,9 +491,12 @@ impl Agent {
             Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
         };
         parts.version = if self.cfg.app_h2 { http::Version::HTTP_2 } else { http::Version::HTTP_11 };
+        let body = Replayed { held, rest: body };
+        if !self.cfg.app_h2 {
+            keep_body_framing(&mut parts.headers, &body);
+        }
         let start = Instant::now();
         let waiting = self.progress.wait();
-        let body = Replayed { held, rest: body };
         let sent = tokio::time::timeout(self.cfg.app_timeout, self.client.request(Request::from_parts(parts, body))).await;
         drop(waiting);
         let m = &self.metrics;
@@ -540,8 +544,9 @@ impl Agent {
                     parts.headers.insert(header::UPGRADE, protocol);
                 }
                 // The refusal space is the agent's: no app response may look like
-                // one, or a front would re-send a request the app processed.
-                strip_hunt_headers(&mut parts.headers);
+                // one, or a front would re-send a request the app processed; nor
+                // may it tell an Envoy front to eject this backend.
+                strip_reserved_response_headers(&mut parts.headers);
                 // An HTTP/1.1 front gets trailers only if the response names
                 // them first (hyper sends no others). An HTTP/2 app names none,
                 // but a gRPC answer's are known: without them the call's status
@@ -762,6 +767,20 @@ fn forwardable(req: &Request<Incoming>) -> bool {
     upgrade_of(req.headers()).is_none() && (req.body().is_end_stream() || req.headers().contains_key(header::CONTENT_LENGTH))
 }
 
+/// A body of no declared length (HTTP/2 without `content-length`) going out
+/// over HTTP/1.1 is sent chunked, whatever the method: hyper's client sends a
+/// GET, HEAD or CONNECT of unknown length with no body at all (it assumes
+/// those have none), so a GET with a body reached the app empty.
+fn keep_body_framing(h: &mut HeaderMap, body: &impl Body) {
+    if !body.is_end_stream()
+        && body.size_hint().exact().is_none()
+        && !h.contains_key(header::CONTENT_LENGTH)
+        && !h.contains_key(header::TRANSFER_ENCODING)
+    {
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+    }
+}
+
 /// `te: trailers` is hop-by-hop but says the client takes trailers, which
 /// gRPC servers require of every call: that one value is passed on.
 fn takes_trailers(h: &HeaderMap) -> bool {
@@ -840,8 +859,17 @@ fn strip_request_headers(h: &mut HeaderMap) {
 }
 
 fn strip_hunt_headers(h: &mut HeaderMap) {
-    let hunt: Vec<_> = h.keys().filter(|k| protocol::is_hunt_header(k.as_str())).cloned().collect();
-    for k in hunt {
+    strip_where(h, protocol::is_hunt_header);
+}
+
+/// An app's (or a peer's) response: `protocol::is_reserved_response_header`.
+fn strip_reserved_response_headers(h: &mut HeaderMap) {
+    strip_where(h, protocol::is_reserved_response_header);
+}
+
+fn strip_where(h: &mut HeaderMap, reserved: fn(&str) -> bool) {
+    let names: Vec<_> = h.keys().filter(|k| reserved(k.as_str())).cloned().collect();
+    for k in names {
         h.remove(k);
     }
 }

@@ -161,6 +161,18 @@ pub fn is_hunt_header(name: &str) -> bool {
     n.len() >= 4 && n[..4].eq_ignore_ascii_case(b"hunt") && (n.len() == 4 || n[4] == b'-')
 }
 
+/// True for response headers an app (or a peer's agent, for a forwarded try)
+/// must not send on to the front: the hunt headers, whose meaning is the
+/// agent's own (`hunt: busy` would make a front re-send what the app
+/// processed), and Envoy's `x-envoy-*` controls, which an Envoy front acts on
+/// (`x-envoy-immediate-health-check-fail` ejects the backend that answered,
+/// `x-envoy-degraded` lowers it): an app, or through the forwarding tier
+/// another backend's app, must not take this backend out of rotation.
+pub fn is_reserved_response_header(name: &str) -> bool {
+    let n = name.as_bytes();
+    is_hunt_header(name) || (n.len() > 8 && n[..8].eq_ignore_ascii_case(b"x-envoy-"))
+}
+
 /// An app's own 425 travels from agent to front as this status, with
 /// `hunt-status: 425`: HAProxy's `retry-on 425` retries by status alone and
 /// cannot look at `hunt: busy`, so between agent and front 425 means only the
@@ -336,6 +348,9 @@ mod tests {
         assert!(leaves_rotation(Reason::AppDown) && leaves_rotation(Reason::Draining));
         assert!(!leaves_rotation(Reason::Policy) && !leaves_rotation(Reason::Overload));
         assert!(!is_hunt_header(ENVOY_HC_FAIL));
+        assert!(is_reserved_response_header(ENVOY_HC_FAIL) && is_reserved_response_header("X-Envoy-Degraded"));
+        assert!(is_reserved_response_header(BUSY_HEADER) && is_reserved_response_header(APP_STATUS));
+        assert!(!is_reserved_response_header("x-envoy") && !is_reserved_response_header("x-envoyish") && !is_reserved_response_header("set-cookie"));
     }
 
     #[test]
