@@ -175,3 +175,39 @@ def start_app_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_clas
         agent_proc, agent, admin = procs.agent(host, app.addr, policy=policy, **agent_opts)
         out.append(Backend(host, app.addr, agent, admin, app, agent_proc))
     return out
+
+
+class ShortKeepAliveApp(_Served):
+    """An HTTP/1.1 app that closes a keep-alive connection idle for `idle_s`
+    (Python's http.server: the handler's socket timeout), as gunicorn, Node
+    and Apache do after theirs. `paths` counts arrivals."""
+
+    def __init__(self, host: str, idle_s: float, port: int = 9000):
+        self.addr = f"{host}:{port}"
+        self.paths: dict[str, int] = {}
+        lock = threading.Lock()
+        paths = self.paths
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = idle_s
+
+            def _answer(self):
+                n = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(n) if n else b""
+                with lock:
+                    paths[self.path] = paths.get(self.path, 0) + 1
+                out = f'{{"path": "{self.path}", "len": {len(body)}}}'.encode()
+                self.send_response(200)
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer((host, port), Handler)
+        server.daemon_threads = True
+        self._serve(server)

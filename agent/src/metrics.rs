@@ -29,6 +29,9 @@ pub struct Metrics {
     pub app_errors_connect: AtomicU64,
     pub app_errors_timeout: AtomicU64,
     pub app_errors_other: AtomicU64,
+    /// Requests sent to the app again: it had closed the pooled connection
+    /// before any of the request was written.
+    pub app_resends: AtomicU64,
     /// Forwards to peers by outcome, in `FORWARDS`' label order.
     pub forwards_sent: AtomicU64,
     pub forwards_unreachable: AtomicU64,
@@ -85,6 +88,7 @@ impl Metrics {
             (M::MALFORMED, &self.malformed),
             (M::HEALTH_CHECKS, &self.health_checks),
             (M::TLS_HANDSHAKE_FAILURES, &self.tls_handshake_failures),
+            (M::APP_RESENDS, &self.app_resends),
         ] {
             single(&mut o, &m, v(a) as f64);
         }

@@ -31,6 +31,7 @@ _M.ALL = {
     m("huntlb_health_checks_total", "counter", false),
     m("huntlb_tls_handshake_failures_total", "counter", false),
     m("huntlb_app_errors_total", "counter", false, "kind", { "connect", "timeout", "other" }),
+    m("huntlb_app_resends_total", "counter", false),
     m("huntlb_apache_polls_total", "counter", false, "result", { "ok", "failed" }),
     m("huntlb_forwards_total", "counter", false, "outcome", { "sent", "unreachable", "refused", "failed" }),
     m("huntlb_fleet_peers", "gauge", false),

@@ -91,6 +91,13 @@ pub const APP_ERRORS: Metric = Metric {
     label: Some(("kind", &["connect", "timeout", "other"])),
     sidecar: false,
 };
+pub const APP_RESENDS: Metric = m(
+    "huntlb_app_resends_total",
+    Kind::Counter,
+    "Requests sent to the app once more, on a new connection: the app had closed the pooled one before any of the \
+     request was written, so it never saw it.",
+    false,
+);
 pub const APACHE_POLLS: Metric = Metric {
     name: "huntlb_apache_polls_total",
     kind: Kind::Counter,
@@ -141,6 +148,7 @@ pub const ALL: &[Metric] = &[
     HEALTH_CHECKS,
     TLS_HANDSHAKE_FAILURES,
     APP_ERRORS,
+    APP_RESENDS,
     APACHE_POLLS,
     FORWARDS,
     FLEET_PEERS,

@@ -1,0 +1,338 @@
+//! The agent's connections upstream, to its app and to its peers, and the
+//! request body that can be sent once more when a try provably reached no one.
+//!
+//! ```text
+//!  pooled connection, idle ──► next request's first write ──► peek: closed by the app (FIN, RST)?
+//!        │ no: write as usual                                    │ yes: nothing written, the write fails
+//!        ▼                                                       ▼
+//!  the app has the request: any failure now is an error   `closed_before_write` ──► the agent sends it
+//!  (it may have been processed), never sent again           again on a fresh connection (the body: `Lent`)
+//! ```
+//!
+//! An app closes an idle keep-alive connection after its own timeout
+//! (gunicorn 2 s, Node and Apache 5 s). A request that the pool hands that
+//! connection at the moment the app closes it failed as "may have reached the
+//! app" (502), and the front may not re-send it: 41 of 400 requests with gaps
+//! near a 0.1 s keep-alive were lost so. The app's close is in the socket
+//! before our first byte is: the connection is looked at (a non-blocking
+//! peek) before a request is written on it, and a closed one fails the write
+//! with nothing written, which the agent knows by the connection's flag
+//! (`closed_before_write`).
+//!
+//! What the peek cannot see is an app that closes while our request is on
+//! its way (Python's http.server takes about half a millisecond between its
+//! timeout and its close: 3 of 160 requests with gaps within 15 ms of its
+//! keep-alive). So the agent also learns the app's keep-alive: each time the
+//! app closes an idle connection, after idle time `t`, connections idle for
+//! `3/4 t` or more are not written on again (the write is refused the same
+//! way, and the request goes on a fresh connection). One close teaches it;
+//! `pool_idle_ms` (1 s by default, under gunicorn's 2 s, Node's and Apache's 5
+//! s) bounds it before that.
+
+use bytes::Bytes;
+use http::HeaderMap;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::connect::{CaptureConnection, Connected, Connection, HttpConnector};
+use hyper_util::rt::TokioIo;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// Connects like `HttpConnector`, and watches each connection for a close by
+/// the other side before a request is written on it again.
+#[derive(Clone)]
+pub struct Watched {
+    inner: HttpConnector,
+    keep_alive: Arc<KeepAlive>,
+}
+
+impl Watched {
+    pub fn new(inner: HttpConnector) -> Self {
+        Watched { inner, keep_alive: Arc::default() }
+    }
+}
+
+/// The other side's keep-alive as seen so far: the shortest idle time after
+/// which it closed a connection, in microseconds (0: none seen).
+#[derive(Default)]
+struct KeepAlive(AtomicU64);
+
+/// A close sooner than this after a response is not a keep-alive timeout (a
+/// server's last request on a connection, a crash): not learnt from, or one
+/// such close would end reuse altogether.
+const KEEP_ALIVE_AT_LEAST: Duration = Duration::from_millis(20);
+
+impl KeepAlive {
+    fn closed_after(&self, idle: Duration) {
+        if idle < KEEP_ALIVE_AT_LEAST {
+            return;
+        }
+        let us = idle.as_micros().min(u128::from(u64::MAX)) as u64;
+        let before = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| (v == 0 || us < v).then_some(us));
+        if before.is_ok() {
+            tracing::info!(idle_ms = idle.as_millis() as u64, "upstream closes idle connections: not reusing any idle 3/4 of that");
+        }
+    }
+
+    /// Idle this long, a connection may be closing as we write on it.
+    fn too_old(&self, idle: Duration) -> bool {
+        let us = self.0.load(Ordering::Acquire);
+        us != 0 && idle.as_micros() >= u128::from(us / 4 * 3)
+    }
+}
+
+impl tower_service::Service<http::Uri> for Watched {
+    type Response = TokioIo<WatchedStream>;
+    type Error = <HttpConnector as tower_service::Service<http::Uri>>::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, dst: http::Uri) -> Self::Future {
+        let connecting = self.inner.call(dst);
+        let keep_alive = self.keep_alive.clone();
+        Box::pin(async move {
+            let tcp = connecting.await?.into_inner();
+            Ok(TokioIo::new(WatchedStream {
+                tcp,
+                read_any: false,
+                wrote_since_read: false,
+                last_read: Instant::now(),
+                keep_alive,
+                closed: ClosedBeforeWrite::default(),
+            }))
+        })
+    }
+}
+
+/// Set on a connection whose next request found it closed before any of that
+/// request was written: the request reached no one.
+#[derive(Clone, Default)]
+pub struct ClosedBeforeWrite(Arc<AtomicBool>);
+
+/// Did the request whose connection `cap` captured fail before any of it was
+/// written (the other side had closed that connection)?
+pub fn closed_before_write(cap: &CaptureConnection) -> bool {
+    let mut ext = http::Extensions::new();
+    match &*cap.connection_metadata() {
+        Some(connected) => connected.get_extras(&mut ext),
+        None => return false,
+    }
+    ext.get::<ClosedBeforeWrite>().is_some_and(|c| c.0.load(Ordering::Acquire))
+}
+
+pub struct WatchedStream {
+    tcp: TcpStream,
+    /// A response has been read on it: a later write starts another request
+    /// on a reused connection (HTTP/1.1 does not pipeline here).
+    read_any: bool,
+    wrote_since_read: bool,
+    /// When bytes last came in: a response's end, for an idle connection.
+    last_read: Instant,
+    keep_alive: Arc<KeepAlive>,
+    closed: ClosedBeforeWrite,
+}
+
+impl WatchedStream {
+    /// Before the first byte of a request on a reused connection: has the
+    /// other side closed it (EOF or reset waiting in the socket), or has it
+    /// been idle so long that it may be closing now?
+    fn closed_by_peer(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.read_any || self.wrote_since_read {
+            return false;
+        }
+        if self.keep_alive.too_old(self.last_read.elapsed()) {
+            return true;
+        }
+        let mut one = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut one);
+        // Data waiting (an unsolicited answer such as a 408) is not a close:
+        // the request is written and the answer read as usual.
+        matches!(self.tcp.poll_peek(cx, &mut buf), Poll::Ready(Ok(0)) | Poll::Ready(Err(_)))
+    }
+
+    fn refuse_write(&mut self) -> Poll<io::Result<usize>> {
+        self.closed.0.store(true, Ordering::Release);
+        Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionReset, "closed by the other side before the request was written")))
+    }
+}
+
+impl AsyncRead for WatchedStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        match &r {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.read_any = true;
+                self.wrote_since_read = false;
+                self.last_read = Instant::now();
+            }
+            // Closed (EOF or reset) while idle: the other side's keep-alive.
+            Poll::Ready(_) if self.read_any && !self.wrote_since_read => self.keep_alive.closed_after(self.last_read.elapsed()),
+            _ => {}
+        }
+        r
+    }
+}
+
+impl AsyncWrite for WatchedStream {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        if self.closed_by_peer(cx) {
+            return self.refuse_write();
+        }
+        let r = Pin::new(&mut self.tcp).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.wrote_since_read = true;
+        }
+        r
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        if self.closed_by_peer(cx) {
+            return self.refuse_write();
+        }
+        let r = Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.wrote_since_read = true;
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+impl Connection for WatchedStream {
+    fn connected(&self) -> Connected {
+        self.tcp.connected().extra(self.closed.clone())
+    }
+}
+
+/// How much of a body is kept, as it is sent, for sending it once more: a
+/// resend happens only when none of the request was written, so what hyper
+/// had taken is still in its buffer, at most this much in practice.
+const KEEP_AT_MOST: usize = 64 * 1024;
+
+/// A request body lent to one try upstream: frames already read (a held
+/// refusal that became an accept) go first, then the rest as it comes. Each
+/// frame it yields is kept (by reference count, up to `KEEP_AT_MOST`) until the
+/// try is over; if the try is dropped with the body unfinished or kept whole,
+/// what it took and the rest go back through `back`, so a try that reached no
+/// one (no connection, or `closed_before_write`) is sent again with nothing
+/// lost. `back: None`: a last try, nothing is kept.
+pub struct Lent {
+    held: VecDeque<Frame<Bytes>>,
+    taken: Vec<Kept>,
+    taken_bytes: usize,
+    rest: Option<Incoming>,
+    back: Option<tokio::sync::oneshot::Sender<Returned>>,
+}
+
+enum Kept {
+    Data(Bytes),
+    Trailers(HeaderMap),
+}
+
+/// A lent body, back: what the try took, and the rest.
+pub struct Returned {
+    pub held: VecDeque<Frame<Bytes>>,
+    pub rest: Incoming,
+}
+
+impl Lent {
+    pub fn new(held: VecDeque<Frame<Bytes>>, rest: Incoming, back: Option<tokio::sync::oneshot::Sender<Returned>>) -> Self {
+        Lent { held, taken: Vec::new(), taken_bytes: 0, rest: Some(rest), back }
+    }
+
+    fn keep(&mut self, f: &Frame<Bytes>) {
+        if self.back.is_none() {
+            return;
+        }
+        let kept = match (f.data_ref(), f.trailers_ref()) {
+            (Some(d), _) => {
+                self.taken_bytes += d.len();
+                Kept::Data(d.clone())
+            }
+            (_, Some(t)) => Kept::Trailers(t.clone()),
+            _ => return,
+        };
+        if self.taken_bytes > KEEP_AT_MOST {
+            // Too much to keep: this try is the last.
+            self.back = None;
+            self.taken = Vec::new();
+            return;
+        }
+        self.taken.push(kept);
+    }
+}
+
+impl Body for Lent {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let got = match self.held.pop_front() {
+            Some(f) => Poll::Ready(Some(Ok(f))),
+            None => match self.rest.as_mut() {
+                Some(b) => Pin::new(b).poll_frame(cx),
+                None => Poll::Ready(None),
+            },
+        };
+        if let Poll::Ready(Some(Ok(f))) = &got {
+            self.keep(f);
+        }
+        got
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_empty() && self.rest.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let rest = self.rest.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint);
+        if self.held.is_empty() {
+            return rest;
+        }
+        let held: u64 = self.held.iter().filter_map(Frame::data_ref).map(|d| d.len() as u64).sum();
+        let mut hint = SizeHint::new();
+        hint.set_lower(held + rest.lower());
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(held + upper);
+        }
+        hint
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let (Some(back), Some(rest)) = (self.back.take(), self.rest.take()) {
+            let mut held: VecDeque<Frame<Bytes>> = std::mem::take(&mut self.taken)
+                .into_iter()
+                .map(|k| match k {
+                    Kept::Data(d) => Frame::data(d),
+                    Kept::Trailers(t) => Frame::trailers(t),
+                })
+                .collect();
+            held.append(&mut self.held);
+            let _ = back.send(Returned { held, rest });
+        }
+    }
+}
