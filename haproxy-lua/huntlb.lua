@@ -35,7 +35,10 @@
 -- role=sidecar  [policy=dynamic] [workers=32] [id=sidecar]
 --   Registers the action `lua.huntlb-sidecar`: classifies the try, and for an
 --   offer applies the policy to txn.hunt_busy (set natively from srv_conn and
---   srv_queue), setting txn.hunt_refuse. Also the service `lua.huntlb-metrics`.
+--   srv_queue), setting txn.hunt_refuse. An offer or a final sets txn.hunt_try:
+--   its front may send it once more if no app saw it (sidecar.cfg answers
+--   HAProxy's own 503 for it as `425 hunt: unreachable`). Also the service
+--   `lua.huntlb-metrics`.
 
 local policy = require "huntlb.policy"
 local upmap = require "huntlb.upmap"
@@ -344,6 +347,9 @@ local function start_sidecar(args)
         local hdrs = txn.http:req_get_headers()
         local class = policy.classify(values(hdrs["hunt-offer"]), values(hdrs["hunt-target"]),
             values(hdrs["x-envoy-attempt-count"]))
+        if class == "offer" or class == "final" then
+            txn:set_var("txn.hunt_try", true)
+        end
         if class == "offer" then
             local busy = tonumber(txn:get_var("txn.hunt_busy")) or 0
             -- no gates: HAProxy itself drains and health-checks this sidecar

@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod fronts;
+pub mod reply;
 
 #[cfg(target_arch = "wasm32")]
 mod wasm;

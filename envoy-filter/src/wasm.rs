@@ -2,7 +2,7 @@
 //! metrics; HTTP contexts are short state machines over request and response
 //! headers and never block.
 
-use crate::{config, fronts};
+use crate::{config, fronts, reply};
 use huntlb_policy::protocol::{self, Field, Mark};
 use huntlb_policy::admission::{self, StateCell, Write};
 use huntlb_policy::Policy;
@@ -120,6 +120,9 @@ impl RootContext for Root {
             front: None,
             refused: false,
             named_by_target: false,
+            hunt_try: false,
+            from_envoy: false,
+            unreachable: false,
         }))
     }
 
@@ -166,6 +169,14 @@ struct Sidecar {
     refused: bool,
     /// The try carried `hunt-target` (its front may retry a 425 by status alone).
     named_by_target: bool,
+    /// An offer or a final: its front holds the request and may send it once
+    /// more, to another backend, if it reached no app.
+    hunt_try: bool,
+    /// The try came from an Envoy front (named by `x-envoy-attempt-count`, no `hunt-target`).
+    from_envoy: bool,
+    /// This Envoy's own reply for a hunt try no app saw, answered as
+    /// `425 hunt: unreachable`: its body is dropped.
+    unreachable: bool,
 }
 
 impl Sidecar {
@@ -204,6 +215,11 @@ impl Sidecar {
         false
     }
 
+    /// The stream's response flags (`reply`); 0 when Envoy gives none.
+    fn response_flags(&self) -> u64 {
+        hostcalls::get_property(vec!["response", "flags"]).ok().flatten().and_then(|b| reply::parse_flags(&b)).unwrap_or(0)
+    }
+
     fn inflight(&self) -> u32 {
         match self.get_shared_data(INFLIGHT_KEY) {
             (Some(b), _) => b.try_into().map(u32::from_le_bytes).unwrap_or(0),
@@ -237,6 +253,8 @@ impl HttpContext for Sidecar {
         let attempt = self.field(&headers, protocol::ENVOY_ATTEMPT);
         let front_name = self.field(&headers, protocol::FRONT);
         self.named_by_target = target.is_some();
+        // An Envoy front names its tries by its own attempt count, never by hunt-target.
+        self.from_envoy = target.is_none() && attempt.is_some();
         let mark = protocol::classify(as_field(&offer), protocol::per_try_mark(as_field(&target), as_field(&attempt)));
         match mark {
             Mark::Offer => {
@@ -273,6 +291,7 @@ impl HttpContext for Sidecar {
             Mark::Plain => inc(self.metrics.plain),
             Mark::Malformed => inc(self.metrics.malformed),
         }
+        self.hunt_try = matches!(mark, Mark::Offer | Mark::Final);
         for (name, _) in &headers {
             if protocol::is_hunt_header(name) {
                 self.set_http_request_header(name, None);
@@ -292,6 +311,21 @@ impl HttpContext for Sidecar {
         if self.refused {
             return Action::Continue;
         }
+        let status = self.get_http_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+        // This Envoy's own 503 for a hunt try it could not even connect to the
+        // app for: no app saw it, so it is answered as the agent answers it,
+        // and the front sends it to another backend (and an Envoy front takes
+        // this backend out of rotation until its health checks pass).
+        if self.hunt_try && reply::reached_no_app(status, self.response_flags()) {
+            self.unreachable = true;
+            let status = protocol::BUSY_STATUS.to_string();
+            let mut headers = vec![(":status", status.as_str()), (protocol::BUSY_HEADER, protocol::UNREACHABLE_VALUE), ("content-length", "0")];
+            if self.from_envoy {
+                headers.push((protocol::ENVOY_HC_FAIL, "true"));
+            }
+            self.set_http_response_headers(headers);
+            return Action::Continue;
+        }
         let id = &self.settings.id;
         // The refusal space is the sidecar's: no app response may look like a
         // refusal, or the front would re-send a request the app processed.
@@ -300,12 +334,19 @@ impl HttpContext for Sidecar {
                 self.set_http_response_header(&name, None);
             }
         }
-        let status = self.get_http_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
         if let (carrier, Some(app_status)) = protocol::carry(status, self.named_by_target) {
             self.set_http_response_header(":status", Some(&carrier.to_string()));
             self.set_http_response_header(protocol::APP_STATUS, Some(app_status));
         }
         self.set_http_response_header(protocol::SERVED_BY, Some(id));
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, _eos: bool) -> Action {
+        if self.unreachable && body_size > 0 {
+            // the refusal's empty body, as its content-length says
+            let _ = hostcalls::set_buffer(proxy_wasm::types::BufferType::HttpResponseBody, 0, body_size, &[]);
+        }
         Action::Continue
     }
 
