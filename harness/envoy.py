@@ -70,6 +70,8 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
     if lb_policy not in (None, FULL_SCAN_NAMED):
         for vh in lst["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"]:
             vh["request_headers_to_add"] = [h for h in vh.get("request_headers_to_add", []) if h["header"]["key"] != "hunt-front"]
+            # no longer overwritten: a client's would pass
+            vh["request_headers_to_remove"] = vh.get("request_headers_to_remove", []) + ["hunt-front"]
     if lb_policy in (FULL_SCAN, FULL_SCAN_NAMED):
         assert cluster["load_balancing_policy"]["policies"][0]["typed_extension_config"]["typed_config"]["selection_method"] == "FULL_SCAN"
     elif lb_policy:
