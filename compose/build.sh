@@ -18,6 +18,11 @@ case "${HUNTLB_COMPOSE:-}" in
 esac
 
 "$ROOT/scripts/docker-setup.sh" base
+# The forwarding tier's shared key (agents seal their reports with it), made
+# once and kept: backends scaled out later must hold the same one.
+if [ ! -s .fleet.key ]; then
+    (umask 077 && "$python" -c 'import secrets; print(secrets.token_hex(32))' > .fleet.key)
+fi
 (cd "$ROOT" && cargo build -q --release -p huntlb-agent -p huntlb-instruments)
 target=${CARGO_TARGET_DIR:-$ROOT/target}/release
 rm -rf dist && mkdir -p dist/lua

@@ -33,19 +33,21 @@ def start_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_opts: di
 
 
 def start_fleet(procs: Procs, addrs: Addrs, n: int, policy: str = "dynamic", app_opts: dict | None = None,
-                agent_opts: dict | None = None, wanting: bool = True) -> list[Backend]:
+                agent_opts: dict | None = None, wanting: bool = True, absent: list[str] = ()) -> list[Backend]:
     """`n` backends whose agents form a forwarding tier (`fleet_listen` on
     port 9700 of each host, every agent a peer of every other), returned once
     each has heard all the others. wanting: first send each agent an offer
     with no `hunt-seen` (served where it lands: all are idle), so that every
     agent wants every change of its peers' counts, as with several fronts,
-    and wait until each peer knows."""
+    and wait until each peer knows. absent: more members' hosts in
+    `fleet_peers`, where no agent runs (an attacker may)."""
     hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in hosts)
+    peers = ",".join(f"{h}:9700" for h in [*hosts, *absent])
     out = []
     for host in hosts:
         app_proc, app = procs.workload(host, **{"demand": "const:0", **(app_opts or {})})
         agent_proc, agent, admin = procs.agent(host, app, policy=policy, fleet_listen=f"{host}:9700", fleet_peers=peers,
+                                               fleet_key_file=procs.fleet_key(),
                                                **(agent_opts or {}))
         out.append(Backend(host, app, agent, admin, app_proc, agent_proc))
     wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing every peer")

@@ -109,6 +109,16 @@ class Procs:
         self.all: list[Proc] = []
         self.cleanups: list = []
 
+    def fleet_key(self) -> str:
+        """A shared key for the agents' forwarding tier (`fleet_key_file`),
+        made once per run in the log folder, readable by its owner only."""
+        path = self.log_dir / "fleet.key"
+        if not path.exists():
+            import secrets
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_hex(32) + "\n")
+        return str(path)
+
     def start(self, name: str, argv: list[str], env: dict | None = None) -> Proc:
         p = Proc(name, argv, self.log_dir, env)
         self.all.append(p)

@@ -201,13 +201,141 @@ def test_reports_from_outside_fleet_peers_are_dropped(procs, addrs):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((stray, 0))
         for i in range(5):
-            s.sendto(f"hunt-fleet/1 {stray}:8080 {i + 1} 0 1".encode(), (a.host, 9700))
-    wait_until(lambda: a.metrics()["huntlb_fleet_reports_bad_total"] == 5, what="the stray reports counted as bad")
+            s.sendto(f"hunt-fleet/2 {stray}:9700 {i + 1} 0 1 1 {'00' * 16}".encode(), (a.host, 9700))
+    wait_until(lambda: a.metrics()['huntlb_fleet_reports_bad_total{reason="stranger"}'] == 5, what="the stray reports counted")
     assert a.metrics()["huntlb_fleet_peers"] == 1
     # Loaded alike, a keeps its offer: the stray "idle" address is no peer.
     path = f"/stray/{uuid.uuid4()}"
     status, h, _ = request(a.agent, "GET", path, headers=OFFER)
     assert status == 200 and h["hunt-served-by"] == a.id
+
+
+class Listener:
+    """A fake HTTP service an attacker would like forwards to reach: counts
+    what arrives, answers 200."""
+
+    def __init__(self, host, port):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        self.got = []
+        got = self.got
+
+        class H(BaseHTTPRequestHandler):
+            def _any(self):
+                n = int(self.headers.get("content-length") or 0)
+                got.append((self.command, self.path, dict(self.headers), self.rfile.read(n)))
+                self.send_response(200)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer((host, port), H)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def sealed(key_file, text):
+    import hashlib
+    import hmac
+    key = open(key_file).read().strip().encode()
+    return f"{text} {hmac.new(key, text.encode(), hashlib.sha256).digest()[:16].hex()}".encode()
+
+
+def test_a_datagram_never_decides_where_a_request_goes(procs, addrs):
+    # fleet_peers lists a fourth member whose agent is not running; an
+    # attacker binds its UDP port (no privilege needed) and runs an HTTP
+    # listener. Before: a report naming that listener with the least count
+    # sent 10 of 10 POSTs there, headers and body, and the apps saw none.
+    import socket
+    gone = addrs.host()
+    bs = start_fleet(procs, addrs, 3, absent=[gone], agent_opts={"fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000})
+    front = start_front("envoy", procs, addrs, bs)
+    fake = Listener(addrs.host(), 8081)
+    procs.cleanups.append(fake.close)
+    fake_addr = f"{fake.server.server_address[0]}:8081"
+    for b in bs:
+        hold(b, 2)
+    attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    procs.cleanups.append(attacker.close)
+    attacker.bind((gone, 9700))
+
+    def forge(seq):
+        # The old format, naming where to send; the new one, unsealed and
+        # sealed under a wrong key, with a sequence that would drown the
+        # member's own; the front's own listener as a loop target.
+        for d in [f"hunt-fleet/1 {fake_addr} {seq} 0 1 1".encode(), f"hunt-fleet/1 {front.listen} {seq} 0 1 1".encode(),
+                  f"hunt-fleet/2 {gone}:9700 18446744073709551615 0 1 1 {'ab' * 16}".encode()]:
+            for b in bs:
+                attacker.sendto(d, (b.host, 9700))
+
+    forge(1)
+    wait_until(lambda: all(b.metrics()['huntlb_fleet_reports_bad_total{reason="unauthenticated"}'] >= 1 for b in bs))
+    assert all(b.metrics()["huntlb_fleet_peers"] == 2 for b in bs), "the forged member is no peer"
+    paths = []
+    for i in range(10):
+        forge(i + 2)
+        path = f"/hijack/{uuid.uuid4()}"
+        status, h, out = request(front.listen, "POST", path, headers={"authorization": "Bearer secret", "cookie": "s=1"}, body=b"card=4111")
+        assert status == 200 and out != b"ok", (status, out)
+        paths.append(path)
+    assert fake.got == [], f"the fake listener received {len(fake.got)} requests"
+    assert all(path_count(bs, p) == 1 for p in paths), "each processed once, by the fleet's apps"
+    m = [b.metrics() for b in bs]
+    assert sum(x['huntlb_fleet_reports_bad_total{reason="malformed"}'] for x in m) >= 60
+    # Even with the key (an insider, or the member's own agent gone rogue), a
+    # report carries only its sender's count: the forwards it draws go to that
+    # member's own address (nothing listens there), are found unreachable and
+    # served where they were offered.
+    key = procs.fleet_key()
+    for i in range(10):
+        d = sealed(key, f"hunt-fleet/2 {gone}:9700 {10_000 + i} 0 1 1")
+        for b in bs:
+            attacker.sendto(d, (b.host, 9700))
+        wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == 3 for b in bs), what="the keyed member heard")
+        path = f"/insider/{uuid.uuid4()}"
+        status, h, out = request(front.listen, "POST", path, body=b"x" * 100)
+        assert status == 200 and path_count(bs, path) == 1, (status, out)
+    assert fake.got == []
+    assert sum(b.metrics()['huntlb_forwards_total{outcome="unreachable"}'] for b in bs) >= 1
+
+
+def test_junk_on_the_fleet_port_is_counted_and_grows_nothing(procs, addrs):
+    # Distinct senders named in 20000 datagrams, sealed under the right key
+    # but sent from one member's address: before, each became a peer (10-21k,
+    # RSS 14 -> 41 MB, offers 10x slower). The table is keyed by member now.
+    import socket
+    gone = addrs.host()
+    a, b = bs = start_fleet(procs, addrs, 2, absent=[gone])
+    rss0 = _rss(a.agent_proc.pid)
+    key = procs.fleet_key()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((gone, 9700))
+        for i in range(20_000):
+            s.sendto(sealed(key, f"hunt-fleet/2 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:9700 {i + 1} 0 1 1"), (a.host, 9700))
+            if i % 2000 == 1999:
+                time.sleep(0.02)  # the kernel's buffer, not the agent, would drop the rest
+    wait_until(lambda: a.metrics()['huntlb_fleet_reports_bad_total{reason="replayed"}'] >= 15_000, timeout=20,
+               what="the junk read and dropped")
+    m = a.metrics()
+    assert m["huntlb_fleet_peers"] == 1, "only b"
+    assert _rss(a.agent_proc.pid) - rss0 < 8 << 20, "memory grew with the junk"
+    path = f"/after-junk/{uuid.uuid4()}"
+    assert request(a.agent, "GET", path, headers=OFFER)[0] == 200 and path_count(bs, path) == 1
+
+
+def _rss(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
 
 
 def test_a_draining_agent_waits_for_what_it_relays(procs, addrs):

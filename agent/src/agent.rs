@@ -12,7 +12,7 @@
 //! ```
 
 use crate::config::{Config, LoadSource};
-use crate::fleet::{Fleet, Pick};
+use crate::fleet::{Fleet, Pick, Target};
 use crate::load::{Inflight, InflightGuard, PerFront, PerFrontGuard, Progress, RelayGuard, Relaying, Scoreboard};
 use crate::metrics::{Gauges, Metrics};
 use crate::upstream::{closed_before_write, Lent, Returned, Watched};
@@ -271,7 +271,8 @@ impl Agent {
     /// does a peer's own refusal (it could not reach its app). Anything after
     /// the try may have reached the peer is an error the client sees (502,
     /// 504), never a refusal.
-    async fn relay(&self, req: Request<Incoming>, to: &str, named_by_target: bool, front: Option<PerFrontGuard>) -> Response<AgentBody> {
+    async fn relay(&self, req: Request<Incoming>, target: &Target, named_by_target: bool, front: Option<PerFrontGuard>) -> Response<AgentBody> {
+        let to = target.authority.as_str();
         let m = &self.metrics;
         let h1 = req.version() < http::Version::HTTP_2;
         let has_body = !req.body().is_end_stream();
@@ -307,7 +308,7 @@ impl Agent {
         let sent = tokio::time::timeout(limit, self.peer_client.request(req)).await;
         let lost = |why: &dyn std::fmt::Display| {
             if let Some(f) = &self.fleet {
-                f.lost(to);
+                f.lost(target.member);
             }
             debug!(peer = to, %why, "forward refused: the front re-sends");
             m.forwards_refused.fetch_add(1, Ordering::Relaxed);
@@ -326,7 +327,7 @@ impl Agent {
             // forwards until it reports again).
             Ok(Err(e)) if e.is_connect() || closed_before_write(&cap) => {
                 if let Some(f) = &self.fleet {
-                    f.lost(to);
+                    f.lost(target.member);
                 }
                 drop(relay);
                 // The client dropped the request with its error; bounded all the same.

@@ -91,10 +91,18 @@ impl Peer {
 pub struct FleetConfig {
     /// UDP: where peers' counts arrive, and ours leave from.
     pub listen: SocketAddr,
-    /// Every peer's `fleet_listen` (this agent's own is skipped).
+    /// Every peer's `fleet_listen` (this agent's own is skipped): the members,
+    /// the only senders heard and the only places forwards go.
     pub peers: Vec<Peer>,
-    /// Where peers forward to: this agent's `listen`, as they can reach it.
+    /// This agent as it names itself: `hunt-via` on what it forwards.
     pub advertise: String,
+    /// The address our reports come from, as peers see it (and check).
+    pub from: SocketAddr,
+    /// A member's agent takes forwards at its address on this port.
+    pub peer_port: u16,
+    /// `fleet_key_file`: the shared key(s) reports are sealed and checked with.
+    pub key_file: String,
+    pub keys: crate::seal::Keys,
     pub forwarding: huntlb_policy::forward::Forwarding,
     /// Our count goes out on every change and at least this often.
     pub heartbeat: Duration,
@@ -219,9 +227,20 @@ pub struct Raw {
     /// `fleet_resolve_ms` to all its addresses.
     #[arg(long)]
     pub fleet_peers: Option<String>,
-    /// The address peers forward offers to: this agent's `listen` as they reach it [default: listen].
+    /// This agent as peers reach it (`hunt-via` on its forwards); with
+    /// `fleet_listen` on every address, its host (an IP) is also where its
+    /// reports come from [default: listen].
     #[arg(long)]
     pub fleet_advertise: Option<String>,
+    /// A file holding the fleet's shared key (a line of at least 32
+    /// characters, e.g. `openssl rand -hex 32`), a second line during a
+    /// rotation: reports are sealed with the first, taken under either. Read
+    /// again when it changes [required with fleet_listen].
+    #[arg(long)]
+    pub fleet_key_file: Option<String>,
+    /// The port members' agents take forwards on, at each member's address [default: listen's port].
+    #[arg(long)]
+    pub fleet_peer_port: Option<u16>,
     /// Keep an offer when this backend's count is at most the least peer's plus this [default: 0].
     #[arg(long)]
     pub forward_slack: Option<u32>,
@@ -262,7 +281,7 @@ impl Raw {
         overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
-            fleet_listen, fleet_peers, fleet_advertise, forward_slack, forward_seen_slack, fleet_heartbeat_ms, fleet_dead_after_ms,
+            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, forward_slack, forward_seen_slack, fleet_heartbeat_ms, fleet_dead_after_ms,
             fleet_settle_ms, fleet_resolve_ms);
         raw.validate()
     }
@@ -343,6 +362,8 @@ impl Raw {
                 for (key, set) in [
                     ("fleet_peers", self.fleet_peers.is_some()),
                     ("fleet_advertise", self.fleet_advertise.is_some()),
+                    ("fleet_key_file", self.fleet_key_file.is_some()),
+                    ("fleet_peer_port", self.fleet_peer_port.is_some()),
                     ("forward_slack", self.forward_slack.is_some()),
                     ("forward_seen_slack", self.forward_seen_slack.is_some()),
                     ("fleet_heartbeat_ms", self.fleet_heartbeat_ms.is_some()),
@@ -387,6 +408,31 @@ impl Raw {
                 if advertise.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_unspecified()) {
                     return Err(invalid("fleet_advertise", format!("`{advertise}`: peers cannot reach an unspecified address")));
                 }
+                // Peers take a report only from the member it says sent it:
+                // bound to every address, this agent names its own by
+                // fleet_advertise's IP.
+                let from = if listen_udp.ip().is_unspecified() {
+                    match advertise.parse::<SocketAddr>() {
+                        Ok(a) => SocketAddr::new(a.ip(), listen_udp.port()),
+                        Err(_) => {
+                            return Err(invalid(
+                                "fleet_advertise",
+                                format!("`{advertise}` is a name, but fleet_listen binds every address: give this agent's IP, which its reports come from"),
+                            ))
+                        }
+                    }
+                } else {
+                    listen_udp
+                };
+                let key_file = self.fleet_key_file.ok_or_else(|| {
+                    invalid("fleet_key_file", "required with fleet_listen: reports are sealed with a shared key (`openssl rand -hex 32 > fleet.key`)")
+                })?;
+                let keys = crate::seal::Keys::load(&key_file).map_err(|e| invalid("fleet_key_file", e))?;
+                let peer_port = match self.fleet_peer_port {
+                    Some(0) => return Err(invalid("fleet_peer_port", "0 is no port")),
+                    Some(p) => p,
+                    None => listen.port(),
+                };
                 let heartbeat = ms("fleet_heartbeat_ms", self.fleet_heartbeat_ms, 50, 1)?;
                 let dead_after = ms("fleet_dead_after_ms", self.fleet_dead_after_ms, 250, 1)?;
                 if dead_after <= heartbeat {
@@ -403,6 +449,10 @@ impl Raw {
                     listen: listen_udp,
                     peers,
                     advertise,
+                    from,
+                    peer_port,
+                    key_file,
+                    keys,
                     forwarding: huntlb_policy::forward::Forwarding {
                         slack: self.forward_slack.unwrap_or(0),
                         seen_slack: Some(self.forward_seen_slack.unwrap_or(1)),
@@ -490,16 +540,46 @@ mod tests {
         assert!(raw(|_| {}).unwrap().fleet.is_none());
         assert_eq!(key_of(raw(|r| r.fleet_peers = Some("127.0.0.2:9700".into()))), "fleet_peers");
         assert_eq!(key_of(raw(|r| r.forward_slack = Some(1))), "forward_slack");
+        let key = std::env::temp_dir().join(format!("huntlb-config-test-{}.key", std::process::id()));
+        std::fs::write(&key, "k".repeat(40)).unwrap();
+        let key = key.to_string_lossy().into_owned();
         let fleet = |peers: &str| {
-            let peers = peers.to_string();
+            let (peers, key) = (peers.to_string(), key.clone());
             move |r: &mut Raw| {
                 r.fleet_listen = Some("127.0.0.1:9700".into());
                 r.fleet_peers = Some(peers);
+                r.fleet_key_file = Some(key);
             }
         };
         let c = raw(fleet("127.0.0.1:9700, 127.0.0.2:9700,")).unwrap().fleet.unwrap();
         assert_eq!(c.peers.len(), 2);
         assert_eq!(c.advertise, "127.0.0.1:8080");
+        assert_eq!((c.from, c.peer_port), ("127.0.0.1:9700".parse().unwrap(), 8080), "reports come from fleet_listen; forwards go to listen's port");
+        // Reports are sealed: no key, no tier.
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_key_file = None;
+        })), "fleet_key_file");
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_key_file = Some("/nonexistent/fleet.key".into());
+        })), "fleet_key_file");
+        assert_eq!(key_of(raw(|r| r.fleet_key_file = Some(key.clone()))), "fleet_key_file", "only meaningful with fleet_listen");
+        // Bound to every address: the sender it names is fleet_advertise's IP.
+        let any = raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_listen = Some("0.0.0.0:9700".into());
+            r.fleet_advertise = Some("10.1.2.3:8080".into());
+        })
+        .unwrap()
+        .fleet
+        .unwrap();
+        assert_eq!(any.from, "10.1.2.3:9700".parse().unwrap());
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_listen = Some("0.0.0.0:9700".into());
+            r.fleet_advertise = Some("backend-1:8080".into());
+        })), "fleet_advertise");
         assert_eq!(c.forwarding, huntlb_policy::forward::Forwarding { slack: 0, seen_slack: Some(1) });
         assert_eq!(key_of(raw(fleet("127.0.0.1:9700"))), "fleet_peers");
         assert_eq!(key_of(raw(fleet("nowhere"))), "fleet_peers");

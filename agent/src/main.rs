@@ -9,6 +9,7 @@ mod fleet;
 mod load;
 mod metrics;
 mod tls;
+mod seal;
 mod upstream;
 
 use crate::agent::Agent;
@@ -79,7 +80,6 @@ async fn run(cfg: config::Config) -> anyhow::Result<()> {
         tokio::spawn(serve_agent_check(l, agent.clone()));
     }
     if let Some(fleet) = agent.fleet.clone() {
-        tokio::spawn(fleet.clone().keep_up());
         tokio::spawn(fleet.clone().resolve());
         // Each change goes out from the thread that made it; the heartbeat
         // covers what changes without the count (app up or down, stalled).

@@ -55,8 +55,8 @@ pub struct Gauges {
     /// the last BusyWorkers, so its failures must be visible.
     pub apache_polls: Option<(u64, u64)>,
     /// With fleet_listen: (ready peers, peers wanting every change,
-    /// datagrams that were not a peer's report).
-    pub fleet: Option<(usize, usize, u64)>,
+    /// datagrams dropped by reason).
+    pub fleet: Option<(usize, usize, [u64; 4])>,
 }
 
 impl Metrics {
@@ -102,7 +102,7 @@ impl Metrics {
             labelled(&mut o, &M::FORWARDS, &forwards.map(|a| v(a) as f64));
             single(&mut o, &M::FLEET_PEERS, peers as f64);
             single(&mut o, &M::FLEET_PEERS_WANTING, wanting as f64);
-            single(&mut o, &M::FLEET_REPORTS_BAD, bad as f64);
+            labelled(&mut o, &M::FLEET_REPORTS_BAD, &bad.map(|n| n as f64));
         }
         for (m, val) in [
             (M::INFLIGHT, g.inflight as f64),

@@ -107,7 +107,7 @@ class Fleet:
 
     def _start_agent(self, i: int) -> None:
         b = self.backends[i]
-        fleet = {"fleet_listen": f"{b.host}:{FLEET_PORT}",
+        fleet = {"fleet_listen": f"{b.host}:{FLEET_PORT}", "fleet_key_file": self.procs.fleet_key(),
                  "fleet_peers": ",".join(f"{o.host}:{FLEET_PORT}" for o in self.backends)} if self.forward else {}
         b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=self.policy.format(cores=math.ceil(self.cores[i])),
                                               workers=self.workers, drain_grace_ms=0, **fleet)

@@ -6,7 +6,7 @@
 //!  front ──offer──► agent A ── busy <= seen + seen_slack, or busy <= least peer + slack ──► app A
 //!                      │ else
 //!                      └──final──► agent B (the least peer, ties at random) ──► app B
-//!  every agent ──"hunt-fleet/1 <addr> <seq> <busy> <ready> <wants>"──► peers that want (UDP, on each change)
+//!  every agent ──"hunt-fleet/2 <from> <seq> <busy> <ready> <wants> <mac>"──► peers that want (UDP, on each change)
 //!                                                                     └──► every peer (a heartbeat)
 //! ```
 //!
@@ -17,7 +17,8 @@
 //! is 0.81× least-request's mean with counts 0.2 ms old and 0.85× at 1 ms.
 //!
 //! Two rules in one pure function, [`route`]; the wire format of a count,
-//! [`Report`], is here too so that every host reads it alike.
+//! [`Report`] sealed with a MAC ([`seal`], [`open`]), is here too so that every
+//! host reads it alike (the MAC itself is the host's: HMAC-SHA256).
 //! `policy/vectors/forward.json` holds both.
 
 use std::fmt;
@@ -76,22 +77,32 @@ pub fn route(f: Forwarding, busy: u32, seen: Option<u32>, peers: &[u32], draw: u
     Route::Forward(i)
 }
 
-/// Longest datagram a [`Report`] may take: a name of 64 bytes and three
-/// numbers fit with room.
-pub const MAX_REPORT_LEN: usize = 160;
-const MAGIC: &str = "hunt-fleet/1";
+/// Longest datagram a sealed [`Report`] may take: a 64-byte address, three
+/// numbers, two flags and the tag fit with room.
+pub const MAX_REPORT_LEN: usize = 192;
+const MAGIC: &str = "hunt-fleet/2";
+/// Bytes of the report's MAC (HMAC-SHA256, truncated as RFC 2104 allows; 128
+/// bits leave a forger one chance in 2^128 a datagram).
+pub const TAG_LEN: usize = 16;
 
-/// One agent's count as it goes to its peers: where to forward to (its
-/// `listen` address, a name of at most 64 visible bytes), a sequence number
-/// (a datagram older than one already heard is dropped: UDP may reorder), its
+/// One agent's count as it goes to its peers, facts about its sender only:
+/// who sends it (`from`: the address its reports come from, which the
+/// receiver checks against the datagram's source and its own list of
+/// members), a sequence number (a datagram not newer than one already heard is
+/// dropped: UDP may reorder, and a recorded report must not be replayed), its
 /// count, whether it takes forwards at all (not draining, app up), and
 /// whether it *wants* every change of its peers' counts: it decides offers by
-/// them. An agent whose offers are all kept by `seen` (one front) does not, and
-/// its peers send it their heartbeats only. A report of five fields, without
-/// `wants`, comes from an agent that wants every change.
+/// them. An agent whose offers are all kept by `seen` (one front) does not,
+/// and its peers send it their heartbeats only.
+///
+/// A report never says where to send a request: a forward goes to a member of
+/// the receiver's own configured peer set, at the address it configured.
+/// On the wire it is sealed ([`seal`]): its text, a space, and the hex of a
+/// MAC over that text under the fleet's shared key ([`open`] checks it before
+/// anything else of the datagram is believed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
-    pub addr: String,
+    pub from: String,
     pub seq: u64,
     pub busy: u32,
     pub ready: bool,
@@ -99,29 +110,80 @@ pub struct Report {
 }
 
 impl fmt::Display for Report {
+    /// The text the MAC covers: `hunt-fleet/2 FROM SEQ BUSY READY WANTS`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{MAGIC} {} {} {} {} {}", self.addr, self.seq, self.busy, u8::from(self.ready), u8::from(self.wants))
+        write!(f, "{MAGIC} {} {} {} {} {}", self.from, self.seq, self.busy, u8::from(self.ready), u8::from(self.wants))
     }
 }
 
+/// Why a datagram was not taken as a report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejected {
+    /// Not the shape of a sealed report (what is wrong with it).
+    Malformed(String),
+    /// Its MAC does not match under any key held: not from a key holder, or
+    /// changed on the way.
+    Unauthenticated,
+}
+
+/// A report's text and its tag, as one datagram.
+pub fn seal(text: &str, tag: &[u8; TAG_LEN]) -> String {
+    let mut out = String::with_capacity(text.len() + 1 + 2 * TAG_LEN);
+    out.push_str(text);
+    out.push(' ');
+    for b in tag {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Check a datagram's tag with `verify(text, tag)` (the host's MAC, under each
+/// key it accepts), then parse the text. Nothing but the length and the tag's
+/// shape is looked at before the tag is checked.
+pub fn open(d: &[u8], verify: impl FnOnce(&[u8], &[u8; TAG_LEN]) -> bool) -> Result<Report, Rejected> {
+    if d.len() > MAX_REPORT_LEN {
+        return Err(Rejected::Malformed(format!("{} bytes, more than {MAX_REPORT_LEN}", d.len())));
+    }
+    let hex_len = 2 * TAG_LEN;
+    if d.len() < hex_len + 1 || d[d.len() - hex_len - 1] != b' ' {
+        return Err(Rejected::Malformed(format!("no tag: a report ends with a space and {hex_len} hex digits")));
+    }
+    let (text, hex) = (&d[..d.len() - hex_len - 1], &d[d.len() - hex_len..]);
+    let mut tag = [0u8; TAG_LEN];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let nibble = |c: u8| HEX.iter().position(|&h| h == c).map(|v| v as u8);
+        match (nibble(pair[0]), nibble(pair[1])) {
+            (Some(hi), Some(lo)) => tag[i] = hi << 4 | lo,
+            _ => return Err(Rejected::Malformed(format!("tag: expected {hex_len} lowercase hex digits"))),
+        }
+    }
+    if !verify(text, &tag) {
+        return Err(Rejected::Unauthenticated);
+    }
+    // A key holder sent it; its text is still checked like any input.
+    Report::parse(text).map_err(Rejected::Malformed)
+}
+
 impl Report {
-    /// Parse one datagram; the error says what is wrong with it.
+    /// Parse a report's text (the part the tag covers); the error says what
+    /// is wrong with it.
     pub fn parse(d: &[u8]) -> Result<Report, String> {
         if d.len() > MAX_REPORT_LEN {
             return Err(format!("{} bytes, more than {MAX_REPORT_LEN}", d.len()));
         }
         let s = std::str::from_utf8(d).map_err(|_| "not UTF-8".to_string())?;
         let f: Vec<&str> = s.split(' ').collect();
-        let (magic, addr, seq, busy, ready, wants) = match f[..] {
-            [m, a, s, b, r, w] => (m, a, s, b, r, w),
-            [m, a, s, b, r] => (m, a, s, b, r, "1"),
-            _ => return Err(format!("{} fields, expected 6: `{MAGIC} ADDR SEQ BUSY READY WANTS` (or 5, without WANTS)", f.len())),
+        let [magic, from, seq, busy, ready, wants] = f[..] else {
+            return Err(format!("{} fields, expected 6: `{MAGIC} FROM SEQ BUSY READY WANTS`", f.len()));
         };
         if magic != MAGIC {
             return Err(format!("starts `{magic}`, expected `{MAGIC}`"));
         }
-        if !is_forward_addr(addr) {
-            return Err(format!("address `{addr}`: expected host:port (a name, an IPv4 address or [IPv6]), at most 64 bytes"));
+        if !is_forward_addr(from) {
+            return Err(format!("from `{from}`: expected host:port (a name, an IPv4 address or [IPv6]), at most 64 bytes"));
         }
         let num = |what: &str, v: &str| -> Result<u64, String> {
             if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
@@ -136,14 +198,13 @@ impl Report {
             "0" => Ok(false),
             other => Err(format!("{what} `{other}`: expected 0 or 1")),
         };
-        Ok(Report { addr: addr.to_string(), seq, busy, ready: flag("ready", ready)?, wants: flag("wants", wants)? })
+        Ok(Report { from: from.to_string(), seq, busy, ready: flag("ready", ready)?, wants: flag("wants", wants)? })
     }
 }
 
-/// Where a forward may go: `host:port`, at most 64 bytes, the host a DNS name,
-/// an IPv4 address or a bracketed IPv6 address, the port 1 to 65535. Nothing
-/// else can become a request's authority: a report naming `a/b` or `x@y`
-/// would turn every forward there into an error instead of a try.
+/// An address as the tier writes it (a report's `from`, `fleet_advertise`):
+/// `host:port`, at most 64 bytes, the host a DNS name, an IPv4 address or a
+/// bracketed IPv6 address, the port 1 to 65535.
 pub fn is_forward_addr(a: &str) -> bool {
     let Some((host, port)) = a.rsplit_once(':') else { return false };
     let port_ok = !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
@@ -159,10 +220,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_report_round_trips() {
-        let r = Report { addr: "127.0.1.2:8080".into(), seq: 7, busy: 31, ready: true, wants: false };
-        assert_eq!(r.to_string(), "hunt-fleet/1 127.0.1.2:8080 7 31 1 0");
-        assert_eq!(Report::parse(r.to_string().as_bytes()), Ok(r));
+    fn a_report_round_trips_sealed() {
+        let r = Report { from: "127.0.1.2:9700".into(), seq: 7, busy: 31, ready: true, wants: false };
+        assert_eq!(r.to_string(), "hunt-fleet/2 127.0.1.2:9700 7 31 1 0");
+        let tag = [0xa5; TAG_LEN];
+        let d = seal(&r.to_string(), &tag);
+        assert_eq!(d, format!("{r} {}", "a5".repeat(TAG_LEN)));
+        let mut saw = None;
+        assert_eq!(open(d.as_bytes(), |text, t| { saw = Some((text.to_vec(), *t)); true }), Ok(r.clone()));
+        assert_eq!(saw, Some((r.to_string().into_bytes(), tag)), "the verifier sees the text and the tag");
+        assert_eq!(open(d.as_bytes(), |_, _| false), Err(Rejected::Unauthenticated));
+        // The text is not looked at before the tag is checked.
+        assert_eq!(open(format!("garbage {}", "00".repeat(TAG_LEN)).as_bytes(), |_, _| false), Err(Rejected::Unauthenticated));
     }
 
     #[test]

@@ -123,8 +123,16 @@ pub const FLEET_PEERS_WANTING: Metric = m(
     "Peers that want every change of this agent's count (0 while every front's offers are kept by what it saw).",
     false,
 );
-pub const FLEET_REPORTS_BAD: Metric =
-    m("huntlb_fleet_reports_bad_total", Kind::Counter, "Datagrams on fleet_listen that are not a hunt-fleet/1 report.", false);
+/// Why a datagram on `fleet_listen` was dropped, in the label's order.
+pub const FLEET_REPORTS_BAD: Metric = Metric {
+    name: "huntlb_fleet_reports_bad_total",
+    kind: Kind::Counter,
+    help: "Datagrams on fleet_listen dropped, by reason: stranger (its source is no member of fleet_peers), \
+           malformed (not a sealed hunt-fleet/2 report), unauthenticated (its MAC matches no key in fleet_key_file), \
+           replayed (authentic, but not newer than one heard from that member, or its sender is not its source).",
+    label: Some(("reason", &["stranger", "malformed", "unauthenticated", "replayed"])),
+    sidecar: false,
+};
 pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
 pub const BUSY: Metric = m("huntlb_busy", Kind::Gauge, "The load b the policy sees (requests in flight, or Apache BusyWorkers).", true);
 pub const WORKERS: Metric = m("huntlb_workers", Kind::Gauge, "The app's worker count n.", true);
