@@ -54,6 +54,10 @@ def main() -> int:
         m, h = ci95(xs)
         print(f"{a.candidate} / {a.baseline}, {a.fronts} fronts, {key[:-3]}: median {statistics.median(xs):.3f}, "
               f"mean {m:.3f} ± {h:.3f} ({len(xs)} pairs)")
+    for name in (a.baseline, a.candidate):
+        cpu = [r.agents_cpu for r in runs if r.policy == name and r.agents_cpu is not None]
+        if cpu:
+            print(f"{name}: the {srlb.SERVERS} agents' CPU, cores: median {statistics.median(cpu):.3f} (range {min(cpu):.3f}-{max(cpu):.3f})")
     return 0
 
 

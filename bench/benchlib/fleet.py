@@ -124,6 +124,11 @@ class Fleet:
                                             demand=f"exp:{self.mean_ms}", seed=2000 + i)
         self._start_agent(i)
 
+    def agents_cpu_seconds(self) -> float:
+        """CPU time the running agents have used (utime + stime)."""
+        from benchlib.tools import proc_cpu_seconds
+        return sum(proc_cpu_seconds(b.agent_proc.pid) for b in self.backends if b.agent_proc.alive())
+
     def stats(self) -> list[dict | None]:
         out = []
         for b in self.backends:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 # Written only when present: the CDF is kept for the runs the CDF plots draw,
 # samples for the load-over-time plot, attempts by runs since repeats began.
-_OPTIONAL = ("cdf", "samples", "attempts")
+_OPTIONAL = ("cdf", "samples", "attempts", "agents_cpu")
 
 
 @dataclass(kw_only=True)
@@ -54,6 +54,8 @@ class Run:
     cdf: list | None = None
     samples: list | None = None
     attempts: int | None = None
+    # every agent's CPU over the run, in cores summed over the fleet
+    agents_cpu: float | None = None
     # where it sits in the experiment
     rho: float
     rep: int
