@@ -11,6 +11,10 @@
 //!   `SharedPolicy::{decide, admit}` and `admission::decide_in`.
 //! * [`headers`]: the agent's (and the Wasm sidecar's) request classification,
 //!   `protocol::{classify, per_try_mark, is_token, is_hunt_header, carry, offerable}`.
+//! * [`fleet_report`]: the forwarding tier's sealed datagram,
+//!   `forward::{open, seal, Report::parse}`, with a keyed stand-in for the
+//!   agent's HMAC (the MAC itself is ring's): nothing of a datagram is parsed
+//!   unless its tag checks, and what opens prints and seals back to itself.
 
 use huntlb_policy::admission::{decide_in, StateCell, Write};
 use huntlb_policy::protocol::{self, Body, Field, Hold, Mark, NotOffered};
@@ -19,8 +23,8 @@ use huntlb_policy::{Decision, Gates, Load, Policy, RawSettings, Reason, SharedPo
 use std::cell::Cell;
 
 /// Every target by name (the name is its `fuzz/corpus/` directory).
-pub const TARGETS: [(&str, fn(&[u8])); 4] =
-    [("spec", spec), ("settings", settings), ("policy_fsm", policy_fsm), ("headers", headers)];
+pub const TARGETS: [(&str, fn(&[u8])); 5] =
+    [("spec", spec), ("settings", settings), ("policy_fsm", policy_fsm), ("headers", headers), ("fleet_report", fleet_report)];
 
 /// Fuzz bytes read as smaller values; past the end, zeros.
 struct Input<'a>(&'a [u8]);
@@ -491,5 +495,66 @@ pub fn headers(data: &[u8]) {
         let lower = name.to_ascii_lowercase();
         let want = lower == "hunt" || lower.starts_with("hunt-");
         assert_eq!(protocol::is_hunt_header(name), want, "is_hunt_header({name:?})");
+    }
+}
+
+/// A keyed stand-in for the agent's HMAC-SHA256: FNV-1a over a key and the
+/// text, spread to 16 bytes. Not a MAC; it lets the fuzzer reach both sides of
+/// the check (an input that carries the right tag, and one that does not).
+fn toy_tag(text: &[u8]) -> [u8; huntlb_policy::forward::TAG_LEN] {
+    let mut out = [0u8; huntlb_policy::forward::TAG_LEN];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ i as u64;
+        for &b in b"fuzz-key".iter().chain(text) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        chunk.copy_from_slice(&h.to_le_bytes()[..chunk.len()]);
+    }
+    out
+}
+
+/// The first byte picks how the rest is used: as a whole datagram (mostly
+/// rejected), or as a report's text sealed with the right tag (so the parser
+/// behind the check is reached), with one byte then perhaps flipped.
+pub fn fleet_report(data: &[u8]) {
+    use huntlb_policy::forward::{open, seal, Rejected, Report, MAX_REPORT_LEN};
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let datagram: Vec<u8> = match mode % 3 {
+        0 => rest.to_vec(),
+        _ => {
+            let text = String::from_utf8_lossy(rest).into_owned();
+            let mut d = seal(&text, &toy_tag(text.as_bytes())).into_bytes();
+            if mode % 3 == 2 && !d.is_empty() {
+                let i = usize::from(mode) % d.len();
+                d[i] ^= 1;
+            }
+            d
+        }
+    };
+    let mut verified = None;
+    let got = open(&datagram, |text, tag| {
+        verified = Some(text.to_vec());
+        *tag == toy_tag(text)
+    });
+    match &got {
+        Ok(r) => {
+            // Opened: the tag was checked over exactly the bytes before it.
+            let text = verified.clone().expect("opened without the tag being checked");
+            assert_eq!(datagram.len(), text.len() + 1 + 2 * huntlb_policy::forward::TAG_LEN);
+            assert_eq!(&datagram[..text.len()], &text[..]);
+            // What opened prints as a report that parses to itself, and
+            // sealed again, opens to the same report.
+            let printed = r.to_string();
+            assert_eq!(Report::parse(printed.as_bytes()).as_ref(), Ok(r), "{printed}");
+            let again = seal(&printed, &toy_tag(printed.as_bytes()));
+            assert!(again.len() <= MAX_REPORT_LEN || printed.len() > text.len(), "a report that fit no longer fits: {again}");
+            assert_eq!(open(again.as_bytes(), |t, tag| *tag == toy_tag(t)).as_ref(), Ok(r));
+        }
+        Err(Rejected::Unauthenticated) => assert!(verified.is_some(), "unauthenticated without a check"),
+        Err(Rejected::Malformed(e)) => assert!(!e.is_empty()),
+    }
+    // Oversized datagrams are refused before any check.
+    if datagram.len() > MAX_REPORT_LEN {
+        assert!(verified.is_none() && matches!(got, Err(Rejected::Malformed(_))));
     }
 }
