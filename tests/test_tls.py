@@ -48,6 +48,11 @@ subjectAltName = DNS:huntlb-agent,IP:127.0.0.1
 basicConstraints = critical,CA:FALSE
 keyUsage = critical,digitalSignature
 extendedKeyUsage = clientAuth
+[peer]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature
+extendedKeyUsage = serverAuth,clientAuth
+subjectAltName = DNS:huntlb-agent
 """
 
 
@@ -428,3 +433,32 @@ def test_bad_tls_files_fail_at_start_naming_the_key(procs, addrs, pki, tmp_path,
     assert p.wait(10) == 2
     log = Path(p.log_path).read_text()
     assert f"config key `{key}`" in log, log
+
+
+def test_forwards_between_agents_use_mtls(procs, addrs, pki):
+    # With TLS on the agents, the tier forwards over TLS too, presenting the
+    # agent's own certificate (server and client use) and checking the peer's
+    # for fleet_tls_name: a peer with mTLS takes nothing else, and requests
+    # never cross between backends in clear. Before, fleet_listen refused to
+    # start beside tls_cert.
+    import threading
+    import uuid
+    from harness import path_count, start_fleet
+    peer_crt, peer_key = _leaf(pki.ca.parent, "peer", "ca", "peer")
+    opts = {"tls_cert": peer_crt, "tls_key": peer_key, "tls_client_ca": pki.ca, "fleet_tls_name": NAME,
+            "fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000}
+    a, b = bs = start_fleet(procs, addrs, 2, agent_opts=opts, wanting=False)
+    front = (pki.front_crt, pki.front_key)
+    held = [threading.Thread(target=tls_request, args=(a.agent, client_context(pki, front), f"/hold/{i}?work_ms=4000"),
+                             kwargs={"headers": FINAL}, daemon=True) for i in range(2)]
+    for t in held:
+        t.start()
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 2, what="two requests working at a")
+    for _ in range(5):
+        path = f"/fwd-tls/{uuid.uuid4()}"
+        status, h, _ = tls_request(a.agent, client_context(pki, front), path, headers=OFFER)
+        assert status == 200 and h["hunt-served-by"] == b.id, (status, h)
+        assert path_count(bs, path) == 1 and app_stats(b.app)["paths"].get(path) == 1
+    m = a.metrics()
+    assert m['huntlb_forwards_total{outcome="sent"}'] == 5 and m['huntlb_forwards_total{outcome="unreachable"}'] == 0
+    assert handshake_failures(b.agent_proc) == 0

@@ -80,7 +80,7 @@ impl Agent {
         let peer_client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             .pool_timer(TokioTimer::new())
-            .build(Watched::new(peer_connector));
+            .build(Watched::with_tls(peer_connector, cfg.fleet.as_ref().and_then(|f| f.tls.clone())));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             // Without a timer the pool never reaps: an idle connection goes only

@@ -103,6 +103,8 @@ pub struct FleetConfig {
     /// `fleet_key_file`: the shared key(s) reports are sealed and checked with.
     pub key_file: String,
     pub keys: crate::seal::Keys,
+    /// With `tls_cert`: forwards to peers use TLS (mTLS with our certificate).
+    pub tls: Option<crate::tls::PeerTls>,
     pub forwarding: huntlb_policy::forward::Forwarding,
     /// Our count goes out on every change and at least this often.
     pub heartbeat: Duration,
@@ -241,6 +243,13 @@ pub struct Raw {
     /// The port members' agents take forwards on, at each member's address [default: listen's port].
     #[arg(long)]
     pub fleet_peer_port: Option<u16>,
+    /// With TLS: PEM CA certificate(s) the peers' certificates chain to;
+    /// forwards to peers use TLS, presenting this agent's own certificate [default: tls_client_ca].
+    #[arg(long)]
+    pub fleet_tls_ca: Option<String>,
+    /// With TLS: the name every peer's certificate carries (a DNS SAN) [default: the peer's IP].
+    #[arg(long)]
+    pub fleet_tls_name: Option<String>,
     /// Keep an offer when this backend's count is at most the least peer's plus this [default: 0].
     #[arg(long)]
     pub forward_slack: Option<u32>,
@@ -281,7 +290,7 @@ impl Raw {
         overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
-            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, forward_slack, forward_seen_slack, fleet_heartbeat_ms, fleet_dead_after_ms,
+            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_slack, forward_seen_slack, fleet_heartbeat_ms, fleet_dead_after_ms,
             fleet_settle_ms, fleet_resolve_ms);
         raw.validate()
     }
@@ -364,6 +373,8 @@ impl Raw {
                     ("fleet_advertise", self.fleet_advertise.is_some()),
                     ("fleet_key_file", self.fleet_key_file.is_some()),
                     ("fleet_peer_port", self.fleet_peer_port.is_some()),
+                    ("fleet_tls_ca", self.fleet_tls_ca.is_some()),
+                    ("fleet_tls_name", self.fleet_tls_name.is_some()),
                     ("forward_slack", self.forward_slack.is_some()),
                     ("forward_seen_slack", self.forward_seen_slack.is_some()),
                     ("fleet_heartbeat_ms", self.fleet_heartbeat_ms.is_some()),
@@ -378,10 +389,26 @@ impl Raw {
                 None
             }
             Some(l) => {
-                // A forwarded try goes to a peer's `listen` in plaintext.
-                if tls.is_some() {
-                    return Err(invalid("fleet_listen", "forwarding speaks plaintext HTTP to peers; not with tls_cert"));
-                }
+                // With TLS on `listen`, forwards to peers use it too: a peer
+                // with mTLS takes nothing else, and requests do not cross
+                // between backends in clear.
+                let peer_tls = match (&tls, self.fleet_tls_ca.as_deref().or(self.tls_client_ca.as_deref())) {
+                    (None, _) => {
+                        for (key, set) in [("fleet_tls_ca", self.fleet_tls_ca.is_some()), ("fleet_tls_name", self.fleet_tls_name.is_some())] {
+                            if set {
+                                return Err(invalid(key, "only meaningful with tls_cert"));
+                            }
+                        }
+                        None
+                    }
+                    (Some(_), None) => {
+                        return Err(invalid("fleet_tls_ca", "required with tls_cert and fleet_listen (or tls_client_ca): the CA the peers' certificates chain to"))
+                    }
+                    (Some(t), Some(ca)) => {
+                        let key = if self.fleet_tls_ca.is_some() { "fleet_tls_ca" } else { "tls_client_ca" };
+                        Some(crate::tls::peer_config(&t.files.cert, &t.files.key, (key, ca), self.fleet_tls_name.as_deref())?)
+                    }
+                };
                 let listen_udp = addr("fleet_listen", Some(l), "")?;
                 let peers_raw = self.fleet_peers.ok_or_else(|| invalid("fleet_peers", "required with fleet_listen"))?;
                 let peers = peers_raw
@@ -453,6 +480,7 @@ impl Raw {
                     peer_port,
                     key_file,
                     keys,
+                    tls: peer_tls,
                     forwarding: huntlb_policy::forward::Forwarding {
                         slack: self.forward_slack.unwrap_or(0),
                         seen_slack: Some(self.forward_seen_slack.unwrap_or(1)),

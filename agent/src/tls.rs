@@ -176,6 +176,51 @@ pub fn server_config(cert: &str, key: &str, client_ca: Option<&str>) -> Result<T
     Ok(Tls { server: Arc::new(cfg), mtls: client_ca.is_some(), files })
 }
 
+/// TLS to the forwarding tier's peers: the agent presents its own
+/// certificate (`tls_cert`, `tls_key`: peers with mTLS take only certificates
+/// from their `tls_client_ca`) and checks the peer's against `ca` for `name`
+/// (`fleet_tls_name`), or for the peer's IP address when no name is given.
+#[derive(Clone)]
+pub struct PeerTls {
+    pub client: Arc<rustls::ClientConfig>,
+    pub name: Option<rustls::pki_types::ServerName<'static>>,
+}
+
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PeerTls(name: {:?})", self.name)
+    }
+}
+
+pub fn peer_config(cert: &str, key: &str, ca: (&'static str, &str), name: Option<&str>) -> Result<PeerTls, ConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let (ca_key, ca_path) = ca;
+    let mut roots = RootCertStore::empty();
+    for c in certs(ca_key, ca_path)? {
+        roots.add(c).map_err(|e| invalid(ca_key, format!("{ca_path}: {e}")))?;
+    }
+    let chain = certs("tls_cert", cert)?;
+    let pem = read("tls_key", key)?;
+    let private =
+        PrivateKeyDer::from_pem_slice(&pem).map_err(|e| invalid("tls_key", format!("{key}: no PEM private key in it ({e})")))?;
+    let mut client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(ca_key, e.to_string()))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, private)
+        .map_err(|e| invalid("tls_key", format!("{key} with {cert}: {e}")))?;
+    // Forwards speak HTTP/1.1 to peers.
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name = match name {
+        None => None,
+        Some(n) => Some(
+            rustls::pki_types::ServerName::try_from(n.to_string())
+                .map_err(|e| invalid("fleet_tls_name", format!("`{n}`: {e}")))?,
+        ),
+    };
+    Ok(PeerTls { client: Arc::new(client), name })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

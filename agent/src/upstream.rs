@@ -33,7 +33,9 @@ use bytes::Bytes;
 use http::HeaderMap;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::connect::{CaptureConnection, Connected, Connection, HttpConnector};
+use crate::tls::PeerTls;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
@@ -51,11 +53,18 @@ use tokio::net::TcpStream;
 pub struct Watched {
     inner: HttpConnector,
     keep_alive: Arc<KeepAlive>,
+    /// TLS on each connection (forwards to peers, with `tls_cert`).
+    tls: Option<PeerTls>,
 }
 
 impl Watched {
     pub fn new(inner: HttpConnector) -> Self {
-        Watched { inner, keep_alive: Arc::default() }
+        Watched { inner, keep_alive: Arc::default(), tls: None }
+    }
+
+    /// Every connection TLS, checked as `tls` says.
+    pub fn with_tls(inner: HttpConnector, tls: Option<PeerTls>) -> Self {
+        Watched { inner, keep_alive: Arc::default(), tls }
     }
 }
 
@@ -90,18 +99,34 @@ impl KeepAlive {
 
 impl tower_service::Service<http::Uri> for Watched {
     type Response = TokioIo<WatchedStream>;
-    type Error = <HttpConnector as tower_service::Service<http::Uri>>::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, dst: http::Uri) -> Self::Future {
+        let host = dst.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string());
         let connecting = self.inner.call(dst);
         let keep_alive = self.keep_alive.clone();
+        let tls = self.tls.clone();
         Box::pin(async move {
             let tcp = connecting.await?.into_inner();
+            let tcp = match tls {
+                None => Stream::Plain(tcp),
+                Some(t) => {
+                    // The name the peer's certificate must carry: the
+                    // configured one, else the address we dialled.
+                    let name = match (t.name, host.as_deref().and_then(|h| h.parse::<std::net::IpAddr>().ok())) {
+                        (Some(n), _) => n,
+                        (None, Some(ip)) => ServerName::IpAddress(ip.into()),
+                        (None, None) => return Err(io::Error::new(io::ErrorKind::InvalidInput, "TLS to a peer with no address and no fleet_tls_name").into()),
+                    };
+                    let stream = tokio_rustls::TlsConnector::from(t.client).connect(name, tcp).await?;
+                    Stream::Tls(Box::new(stream))
+                }
+            };
             Ok(TokioIo::new(WatchedStream {
                 tcp,
                 read_any: false,
@@ -130,8 +155,23 @@ pub fn closed_before_write(cap: &CaptureConnection) -> bool {
     ext.get::<ClosedBeforeWrite>().is_some_and(|c| c.0.load(Ordering::Acquire))
 }
 
+/// A connection upstream: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(t) => t,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
 pub struct WatchedStream {
-    tcp: TcpStream,
+    tcp: Stream,
     /// A response has been read on it: a later write starts another request
     /// on a reused connection (HTTP/1.1 does not pipeline here).
     read_any: bool,
@@ -157,7 +197,7 @@ impl WatchedStream {
         let mut buf = ReadBuf::new(&mut one);
         // Data waiting (an unsolicited answer such as a 408) is not a close:
         // the request is written and the answer read as usual.
-        matches!(self.tcp.poll_peek(cx, &mut buf), Poll::Ready(Ok(0)) | Poll::Ready(Err(_)))
+        matches!(self.tcp.tcp().poll_peek(cx, &mut buf), Poll::Ready(Ok(0)) | Poll::Ready(Err(_)))
     }
 
     fn refuse_write(&mut self) -> Poll<io::Result<usize>> {
@@ -169,7 +209,10 @@ impl WatchedStream {
 impl AsyncRead for WatchedStream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let r = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        let r = match &mut self.tcp {
+            Stream::Plain(t) => Pin::new(t).poll_read(cx, buf),
+            Stream::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
+        };
         match &r {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
                 self.read_any = true;
@@ -189,7 +232,10 @@ impl AsyncWrite for WatchedStream {
         if self.closed_by_peer(cx) {
             return self.refuse_write();
         }
-        let r = Pin::new(&mut self.tcp).poll_write(cx, data);
+        let r = match &mut self.tcp {
+            Stream::Plain(t) => Pin::new(t).poll_write(cx, data),
+            Stream::Tls(t) => Pin::new(t.as_mut()).poll_write(cx, data),
+        };
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.wrote_since_read = true;
         }
@@ -200,7 +246,10 @@ impl AsyncWrite for WatchedStream {
         if self.closed_by_peer(cx) {
             return self.refuse_write();
         }
-        let r = Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs);
+        let r = match &mut self.tcp {
+            Stream::Plain(t) => Pin::new(t).poll_write_vectored(cx, bufs),
+            Stream::Tls(t) => Pin::new(t.as_mut()).poll_write_vectored(cx, bufs),
+        };
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.wrote_since_read = true;
         }
@@ -208,21 +257,30 @@ impl AsyncWrite for WatchedStream {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+        match &self.tcp {
+            Stream::Plain(t) => t.is_write_vectored(),
+            Stream::Tls(t) => t.is_write_vectored(),
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_flush(cx)
+        match &mut self.tcp {
+            Stream::Plain(t) => Pin::new(t).poll_flush(cx),
+            Stream::Tls(t) => Pin::new(t.as_mut()).poll_flush(cx),
+        }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_shutdown(cx)
+        match &mut self.tcp {
+            Stream::Plain(t) => Pin::new(t).poll_shutdown(cx),
+            Stream::Tls(t) => Pin::new(t.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
 impl Connection for WatchedStream {
     fn connected(&self) -> Connected {
-        self.tcp.connected().extra(self.closed.clone())
+        self.tcp.tcp().connected().extra(self.closed.clone())
     }
 }
 

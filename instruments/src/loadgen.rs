@@ -54,6 +54,9 @@ pub struct Plan {
     /// runs with one seed then meet the same arrivals and the same jobs, and
     /// their difference is the balancer's alone (common random numbers).
     pub work: Option<Demand>,
+    /// Headers every request carries (a bench that offers straight to an
+    /// agent marks its requests as a front would).
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 /// A latency summary in microseconds.
@@ -223,11 +226,15 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
             None => base.clone(),
         };
         let (client, tally, slots, served_by, timeout) = (client.clone(), tally.clone(), slots.clone(), served_by.clone(), plan.timeout);
+        let headers = plan.headers.clone();
         tasks.push(handle.spawn(async move {
             let _permit = slots.acquire_owned().await;
             let mut req = Request::get(uri);
             if let Some(ms) = work {
                 req = req.header("x-work-ms", ms);
+            }
+            for (k, v) in headers {
+                req = req.header(k, v);
             }
             let req = req.body(Full::new(Bytes::new())).expect("request");
             let res = tokio::time::timeout(timeout, async {

@@ -48,6 +48,9 @@ struct Args {
     /// Pin the generator to this CPU (isolate it from what it measures).
     #[arg(long)]
     pin: Option<usize>,
+    /// A header every request carries, `NAME:VALUE`; repeat for more.
+    #[arg(long = "header")]
+    headers: Vec<String>,
 }
 
 fn read_trace(path: &str) -> anyhow::Result<Vec<(Duration, String)>> {
@@ -96,6 +99,14 @@ fn main() -> anyhow::Result<()> {
         max_lateness: Duration::from_micros(a.max_lateness_us),
         trace,
         work: a.work.as_deref().map(|w| w.parse().map_err(|e| anyhow::anyhow!("--work: {e}"))).transpose()?,
+        headers: a
+            .headers
+            .iter()
+            .map(|h| {
+                let (k, v) = h.split_once(':').with_context(|| format!("--header `{h}`: want NAME:VALUE"))?;
+                Ok((k.trim().parse().with_context(|| format!("--header `{h}`: bad name"))?, v.trim().parse().with_context(|| format!("--header `{h}`: bad value"))?))
+            })
+            .collect::<anyhow::Result<_>>()?,
     })?;
     print!("{}", loadgen::wrk2_text(&report));
     if let Some(path) = a.json {
