@@ -588,6 +588,7 @@ mod tests {
             from: listen.parse().unwrap(),
             peer_port: 8080,
             keys: Keys::load(&key_file).unwrap(),
+            tls: None,
             key_file,
             forwarding: huntlb_policy::forward::Forwarding { slack: 0, seen_slack: None },
             heartbeat: Duration::from_secs(60),
