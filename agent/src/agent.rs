@@ -80,7 +80,7 @@ impl Agent {
         let peer_client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             .pool_timer(TokioTimer::new())
-            .build(Watched::with_tls(peer_connector, cfg.fleet.as_ref().and_then(|f| f.tls.clone())));
+            .build(Watched::http1_tls(peer_connector, cfg.fleet.as_ref().and_then(|f| f.tls.clone())));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             // Without a timer the pool never reaps: an idle connection goes only
@@ -89,8 +89,8 @@ impl Agent {
             .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(cfg.max_inflight as usize)
             .http2_only(cfg.app_h2)
-            .build(Watched::new(connector.clone()));
-        let fresh_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).http2_only(cfg.app_h2).build(Watched::new(connector));
+            .build(if cfg.app_h2 { Watched::http2(connector.clone()) } else { Watched::http1(connector.clone()) });
+        let fresh_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).http2_only(cfg.app_h2).build(Watched::http1(connector));
         let scoreboard = matches!(cfg.load, LoadSource::Apache { .. }).then(|| Arc::new(Scoreboard::default()));
         Arc::new(Agent {
             policy: SharedPolicy::new(cfg.policy),

@@ -55,16 +55,26 @@ pub struct Watched {
     keep_alive: Arc<KeepAlive>,
     /// TLS on each connection (forwards to peers, with `tls_cert`).
     tls: Option<PeerTls>,
+    /// HTTP/1.1 only: one request at a time on a connection, so a write after
+    /// a read starts a request. Over HTTP/2 (`app_protocol = "h2"`) streams
+    /// interleave, a close fails them all, and none is sent again.
+    watch: bool,
 }
 
 impl Watched {
-    pub fn new(inner: HttpConnector) -> Self {
-        Watched { inner, keep_alive: Arc::default(), tls: None }
+    /// HTTP/1.1 connections, watched.
+    pub fn http1(inner: HttpConnector) -> Self {
+        Watched { inner, keep_alive: Arc::default(), tls: None, watch: true }
     }
 
-    /// Every connection TLS, checked as `tls` says.
-    pub fn with_tls(inner: HttpConnector, tls: Option<PeerTls>) -> Self {
-        Watched { inner, keep_alive: Arc::default(), tls }
+    /// HTTP/2 connections: not watched.
+    pub fn http2(inner: HttpConnector) -> Self {
+        Watched { watch: false, ..Watched::http1(inner) }
+    }
+
+    /// HTTP/1.1 connections, each TLS, checked as `tls` says.
+    pub fn http1_tls(inner: HttpConnector, tls: Option<PeerTls>) -> Self {
+        Watched { tls, ..Watched::http1(inner) }
     }
 }
 
@@ -110,7 +120,7 @@ impl tower_service::Service<http::Uri> for Watched {
         let host = dst.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string());
         let connecting = self.inner.call(dst);
         let keep_alive = self.keep_alive.clone();
-        let tls = self.tls.clone();
+        let (tls, watch) = (self.tls.clone(), self.watch);
         Box::pin(async move {
             let tcp = connecting.await?.into_inner();
             let tcp = match tls {
@@ -129,6 +139,7 @@ impl tower_service::Service<http::Uri> for Watched {
             };
             Ok(TokioIo::new(WatchedStream {
                 tcp,
+                watch,
                 read_any: false,
                 wrote_since_read: false,
                 last_read: Instant::now(),
@@ -172,6 +183,7 @@ impl Stream {
 
 pub struct WatchedStream {
     tcp: Stream,
+    watch: bool,
     /// A response has been read on it: a later write starts another request
     /// on a reused connection (HTTP/1.1 does not pipeline here).
     read_any: bool,
@@ -187,10 +199,18 @@ impl WatchedStream {
     /// other side closed it (EOF or reset waiting in the socket), or has it
     /// been idle so long that it may be closing now?
     fn closed_by_peer(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.read_any || self.wrote_since_read {
+        if !self.watch || !self.read_any || self.wrote_since_read {
             return false;
         }
-        if self.keep_alive.too_old(self.last_read.elapsed()) {
+        let idle = self.last_read.elapsed();
+        // Idle this briefly, it is no keep-alive timeout that could be closing
+        // it (nor is a request body going on after an interim `100 Continue`,
+        // which a close must not make us send again): written as is, and busy
+        // connections cost no look at the socket.
+        if idle < KEEP_ALIVE_AT_LEAST {
+            return false;
+        }
+        if self.keep_alive.too_old(idle) {
             return true;
         }
         let mut one = [0u8; 1];
@@ -220,7 +240,9 @@ impl AsyncRead for WatchedStream {
                 self.last_read = Instant::now();
             }
             // Closed (EOF or reset) while idle: the other side's keep-alive.
-            Poll::Ready(_) if self.read_any && !self.wrote_since_read => self.keep_alive.closed_after(self.last_read.elapsed()),
+            Poll::Ready(_) if self.watch && self.read_any && !self.wrote_since_read => {
+                self.keep_alive.closed_after(self.last_read.elapsed())
+            }
             _ => {}
         }
         r
