@@ -1,0 +1,228 @@
+//! The forwarding tier's configuration: its members, its key, TLS to peers,
+//! and the forwarding knobs, validated once with errors that name the key.
+
+use super::{addr, invalid, ms, ConfigError, Raw};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// One `fleet_peers` entry: an address, or a DNS name resolved again every
+/// `fleet_resolve_ms` to every address it has (Docker's service names, a
+/// headless Kubernetes service), so peers come and go with the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    Addr(SocketAddr),
+    Name { host: String, port: u16 },
+}
+
+impl Peer {
+    fn parse(v: &str) -> Option<Peer> {
+        if let Ok(a) = v.parse::<SocketAddr>() {
+            return Some(Peer::Addr(a));
+        }
+        let (host, port) = v.rsplit_once(':')?;
+        let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
+        let label_ok = |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && !l.starts_with('-');
+        (host.len() <= 253 && host.split('.').all(label_ok) && !host.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+            .then(|| Peer::Name { host: host.to_string(), port })
+    }
+}
+
+/// The forwarding tier: this agent's count goes to every peer, theirs come in,
+/// and an offer not kept here goes on to the least loaded peer
+/// (`huntlb_policy::forward`).
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// UDP: where peers' counts arrive, and ours leave from.
+    pub listen: SocketAddr,
+    /// Every peer's `fleet_listen` (this agent's own is skipped): the members,
+    /// the only senders heard and the only places forwards go.
+    pub peers: Vec<Peer>,
+    /// This agent as it names itself: `hunt-via` on what it forwards.
+    pub advertise: String,
+    /// The address our reports come from, as peers see it (and check).
+    pub from: SocketAddr,
+    /// A member's agent takes forwards at its address on this port.
+    pub peer_port: u16,
+    /// `fleet_key_file`: the shared key(s) reports are sealed and checked with.
+    pub key_file: String,
+    pub keys: crate::seal::Keys,
+    /// With `tls_cert`: forwards to peers use TLS (mTLS with our certificate).
+    pub tls: Option<crate::tls::PeerTls>,
+    pub forwarding: huntlb_policy::forward::Forwarding,
+    /// Our count goes out on every change and at least this often.
+    pub heartbeat: Duration,
+    /// A peer not heard from for this long takes no forwards.
+    pub dead_after: Duration,
+    /// What this agent forwarded to a peer counts in its view of that peer
+    /// for this long (until the peer's own count has surely told it).
+    pub settle: Duration,
+    /// Names in `peers` are resolved again this often.
+    pub resolve: Duration,
+}
+
+/// The tier's knobs, taken from `Raw` before the rest is validated.
+pub(super) struct Knobs {
+    fleet_listen: Option<String>,
+    fleet_peers: Option<String>,
+    fleet_advertise: Option<String>,
+    fleet_key_file: Option<String>,
+    fleet_peer_port: Option<u16>,
+    fleet_tls_ca: Option<String>,
+    fleet_tls_name: Option<String>,
+    forward_slack: Option<u32>,
+    forward_seen_slack: Option<u32>,
+    fleet_heartbeat_ms: Option<u64>,
+    fleet_dead_after_ms: Option<u64>,
+    fleet_settle_ms: Option<u64>,
+    fleet_resolve_ms: Option<u64>,
+}
+
+impl Knobs {
+    pub(super) fn take(raw: &mut Raw) -> Knobs {
+        Knobs {
+            fleet_listen: raw.fleet_listen.take(),
+            fleet_peers: raw.fleet_peers.take(),
+            fleet_advertise: raw.fleet_advertise.take(),
+            fleet_key_file: raw.fleet_key_file.take(),
+            fleet_peer_port: raw.fleet_peer_port.take(),
+            fleet_tls_ca: raw.fleet_tls_ca.take(),
+            fleet_tls_name: raw.fleet_tls_name.take(),
+            forward_slack: raw.forward_slack.take(),
+            forward_seen_slack: raw.forward_seen_slack.take(),
+            fleet_heartbeat_ms: raw.fleet_heartbeat_ms.take(),
+            fleet_dead_after_ms: raw.fleet_dead_after_ms.take(),
+            fleet_settle_ms: raw.fleet_settle_ms.take(),
+            fleet_resolve_ms: raw.fleet_resolve_ms.take(),
+        }
+    }
+}
+
+/// `None` without `fleet_listen` (and then no other tier key may be set).
+pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tls>, client_ca: Option<&str>) -> Result<Option<FleetConfig>, ConfigError> {
+    Ok(match k.fleet_listen {
+        None => {
+            for (key, set) in [
+                ("fleet_peers", k.fleet_peers.is_some()),
+                ("fleet_advertise", k.fleet_advertise.is_some()),
+                ("fleet_key_file", k.fleet_key_file.is_some()),
+                ("fleet_peer_port", k.fleet_peer_port.is_some()),
+                ("fleet_tls_ca", k.fleet_tls_ca.is_some()),
+                ("fleet_tls_name", k.fleet_tls_name.is_some()),
+                ("forward_slack", k.forward_slack.is_some()),
+                ("forward_seen_slack", k.forward_seen_slack.is_some()),
+                ("fleet_heartbeat_ms", k.fleet_heartbeat_ms.is_some()),
+                ("fleet_dead_after_ms", k.fleet_dead_after_ms.is_some()),
+                ("fleet_settle_ms", k.fleet_settle_ms.is_some()),
+                ("fleet_resolve_ms", k.fleet_resolve_ms.is_some()),
+            ] {
+                if set {
+                    return Err(invalid(key, "only meaningful with fleet_listen"));
+                }
+            }
+            None
+        }
+        Some(l) => {
+            // With TLS on `listen`, forwards to peers use it too: a peer
+            // with mTLS takes nothing else, and requests do not cross
+            // between backends in clear.
+            let peer_tls = match (tls, k.fleet_tls_ca.as_deref().or(client_ca)) {
+                (None, _) => {
+                    for (key, set) in [("fleet_tls_ca", k.fleet_tls_ca.is_some()), ("fleet_tls_name", k.fleet_tls_name.is_some())] {
+                        if set {
+                            return Err(invalid(key, "only meaningful with tls_cert"));
+                        }
+                    }
+                    None
+                }
+                (Some(_), None) => {
+                    return Err(invalid("fleet_tls_ca", "required with tls_cert and fleet_listen (or tls_client_ca): the CA the peers' certificates chain to"))
+                }
+                (Some(t), Some(ca)) => {
+                    let key = if k.fleet_tls_ca.is_some() { "fleet_tls_ca" } else { "tls_client_ca" };
+                    Some(crate::tls::peer_config(&t.files.cert, &t.files.key, (key, ca), k.fleet_tls_name.as_deref())?)
+                }
+            };
+            let listen_udp = addr("fleet_listen", Some(l), "")?;
+            let peers_raw = k.fleet_peers.ok_or_else(|| invalid("fleet_peers", "required with fleet_listen"))?;
+            let peers = peers_raw
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|p| Peer::parse(p).ok_or_else(|| invalid("fleet_peers", format!("`{p}` is not ip:port or name:port"))))
+                .collect::<Result<Vec<_>, _>>()?;
+            if peers.iter().all(|p| *p == Peer::Addr(listen_udp)) {
+                return Err(invalid("fleet_peers", "names no peer but this agent"));
+            }
+            // Peers forward here: an address they can reach, which an
+            // unspecified one (0.0.0.0, [::]) is not.
+            let advertise = match k.fleet_advertise {
+                Some(a) => a,
+                None if listen.ip().is_unspecified() => {
+                    return Err(invalid("fleet_advertise", format!("required when listen is {listen}: the address peers reach this agent at")))
+                }
+                None => listen.to_string(),
+            };
+            if !huntlb_policy::forward::is_forward_addr(&advertise) {
+                return Err(invalid("fleet_advertise", format!("`{advertise}` is not host:port (at most 64 bytes)")));
+            }
+            if advertise.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_unspecified()) {
+                return Err(invalid("fleet_advertise", format!("`{advertise}`: peers cannot reach an unspecified address")));
+            }
+            // Peers take a report only from the member it says sent it:
+            // bound to every address, this agent names its own by
+            // fleet_advertise's IP.
+            let from = if listen_udp.ip().is_unspecified() {
+                match advertise.parse::<SocketAddr>() {
+                    Ok(a) => SocketAddr::new(a.ip(), listen_udp.port()),
+                    Err(_) => {
+                        return Err(invalid(
+                            "fleet_advertise",
+                            format!("`{advertise}` is a name, but fleet_listen binds every address: give this agent's IP, which its reports come from"),
+                        ))
+                    }
+                }
+            } else {
+                listen_udp
+            };
+            let key_file = k.fleet_key_file.ok_or_else(|| {
+                invalid("fleet_key_file", "required with fleet_listen: reports are sealed with a shared key (`openssl rand -hex 32 > fleet.key`)")
+            })?;
+            let keys = crate::seal::Keys::load(&key_file).map_err(|e| invalid("fleet_key_file", e))?;
+            let peer_port = match k.fleet_peer_port {
+                Some(0) => return Err(invalid("fleet_peer_port", "0 is no port")),
+                Some(p) => p,
+                None => listen.port(),
+            };
+            let heartbeat = ms("fleet_heartbeat_ms", k.fleet_heartbeat_ms, 50, 1)?;
+            let dead_after = ms("fleet_dead_after_ms", k.fleet_dead_after_ms, 250, 1)?;
+            if dead_after <= heartbeat {
+                return Err(invalid("fleet_dead_after_ms", "must be longer than fleet_heartbeat_ms, or every peer is dead between beats"));
+            }
+            let settle = ms("fleet_settle_ms", k.fleet_settle_ms, 2, 0)?;
+            if settle > dead_after {
+                return Err(invalid("fleet_settle_ms", "must not be longer than fleet_dead_after_ms"));
+            }
+            if k.fleet_resolve_ms.is_some() && !peers.iter().any(|p| matches!(p, Peer::Name { .. })) {
+                return Err(invalid("fleet_resolve_ms", "only meaningful with a name in fleet_peers"));
+            }
+            Some(FleetConfig {
+                listen: listen_udp,
+                peers,
+                advertise,
+                from,
+                peer_port,
+                key_file,
+                keys,
+                tls: peer_tls,
+                forwarding: huntlb_policy::forward::Forwarding {
+                    slack: k.forward_slack.unwrap_or(0),
+                    seen_slack: Some(k.forward_seen_slack.unwrap_or(1)),
+                },
+                heartbeat,
+                dead_after,
+                settle,
+                resolve: ms("fleet_resolve_ms", k.fleet_resolve_ms, 1000, 100)?,
+            })
+        }
+    })
+}

@@ -1,0 +1,201 @@
+//! Agent configuration: a TOML file (`--config`) and flags with the same names
+//! (flags win). Everything is validated once at start; an error names the key.
+
+use huntlb_policy::{Policy, RawSettings, Settings};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+mod fleet;
+mod raw;
+pub use fleet::{FleetConfig, Peer};
+pub use raw::Raw;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config key `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+    #[error("config file {path}: {reason}")]
+    File { path: String, reason: String },
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, reason: reason.into() }
+}
+
+/// Where the load `b` comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoadSource {
+    /// Requests this agent has in flight to the app (default).
+    Inflight,
+    /// Apache's scoreboard: `BusyWorkers` from `mod_status?auto`, polled.
+    Apache { status_url: http::Uri, poll: Duration },
+}
+
+/// The validated configuration the agent runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub id: String,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub app: SocketAddr,
+    /// Speak HTTP/2 (prior knowledge) to the app.
+    pub app_h2: bool,
+    pub agent_check: Option<SocketAddr>,
+    pub policy: Policy,
+    pub workers: u32,
+    pub load: LoadSource,
+    pub health_path: String,
+    pub drain_limit: usize,
+    pub max_connections: usize,
+    pub max_inflight: u32,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub app_timeout: Duration,
+    pub app_stall: Duration,
+    pub app_probe: Duration,
+    pub idle_timeout: Duration,
+    pub pool_idle: Duration,
+    pub drain_grace: Duration,
+    pub drain_timeout: Duration,
+    /// TLS on `listen` (`tls_cert` and `tls_key`, mTLS with `tls_client_ca`);
+    /// None: plaintext.
+    pub tls: Option<crate::tls::Tls>,
+    /// The forwarding tier (`fleet_listen` set); None: off.
+    pub fleet: Option<FleetConfig>,
+}
+
+
+
+macro_rules! overlay {
+    ($into:ident, $from:ident, $($f:ident),*) => { $( if $from.$f.is_some() { $into.$f = $from.$f; } )* };
+}
+
+impl Raw {
+    /// Flags over file over defaults.
+    pub fn load(flags: Raw) -> Result<Config, ConfigError> {
+        let mut raw = match &flags.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError::File { path: path.display().to_string(), reason: e.to_string() })?;
+                toml::from_str::<Raw>(&text)
+                    .map_err(|e| ConfigError::File { path: path.display().to_string(), reason: e.message().to_string() })?
+            }
+            None => Raw::default(),
+        };
+        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
+            health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
+            app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
+            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_slack, forward_seen_slack, fleet_heartbeat_ms, fleet_dead_after_ms,
+            fleet_settle_ms, fleet_resolve_ms);
+        raw.validate()
+    }
+
+    fn validate(mut self) -> Result<Config, ConfigError> {
+        let knobs = fleet::Knobs::take(&mut self);
+        // the settings the sidecars share: validated by the policy crate, once for every host
+        let shared = RawSettings { policy: self.policy.as_deref(), workers: self.workers.map(u64::from), id: self.id.as_deref() }
+            .validate("agent")
+            .map_err(|e| invalid(e.key, e.reason))?;
+        let Settings { policy, workers, id } = shared;
+        let load = match self.load.as_deref().unwrap_or("inflight") {
+            "inflight" => {
+                if self.apache_status_url.is_some() {
+                    return Err(invalid("apache_status_url", "only meaningful with load = \"apache\""));
+                }
+                LoadSource::Inflight
+            }
+            "apache" => {
+                let url = self.apache_status_url.ok_or_else(|| invalid("apache_status_url", "required with load = \"apache\""))?;
+                let status_url: http::Uri = url.parse().map_err(|_| invalid("apache_status_url", format!("`{url}` is not a URL")))?;
+                if status_url.scheme_str() != Some("http") || status_url.authority().is_none() {
+                    return Err(invalid("apache_status_url", format!("`{url}` must be an http:// URL")));
+                }
+                LoadSource::Apache { status_url, poll: ms("apache_poll_ms", self.apache_poll_ms, 10, 1)? }
+            }
+            other => return Err(invalid("load", format!("`{other}` is not a load source (expected inflight or apache)"))),
+        };
+        let health_path = self.health_path.unwrap_or_else(|| huntlb_policy::protocol::HEALTH_PATH.into());
+        if !health_path.starts_with('/') || health_path.contains(char::is_whitespace) {
+            return Err(invalid("health_path", format!("`{health_path}` must be a path starting with /")));
+        }
+        let max_connections = self.max_connections.unwrap_or(10_000);
+        if max_connections == 0 {
+            return Err(invalid("max_connections", "must be at least 1"));
+        }
+        let max_inflight = self.max_inflight.unwrap_or(4096);
+        if max_inflight == 0 {
+            return Err(invalid("max_inflight", "must be at least 1"));
+        }
+        let max_header_bytes = self.max_header_bytes.unwrap_or(65_536);
+        if !(8192..=1 << 20).contains(&max_header_bytes) {
+            return Err(invalid("max_header_bytes", format!("{max_header_bytes} is out of range (8192 to 1048576)")));
+        }
+        let max_headers = self.max_headers.unwrap_or(160);
+        if !(16..=10_000).contains(&max_headers) {
+            return Err(invalid("max_headers", format!("{max_headers} is out of range (16 to 10000)")));
+        }
+        let drain_limit = self.drain_limit.unwrap_or(1 << 20);
+        if drain_limit > 64 << 20 {
+            return Err(invalid("drain_limit", format!("{drain_limit} is above 64 MiB")));
+        }
+        let app_h2 = match self.app_protocol.as_deref().unwrap_or("http1") {
+            "http1" => false,
+            "h2" => true,
+            other => return Err(invalid("app_protocol", format!("`{other}` is not http1 or h2"))),
+        };
+        let tls = match (self.tls_cert.as_deref(), self.tls_key.as_deref(), self.tls_client_ca.as_deref()) {
+            (Some(cert), Some(key), ca) => Some(crate::tls::server_config(cert, key, ca)?),
+            (Some(_), None, _) => return Err(invalid("tls_key", "required with tls_cert")),
+            (None, Some(_), _) => return Err(invalid("tls_cert", "required with tls_key")),
+            (None, None, Some(_)) => return Err(invalid("tls_client_ca", "only meaningful with tls_cert and tls_key")),
+            (None, None, None) => None,
+        };
+        let listen = addr("listen", self.listen, "127.0.0.1:8080")?;
+        let fleet = fleet::validate(knobs, listen, tls.as_ref(), self.tls_client_ca.as_deref())?;
+        Ok(Config {
+            fleet,
+            tls,
+            app_h2,
+            listen,
+            admin: addr("admin", self.admin, "127.0.0.1:9901")?,
+            app: addr("app", self.app, "127.0.0.1:9000")?,
+            agent_check: match self.agent_check {
+                Some(v) => Some(addr("agent_check", Some(v), "")?),
+                None => None,
+            },
+            id,
+            policy,
+            workers,
+            load,
+            health_path,
+            drain_limit,
+            max_connections,
+            max_inflight,
+            max_header_bytes,
+            max_headers,
+            app_timeout: ms("app_timeout_ms", self.app_timeout_ms, 55_000, 1)?,
+            app_stall: ms("app_stall_ms", self.app_stall_ms, 10_000, 0)?,
+            app_probe: ms("app_probe_ms", self.app_probe_ms, 250, 10)?,
+            idle_timeout: ms("idle_timeout_ms", self.idle_timeout_ms, 120_000, 1_000)?,
+            pool_idle: ms("pool_idle_ms", self.pool_idle_ms, 1_000, 100)?,
+            drain_grace: ms("drain_grace_ms", self.drain_grace_ms, 2_000, 0)?,
+            drain_timeout: ms("drain_timeout_ms", self.drain_timeout_ms, 30_000, 0)?,
+        })
+    }
+}
+
+fn addr(key: &'static str, v: Option<String>, default: &str) -> Result<SocketAddr, ConfigError> {
+        let v = v.unwrap_or_else(|| default.to_string());
+        v.parse().map_err(|_| invalid(key, format!("`{v}` is not an ip:port address")))
+}
+
+fn ms(key: &'static str, v: Option<u64>, default: u64, min: u64) -> Result<Duration, ConfigError> {
+        let v = v.unwrap_or(default);
+        if v < min || v > 86_400_000 {
+            return Err(invalid(key, format!("{v} is out of range ({min} to 86400000 ms)")));
+        }
+        Ok(Duration::from_millis(v))
+}
+
+#[cfg(test)]
+mod tests;

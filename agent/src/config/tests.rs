@@ -1,0 +1,156 @@
+use super::*;
+
+fn raw(f: impl FnOnce(&mut Raw)) -> Result<Config, ConfigError> {
+    let mut r = Raw::default();
+    f(&mut r);
+    r.validate()
+}
+
+fn key_of(r: Result<Config, ConfigError>) -> String {
+    match r {
+        Err(ConfigError::Invalid { key, .. }) => key.to_string(),
+        other => panic!("expected an invalid key, got {other:?}"),
+    }
+}
+
+#[test]
+fn defaults_are_valid() {
+    let c = raw(|_| {}).unwrap();
+    assert_eq!(c.workers, 32);
+    assert_eq!(c.load, LoadSource::Inflight);
+    assert_eq!(c.policy.to_string(), "dynamic:window=50,low=0.4,high=0.6,c0=1,slack=1");
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    assert_eq!(key_of(raw(|r| r.policy = Some("fastest".into()))), "policy");
+    assert_eq!(key_of(raw(|r| r.listen = Some("nowhere".into()))), "listen");
+    assert_eq!(key_of(raw(|r| r.workers = Some(0))), "workers");
+    assert_eq!(key_of(raw(|r| r.load = Some("cpu".into()))), "load");
+    assert_eq!(key_of(raw(|r| r.load = Some("apache".into()))), "apache_status_url");
+    assert_eq!(key_of(raw(|r| r.id = Some("two words".into()))), "id");
+    assert_eq!(key_of(raw(|r| r.health_path = Some("health".into()))), "health_path");
+    assert_eq!(key_of(raw(|r| r.app_timeout_ms = Some(0))), "app_timeout_ms");
+    assert_eq!(key_of(raw(|r| r.idle_timeout_ms = Some(10))), "idle_timeout_ms");
+    assert_eq!(key_of(raw(|r| r.max_headers = Some(4))), "max_headers");
+}
+
+#[test]
+fn fleet_keys_are_checked_and_named() {
+    assert!(raw(|_| {}).unwrap().fleet.is_none());
+    assert_eq!(key_of(raw(|r| r.fleet_peers = Some("127.0.0.2:9700".into()))), "fleet_peers");
+    assert_eq!(key_of(raw(|r| r.forward_slack = Some(1))), "forward_slack");
+    let key = std::env::temp_dir().join(format!("huntlb-config-test-{}.key", std::process::id()));
+    std::fs::write(&key, "k".repeat(40)).unwrap();
+    let key = key.to_string_lossy().into_owned();
+    let fleet = |peers: &str| {
+        let (peers, key) = (peers.to_string(), key.clone());
+        move |r: &mut Raw| {
+            r.fleet_listen = Some("127.0.0.1:9700".into());
+            r.fleet_peers = Some(peers);
+            r.fleet_key_file = Some(key);
+        }
+    };
+    let c = raw(fleet("127.0.0.1:9700, 127.0.0.2:9700,")).unwrap().fleet.unwrap();
+    assert_eq!(c.peers.len(), 2);
+    assert_eq!(c.advertise, "127.0.0.1:8080");
+    assert_eq!((c.from, c.peer_port), ("127.0.0.1:9700".parse().unwrap(), 8080), "reports come from fleet_listen; forwards go to listen's port");
+    // Reports are sealed: no key, no tier.
+    assert_eq!(key_of(raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_key_file = None;
+    })), "fleet_key_file");
+    assert_eq!(key_of(raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_key_file = Some("/nonexistent/fleet.key".into());
+    })), "fleet_key_file");
+    assert_eq!(key_of(raw(|r| r.fleet_key_file = Some(key.clone()))), "fleet_key_file", "only meaningful with fleet_listen");
+    // Bound to every address: the sender it names is fleet_advertise's IP.
+    let any = raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_listen = Some("0.0.0.0:9700".into());
+        r.fleet_advertise = Some("10.1.2.3:8080".into());
+    })
+    .unwrap()
+    .fleet
+    .unwrap();
+    assert_eq!(any.from, "10.1.2.3:9700".parse().unwrap());
+    assert_eq!(key_of(raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_listen = Some("0.0.0.0:9700".into());
+        r.fleet_advertise = Some("backend-1:8080".into());
+    })), "fleet_advertise");
+    assert_eq!(c.forwarding, huntlb_policy::forward::Forwarding { slack: 0, seen_slack: Some(1) });
+    assert_eq!(key_of(raw(fleet("127.0.0.1:9700"))), "fleet_peers");
+    assert_eq!(key_of(raw(fleet("nowhere"))), "fleet_peers");
+    assert_eq!(key_of(raw(fleet("backends:0"))), "fleet_peers");
+    assert_eq!(key_of(raw(fleet("bad_name:9700"))), "fleet_peers");
+    assert_eq!(key_of(raw(fleet("127.0.0.300:9700"))), "fleet_peers");
+    let c = raw(fleet("backends:9700,[::1]:9700")).unwrap().fleet.unwrap();
+    assert_eq!(c.peers, [Peer::Name { host: "backends".into(), port: 9700 }, Peer::Addr("[::1]:9700".parse().unwrap())]);
+    assert_eq!(key_of(raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_dead_after_ms = Some(10);
+        r.fleet_heartbeat_ms = Some(10);
+    })), "fleet_dead_after_ms");
+    for bad in ["a,b", "a/b:8080", "host", "0.0.0.0:8080"] {
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            r.fleet_advertise = Some(bad.into());
+        })), "fleet_advertise", "{bad}");
+    }
+    assert_eq!(key_of(raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.listen = Some("0.0.0.0:8080".into());
+    })), "fleet_advertise");
+    assert_eq!(key_of(raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_settle_ms = Some(1000);
+    })), "fleet_settle_ms");
+    assert_eq!(key_of(raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_resolve_ms = Some(500);
+    })), "fleet_resolve_ms");
+    assert_eq!(key_of(raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_listen = Some("udp".into());
+    })), "fleet_listen");
+}
+
+#[test]
+fn tls_keys_come_together_and_bad_files_are_named() {
+    assert!(raw(|_| {}).unwrap().tls.is_none());
+    assert_eq!(key_of(raw(|r| r.tls_cert = Some("c.pem".into()))), "tls_key");
+    assert_eq!(key_of(raw(|r| r.tls_key = Some("k.pem".into()))), "tls_cert");
+    assert_eq!(key_of(raw(|r| r.tls_client_ca = Some("ca.pem".into()))), "tls_client_ca");
+    let dir = std::env::temp_dir().join(format!("huntlb-agent-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let junk = dir.join("junk.pem");
+    std::fs::write(&junk, "not a pem file\n").unwrap();
+    let junk = junk.display().to_string();
+    let missing = dir.join("missing.pem").display().to_string();
+    let both = |c: &str, k: &str| {
+        let (c, k) = (c.to_string(), k.to_string());
+        move |r: &mut Raw| {
+            r.tls_cert = Some(c);
+            r.tls_key = Some(k);
+        }
+    };
+    assert_eq!(key_of(raw(both(&missing, &junk))), "tls_cert");
+    assert_eq!(key_of(raw(both(&junk, &junk))), "tls_cert");
+    let e = raw(both(&missing, &junk)).unwrap_err().to_string();
+    assert!(e.contains("missing.pem"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn policy_error_carries_inner_key() {
+    let e = raw(|r| r.policy = Some("dynamic:window=0".into())).unwrap_err().to_string();
+    assert!(e.contains("`policy`") && e.contains("`window`"), "{e}");
+}
+
+#[test]
+fn unknown_file_key_is_named() {
+    let e = toml::from_str::<Raw>("polcy = \"static:4\"").unwrap_err();
+    assert!(e.message().contains("polcy"), "{}", e.message());
+}

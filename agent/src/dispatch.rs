@@ -1,0 +1,250 @@
+//! One request through the agent, decided here: classify its hunt headers, ask the policy if it
+//! is an offer, then refuse at once or forward to the app.
+//!
+//! ```text
+//!  proxy ──► agent ──┬── offer & policy says busy ──► 425 `hunt: busy` (app never sees it)
+//!                    │     (a body of no declared length: only once it has ended within
+//!                    │      the proxy's copy; else accepted after all, `hold`)
+//!                    ├── otherwise ──► app (hunt-* stripped) ──► response (its hunt-* stripped,
+//!                    │                                          an app 425 carried as 400) + hunt-served-by
+//!                    └── offer, fleet_listen set, a peer is the fleet's least ──► that peer's agent, as a
+//!                          final (`relay`); no connection to it: refused, so the front re-sends
+//! ```
+
+use crate::config::{Config, LoadSource};
+use crate::fleet::{Fleet, Pick};
+use crate::headers::{field, forwardable};
+use crate::load::{Inflight, PerFront, Progress, Relaying, Scoreboard};
+use crate::metrics::{Gauges, Metrics};
+use crate::respond::{busy_response, leaves_rotation, plain, AgentBody};
+use crate::body::Lent;
+use crate::upstream::Watched;
+use http::{HeaderValue, Request, Response, StatusCode};
+use huntlb_policy::protocol::{self, Field, Mark};
+use huntlb_policy::{Gates, Load, Policy, SharedPolicy, Verdict};
+use hyper::body::{Body, Incoming};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::debug;
+
+pub struct Agent {
+    pub cfg: Config,
+    pub(crate) policy: SharedPolicy,
+    pub(crate) inflight: Arc<Inflight>,
+    pub(crate) per_front: Arc<PerFront>,
+    pub scoreboard: Option<Arc<Scoreboard>>,
+    pub metrics: Metrics,
+    pub(crate) client: Client<Watched, Lent>,
+    /// No pool: a request whose pooled connection the app had closed before
+    /// any of it was written goes again on a connection of its own.
+    pub(crate) fresh_client: Client<Watched, Lent>,
+    /// The forwarding tier (`fleet_listen`), and its HTTP/1.1 client to peers.
+    pub fleet: Option<Arc<Fleet>>,
+    pub(crate) peer_client: Client<Watched, Lent>,
+    pub(crate) relaying: Arc<Relaying>,
+    pub(crate) app_authority: http::uri::Authority,
+    pub(crate) app_up: AtomicBool,
+    /// No sign of life from the app for `app_stall` while requests waited on it
+    /// (a frozen process still completes TCP handshakes). Cleared by any answer.
+    pub(crate) stalled: AtomicBool,
+    pub(crate) progress: Arc<Progress>,
+    pub(crate) draining: AtomicBool,
+}
+
+impl Agent {
+    pub fn new(cfg: Config, fleet: Option<Arc<Fleet>>) -> Arc<Self> {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        // A peer that does not take the connection within this took nothing:
+        // the offer is refused to its front, which re-sends it (a connect
+        // error, never a timeout after the try may have been sent).
+        let mut peer_connector = connector.clone();
+        peer_connector.set_connect_timeout(Some(cfg.fleet.as_ref().map_or(Duration::from_secs(1), |f| f.dead_after.min(Duration::from_secs(1)))));
+        let peer_client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(cfg.pool_idle)
+            .pool_timer(TokioTimer::new())
+            .build(Watched::http1_tls(peer_connector, cfg.fleet.as_ref().and_then(|f| f.tls.clone())));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(cfg.pool_idle)
+            // Without a timer the pool never reaps: an idle connection goes only
+            // when a checkout meets it, so the pool stayed as deep as the
+            // busiest moment so far (the soak's fds crept up 330 -> 360).
+            .pool_timer(TokioTimer::new())
+            .pool_max_idle_per_host(cfg.max_inflight as usize)
+            .http2_only(cfg.app_h2)
+            .build(if cfg.app_h2 { Watched::http2(connector.clone()) } else { Watched::http1(connector.clone()) });
+        let fresh_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).http2_only(cfg.app_h2).build(Watched::http1(connector));
+        let scoreboard = matches!(cfg.load, LoadSource::Apache { .. }).then(|| Arc::new(Scoreboard::default()));
+        Arc::new(Agent {
+            policy: SharedPolicy::new(cfg.policy),
+            inflight: Arc::new(Inflight::default()),
+            per_front: Arc::new(PerFront::default()),
+            scoreboard,
+            metrics: Metrics::default(),
+            client,
+            fresh_client,
+            fleet,
+            peer_client,
+            relaying: Arc::new(Relaying::default()),
+            app_authority: cfg.app.to_string().parse().expect("a socket address is an authority"),
+            app_up: AtomicBool::new(true),
+            stalled: AtomicBool::new(false),
+            progress: Arc::new(Progress::default()),
+            draining: AtomicBool::new(false),
+            cfg,
+        })
+    }
+
+    /// The load `b` the policy sees now.
+    pub(crate) fn busy(&self) -> u32 {
+        match &self.scoreboard {
+            Some(board) => board.busy.load(Ordering::Acquire),
+            None => self.inflight.get(),
+        }
+    }
+
+    pub fn inflight(&self) -> u32 {
+        self.inflight.get()
+    }
+
+    /// Tries being relayed to peers: a drain waits for them too.
+    pub fn relaying(&self) -> u32 {
+        self.relaying.get()
+    }
+
+    /// The load the policy sees, as the forwarding tier reports it to peers.
+    pub fn busy_now(&self) -> u32 {
+        self.busy()
+    }
+
+    /// Called on every change of the in-flight count, and on a drain.
+    pub fn on_inflight_change(&self, f: Box<dyn Fn() + Send + Sync>) {
+        self.inflight.on_change(f);
+    }
+
+    /// Whether peers may forward here: not draining, app up and answering.
+    pub fn takes_forwards(&self) -> bool {
+        self.gates() == Gates::OPEN && !self.stalled.load(Ordering::Acquire)
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+        // Peers hear at once that this agent takes no more forwards.
+        self.inflight.changed();
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        Gauges {
+            inflight: u64::from(self.inflight.get()),
+            busy: u64::from(self.busy()),
+            c: match self.policy.policy() {
+                Policy::Always => None,
+                _ => Some(self.policy.state().c),
+            },
+            workers: self.cfg.workers,
+            app_up: self.app_up.load(Ordering::Acquire),
+            stalled: self.stalled.load(Ordering::Acquire),
+            draining: self.draining.load(Ordering::Acquire),
+            apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),
+            fleet: self.fleet.as_ref().map(|f| (f.ready_peers(), f.peers_wanting(), f.reports_bad())),
+        }
+    }
+
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<AgentBody>, std::convert::Infallible> {
+        if req.uri().path() == self.cfg.health_path {
+            return Ok(self.health().await);
+        }
+        let target = field(req.headers(), protocol::TARGET);
+        let attempt = field(req.headers(), protocol::ENVOY_ATTEMPT);
+        let named_by_target = target != Field::Absent;
+        // An Envoy front names its tries by its own attempt count, never by hunt-target.
+        let from_envoy = !named_by_target && attempt != Field::Absent;
+        let mark = protocol::classify(field(req.headers(), protocol::OFFER), protocol::per_try_mark(target, attempt));
+        // A front that cannot say what it counts here names itself instead:
+        // what it counts is what this agent holds from it.
+        let front = protocol::parse_front(field(req.headers(), protocol::FRONT)).map(Box::<[u8]>::from);
+        let seen = protocol::parse_seen(field(req.headers(), protocol::SEEN)).or_else(|| front.as_deref().map(|f| self.per_front.get(f)));
+        // The forwarding tier decides an offer when peers are heard and no gate
+        // is shut (a shut gate refuses as without it); the acceptance policy
+        // decides when no peer is.
+        let pick = match &self.fleet {
+            Some(fleet) if mark == Mark::Offer && self.gates() == Gates::OPEN && forwardable(&req) => fleet.pick(self.busy(), seen),
+            _ => Pick::NoPeers,
+        };
+        if let Pick::Forward(to) = pick {
+            // Counted for its front here, where its front counts it.
+            let counted = front.as_deref().map(|f| self.per_front.enter(f));
+            return Ok(self.relay(req, &to, named_by_target, counted).await);
+        }
+        let (verdict, load) = match pick {
+            Pick::Keep => (Verdict::Accept, Load { busy: self.busy(), workers: self.cfg.workers, seen }),
+            _ => self.admit(mark, seen),
+        };
+        let m = &self.metrics;
+        if mark == Mark::Final && self.policy.is_busy(load) {
+            m.finals_busy.fetch_add(1, Ordering::Relaxed); // accepted while busy: the scaling signal
+        }
+        let counter = match mark {
+            Mark::Offer => (verdict == Verdict::Accept).then_some(&m.offers_accepted), // refusals count in refuse()
+            Mark::Final => Some(&m.finals),
+            Mark::Plain => Some(&m.plain),
+            Mark::Malformed => {
+                debug!(offer = ?req.headers().get(protocol::OFFER), target = ?req.headers().get(protocol::TARGET), "malformed hunt headers: treated as final");
+                Some(&m.malformed)
+            }
+        };
+        if let Some(n) = counter {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut resp = match verdict {
+            Verdict::Accept => {
+                // Counted for its front until its response body ends, as the
+                // front counts it (Envoy: until the stream completes).
+                let counted = front.as_deref().map(|f| self.per_front.enter(f));
+                self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
+            }
+            Verdict::Refuse(why) => self.refuse(req, why, named_by_target, front.as_deref()).await,
+            // A peer's forward that finds no room reached no app: refused, and
+            // the peer refuses it to its front, which re-sends it (counted
+            // there, in `huntlb_forwards_total{outcome="refused"}`: it was no
+            // offer here).
+            Verdict::Overloaded if mark == Mark::Final && req.headers().contains_key(protocol::VIA) => {
+                busy_response(req.version() < http::Version::HTTP_2 && !req.body().is_end_stream())
+            }
+            Verdict::Overloaded => plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"),
+        };
+        if from_envoy && leaves_rotation(&resp, verdict) {
+            resp.headers_mut().insert(protocol::ENVOY_HC_FAIL, HeaderValue::from_static("true"));
+        }
+        Ok(resp)
+    }
+
+    /// This try's verdict, and the load it saw: the agent knows every gate
+    /// (`huntlb_policy::admit`).
+    pub(crate) fn admit(&self, mark: Mark, seen: Option<u32>) -> (Verdict, Load) {
+        let gates = self.gates();
+        let load = Load { busy: self.busy(), workers: self.cfg.workers, seen };
+        let verdict = self.policy.admit(mark.as_try(), gates, load);
+        if mark == Mark::Offer {
+            debug!(busy = load.busy, workers = load.workers, c = self.policy.state().c, ?gates, ?verdict, "offer");
+        }
+        (verdict, load)
+    }
+
+    pub(crate) fn gates(&self) -> Gates {
+        Gates {
+            draining: self.draining.load(Ordering::Acquire),
+            app_down: !self.app_up.load(Ordering::Acquire),
+            at_capacity: self.inflight.get() >= self.cfg.max_inflight,
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Who the members are: `fleet_peers` resolved (names again every
+//! `fleet_resolve_ms`), bounded by `MAX_MEMBERS`; the table keeps members only.
+
+use super::{Fleet, BUFFERED_PER_MEMBER, MAX_MEMBERS, MIN_RCVBUF};
+use crate::config::Peer as PeerEntry;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+use tracing::{info, warn};
+
+impl Fleet {
+    /// Every member address but this agent's own, once.
+    pub(super) fn targets(&self) -> Vec<SocketAddr> {
+        let members = self.members.read().unwrap_or_else(PoisonError::into_inner);
+        members.1.iter().copied().filter(|a| *a != self.cfg.from && *a != self.cfg.listen).collect()
+    }
+
+    /// Take a new member list: the table and the wanting set keep only
+    /// members, and the socket's buffer is sized for them.
+    pub(super) fn set_members(&self, resolved: Vec<Vec<SocketAddr>>) {
+        let mut set = HashSet::new();
+        for a in resolved.iter().flatten() {
+            if set.len() == MAX_MEMBERS {
+                warn!(max = MAX_MEMBERS, "fleet_peers resolves to more addresses than the tier takes; the rest are no members");
+                break;
+            }
+            set.insert(*a);
+        }
+        let want = (set.len() * BUFFERED_PER_MEMBER * 768).max(MIN_RCVBUF);
+        if self.sock.recv_buffer_size().is_ok_and(|have| have < want) {
+            let _ = self.sock.set_recv_buffer_size(want);
+            // Linux doubles what it grants (bookkeeping): half is the data.
+            let got = self.sock.recv_buffer_size().unwrap_or(0) / 2;
+            if got < want / 2 {
+                warn!(asked = want, got, members = set.len(), "fleet_listen: receive buffer capped by net.core.rmem_max; a burst of reports may be dropped (raise it: sysctl -w net.core.rmem_max={want})");
+            }
+        }
+        self.peers.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
+        self.wanting.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
+        *self.members.write().unwrap_or_else(PoisonError::into_inner) = (resolved, set);
+    }
+
+    /// Resolve the names in `fleet_peers` again every `fleet_resolve_ms`: a
+    /// member that joins is sent our count from then on, one that leaves is
+    /// forgotten. A name that does not resolve keeps the addresses it had (a
+    /// DNS hiccup is not a fleet change). DNS decides who is a member, so it
+    /// is trusted as far as that: a forged answer adds a member, whose reports
+    /// still need the key (docs/protocol.md, "Trust").
+    pub async fn resolve(self: Arc<Self>) {
+        if !self.cfg.peers.iter().any(|p| matches!(p, PeerEntry::Name { .. })) {
+            return;
+        }
+        loop {
+            tokio::time::sleep(self.cfg.resolve).await;
+            let old = self.members.read().unwrap_or_else(PoisonError::into_inner).0.clone();
+            let new = resolve_all(&self.cfg.peers, &old).await;
+            if new != old {
+                info!(members = new.iter().flatten().count(), "fleet_peers resolved to a new set");
+                self.set_members(new);
+            }
+        }
+    }
+}
+
+/// Each entry's addresses, in order. A name that does not resolve within 2 s
+/// keeps what it had in `before` (same index).
+pub(super) async fn resolve_all(peers: &[PeerEntry], before: &[Vec<SocketAddr>]) -> Vec<Vec<SocketAddr>> {
+    let mut out = Vec::with_capacity(peers.len());
+    for (i, p) in peers.iter().enumerate() {
+        out.push(match p {
+            PeerEntry::Addr(a) => vec![*a],
+            PeerEntry::Name { host, port } => {
+                match tokio::time::timeout(Duration::from_secs(2), tokio::net::lookup_host((host.as_str(), *port))).await {
+                    Ok(Ok(addrs)) => addrs.collect(),
+                    failed => {
+                        let why = match failed {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => "no answer within 2 s".into(),
+                        };
+                        warn!(name = %host, error = %why, "fleet_peers: name does not resolve; keeping its last addresses");
+                        before.get(i).cloned().unwrap_or_default()
+                    }
+                }
+            }
+        });
+    }
+    out
+}

@@ -1,0 +1,111 @@
+//! What the agent reads from and writes into headers, apart from the decision:
+//! the hunt fields of a try (read through `huntlb_policy::protocol`), hop-by-hop
+//! and reserved headers stripped each way, upgrades, gRPC trailers, a body's
+//! framing. Pure functions over a `HeaderMap`, reachable by the fuzz targets.
+
+use http::{header, HeaderMap, HeaderValue, Request};
+use huntlb_policy::protocol::{self, Field};
+use hyper::body::{Body, Incoming};
+
+/// `hunt-target` on a forwarded try: a final at the peer.
+pub const FORWARDED_MARK: &str = "forwarded";
+
+/// Can this offer go to a peer? Not an upgrade (its tunnel is joined here),
+/// and not a body of no declared length: if the peer cannot be reached that
+/// body is gone, and the front may not hold it whole to re-send (`hold`).
+pub fn forwardable(req: &Request<Incoming>) -> bool {
+    upgrade_of(req.headers()).is_none() && (req.body().is_end_stream() || req.headers().contains_key(header::CONTENT_LENGTH))
+}
+
+/// A body of no declared length (HTTP/2 without `content-length`) going out
+/// over HTTP/1.1 is sent chunked, whatever the method: hyper's client sends a
+/// GET, HEAD or CONNECT of unknown length with no body at all (it assumes
+/// those have none), so a GET with a body reached the app empty.
+pub fn keep_body_framing(h: &mut HeaderMap, body: &impl Body) {
+    if !body.is_end_stream()
+        && body.size_hint().exact().is_none()
+        && !h.contains_key(header::CONTENT_LENGTH)
+        && !h.contains_key(header::TRANSFER_ENCODING)
+    {
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+    }
+}
+
+/// `te: trailers` is hop-by-hop but says the client takes trailers, which
+/// gRPC servers require of every call: that one value is passed on.
+pub fn takes_trailers(h: &HeaderMap) -> bool {
+    h.get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))))
+}
+
+pub fn field<'a>(h: &'a HeaderMap, name: &str) -> Field<'a> {
+    let mut values = h.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Field::Absent,
+        (Some(v), None) => Field::One(v.as_bytes()),
+        (Some(_), Some(_)) => Field::Repeated,
+    }
+}
+
+// Not `trailer`: it names the fields a body's trailers will carry, end to end
+// (RFC 9110 6.6.2), and an HTTP/1.1 server sends only the trailers it names.
+pub const HOP_BY_HOP: [&str; 5] = ["connection", "keep-alive", "proxy-connection", "te", "upgrade"];
+
+/// What gRPC sends as trailers (its status, in every call that has a body).
+pub const GRPC_TRAILERS: &str = "grpc-status, grpc-message, grpc-status-details-bin";
+
+/// A gRPC message: `content-type: application/grpc`, with or without a `+codec`.
+pub fn is_grpc(h: &HeaderMap) -> bool {
+    h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+        let v = v.trim_start().to_ascii_lowercase();
+        v.strip_prefix("application/grpc").is_some_and(|rest| rest.is_empty() || rest.starts_with(['+', ';']))
+    })
+}
+
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Headers named in `Connection` are hop-by-hop too.
+    let named: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for n in named.iter().map(String::as_str).chain(HOP_BY_HOP) {
+        h.remove(n);
+    }
+}
+
+/// The protocol a request or a 101 asks to switch to: an `Upgrade` header with
+/// `upgrade` among the `Connection` tokens (RFC 9110 7.8).
+pub fn upgrade_of(h: &HeaderMap) -> Option<HeaderValue> {
+    let asked = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    asked.then(|| h.get(header::UPGRADE).cloned()).flatten()
+}
+
+pub fn strip_request_headers(h: &mut HeaderMap) {
+    strip_hop_by_hop(h);
+    strip_hunt_headers(h);
+}
+
+pub fn strip_hunt_headers(h: &mut HeaderMap) {
+    strip_where(h, protocol::is_hunt_header);
+}
+
+/// An app's (or a peer's) response: `protocol::is_reserved_response_header`.
+pub fn strip_reserved_response_headers(h: &mut HeaderMap) {
+    strip_where(h, protocol::is_reserved_response_header);
+}
+
+pub fn strip_where(h: &mut HeaderMap, reserved: fn(&str) -> bool) {
+    let names: Vec<_> = h.keys().filter(|k| reserved(k.as_str())).cloned().collect();
+    for k in names {
+        h.remove(k);
+    }
+}
+

@@ -1,0 +1,31 @@
+//! huntlb-agent: a hunt/1 agent in front of one app instance, as a library
+//! (the binary, `main.rs`, loads the config and calls [`server::run`]).
+//!
+//! It answers offers with "accept" (forward to the app) or "busy" (425 at once),
+//! per the acceptance policy; see `docs/protocol.md`. One room per job:
+//!
+//! ```text
+//!  server ──► dispatch (classify, decide: the policy, or the fleet's pick)
+//!               ├── refuse ───── 425 hunt: busy (respond)
+//!               ├── app ──────── the app, through upstream (watched connections, lent bodies)
+//!               └── relay ────── a member's agent, through upstream (TLS with tls_cert)
+//!  health: the fronts' checks, the app watched      headers: what is stripped and read
+//!  fleet: members' counts (seal: their MAC)         config, tls, load, metrics
+//! ```
+
+pub mod app;
+pub mod body;
+pub mod config;
+pub mod dispatch;
+pub mod fleet;
+pub mod headers;
+pub mod health;
+pub mod load;
+pub mod metrics;
+pub mod refuse;
+pub mod relay;
+pub mod respond;
+pub mod seal;
+pub mod server;
+pub mod tls;
+pub mod upstream;
