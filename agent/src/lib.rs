@@ -17,6 +17,7 @@ pub mod app;
 pub mod body;
 pub mod config;
 pub mod dispatch;
+pub mod error;
 pub mod fleet;
 pub mod headers;
 pub mod health;

@@ -10,7 +10,7 @@
 //! lost. Files that do not load (a key written after its certificate, a bad
 //! file) leave the certificate in use in place, with an error naming the key.
 
-use crate::config::ConfigError;
+use crate::error::{invalid, ConfigError};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -23,9 +23,6 @@ use tracing::{error, info};
 /// How often the agent looks at its TLS files for a change.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(2);
 
-fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key, reason: reason.into() }
-}
 
 fn read(key: &'static str, path: &str) -> Result<Vec<u8>, ConfigError> {
     std::fs::read(path).map_err(|e| invalid(key, format!("{path}: {e}")))

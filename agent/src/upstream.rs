@@ -1,5 +1,5 @@
-//! The agent's connections upstream, to its app and to its peers, and the
-//! request body that can be sent once more when a try provably reached no one.
+//! The agent's connections upstream, to its app and to its peers: each watched
+//! for a close before a request is written on it (the body goes again: `body`).
 //!
 //! ```text
 //!  pooled connection, idle ──► next request's first write ──► peek: closed by the app (FIN, RST)?

@@ -10,17 +10,8 @@ mod raw;
 pub use fleet::{FleetConfig, Peer};
 pub use raw::Raw;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("config key `{key}`: {reason}")]
-    Invalid { key: &'static str, reason: String },
-    #[error("config file {path}: {reason}")]
-    File { path: String, reason: String },
-}
-
-fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key, reason: reason.into() }
-}
+pub use crate::error::ConfigError;
+use crate::error::invalid;
 
 /// Where the load `b` comes from.
 #[derive(Debug, Clone, PartialEq)]
