@@ -97,6 +97,10 @@ pub struct Report {
     pub duration_s: f64,
     pub scheduled: u64,
     pub completed: u64,
+    /// Requests answered (2xx or not) before the schedule ended: what the
+    /// system kept up with. The rest were still in flight at the end (a few
+    /// long jobs of a heavy-tailed demand, or a backlog that grew).
+    pub completed_by_end: u64,
     pub errors: u64,
     /// Errors by kind (`timeout`, `connect`, or the innermost error's message), so
     /// a run's failures can be explained, not only counted.
@@ -117,6 +121,7 @@ pub struct Report {
 }
 
 struct Tally {
+    completed_by_end: u64,
     latency: Histogram<u64>,
     lateness: Histogram<u64>,
     status: BTreeMap<u16, u64>,
@@ -175,6 +180,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         served_by: BTreeMap::new(),
         errors: 0,
         error_kinds: BTreeMap::new(),
+        completed_by_end: 0,
     }));
     let slots = Arc::new(Semaphore::new(plan.max_inflight));
     let served_by = http::HeaderName::from_bytes(plan.served_by_header.as_bytes())?;
@@ -204,6 +210,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
     let scheduled = schedule.len() as u64;
     let cpu0 = cpu_seconds();
     let start = Instant::now() + Duration::from_millis(20);
+    let schedule_end = start + schedule.last().map_or(Duration::ZERO, |(t, _)| *t).max(plan.duration);
     let handle = rt.handle().clone();
     let mut tasks = Vec::with_capacity(schedule.len());
     // Far behind schedule the numbers mean nothing: stop sending, report invalid.
@@ -251,6 +258,9 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
             match res {
                 Ok(Ok((status, by))) => {
                     let _ = t.latency.record(elapsed.as_micros().max(1) as u64);
+                    if Instant::now() <= schedule_end {
+                        t.completed_by_end += 1;
+                    }
                     *t.status.entry(status).or_default() += 1;
                     if let Some(by) = by {
                         *t.served_by.entry(by).or_default() += 1;
@@ -298,6 +308,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         duration_s: plan.duration.as_secs_f64(),
         scheduled,
         completed,
+        completed_by_end: t.completed_by_end,
         errors: t.errors,
         error_kinds: t.error_kinds.clone(),
         achieved_rate: completed as f64 / wall.max(1e-9),
@@ -440,6 +451,7 @@ mod tests {
             duration_s: 1.0,
             scheduled: 3,
             completed: 3,
+            completed_by_end: 3,
             errors: 0,
             error_kinds: BTreeMap::new(),
             achieved_rate: 3.0,
