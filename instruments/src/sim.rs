@@ -559,7 +559,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                     let first = pick(rule, own, None, rng);
                     counted = first;
                     offers += 1;
-                    let mut seen: Vec<u32> = if delayed {
+                    let seen: Vec<u32> = if delayed {
                         let at = now - cfg.fleet_delay_s;
                         let r = &mut recent[first];
                         while r.front().is_some_and(|&(t, _)| t <= at) {
@@ -589,21 +589,27 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                         // The snapshot plus the agent's own forwards since.
                         fleet_snap.iter().zip(&forwarded[first]).map(|(a, b)| a + b).collect()
                     };
-                    // Its own count it knows live.
-                    seen[first] = servers[first].inflight();
-                    let least_other = seen.iter().enumerate().filter(|&(i, _)| i != first).map(|(_, &v)| v).min().expect("n >= 2");
-                    let front_is_right = seen_slack.is_some_and(|k| seen[first] <= own[first] + k);
-                    if front_is_right || seen[first] <= least_other + slack {
-                        accepted += 1;
-                        first
-                    } else {
-                        let to = pick(Rule::Least { k: 1 }, &seen, Some(first), rng);
-                        if delayed {
-                            recent[first].push_back((now, to));
-                        } else {
-                            forwarded[first][to] += 1;
+                    // Its own count it knows live. The decision is the agent's
+                    // own, `huntlb_policy::forward::route` (ties drawn from this
+                    // run's stream), over every other server's count as seen.
+                    let busy = servers[first].inflight();
+                    let others: Vec<u32> = seen.iter().enumerate().filter(|&(i, _)| i != first).map(|(_, &v)| v).collect();
+                    let rule = huntlb_policy::forward::Forwarding { slack, seen_slack };
+                    match huntlb_policy::forward::route_with(rule, busy, Some(own[first]), &others, |ties| rng.gen_range(0..ties)) {
+                        huntlb_policy::forward::Route::Keep => {
+                            accepted += 1;
+                            first
                         }
-                        to
+                        huntlb_policy::forward::Route::Forward(j) => {
+                            // The j-th other server, skipping the first.
+                            let to = if j >= first { j + 1 } else { j };
+                            if delayed {
+                                recent[first].push_back((now, to));
+                            } else {
+                                forwarded[first][to] += 1;
+                            }
+                            to
+                        }
                     }
                 }
             };

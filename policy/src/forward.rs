@@ -67,12 +67,19 @@ pub fn kept_by_seen(f: Forwarding, busy: u32, seen: Option<u32>) -> bool {
 ///
 /// No peers: keep (the host falls back to its acceptance policy).
 pub fn route(f: Forwarding, busy: u32, seen: Option<u32>, peers: &[u32], draw: u64) -> Route {
+    route_with(f, busy, seen, peers, |ties| (draw % ties as u64) as usize)
+}
+
+/// [`route`] with the tie-break as a function: given how many peers tie for
+/// least, which of them (0-based, below that number). The simulator hands it
+/// its own random stream, so its runs keep their draws.
+pub fn route_with(f: Forwarding, busy: u32, seen: Option<u32>, peers: &[u32], tie: impl FnOnce(usize) -> usize) -> Route {
     let Some(&least) = peers.iter().min() else { return Route::Keep };
     if kept_by_seen(f, busy, seen) || busy <= least.saturating_add(f.slack) {
         return Route::Keep;
     }
-    let ties = peers.iter().filter(|&&c| c == least).count() as u64;
-    let nth = (draw % ties) as usize;
+    let ties = peers.iter().filter(|&&c| c == least).count();
+    let nth = tie(ties).min(ties - 1);
     let i = peers.iter().enumerate().filter(|&(_, &c)| c == least).nth(nth).map(|(i, _)| i).expect("nth < ties");
     Route::Forward(i)
 }

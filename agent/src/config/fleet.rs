@@ -215,8 +215,9 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 keys,
                 tls: peer_tls,
                 forwarding: huntlb_policy::forward::Forwarding {
-                    slack: k.forward_slack.unwrap_or(0),
-                    seen_slack: Some(k.forward_seen_slack.unwrap_or(1)),
+                    // The policy crate's defaults, written once there.
+                    slack: k.forward_slack.unwrap_or(huntlb_policy::forward::Forwarding::default().slack),
+                    seen_slack: k.forward_seen_slack.or(huntlb_policy::forward::Forwarding::default().seen_slack),
                 },
                 heartbeat,
                 dead_after,

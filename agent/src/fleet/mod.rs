@@ -34,7 +34,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tracing::{error, info};
+use tracing::{debug, error, info};
 
 struct Peer {
     busy: u32,
@@ -216,6 +216,8 @@ impl Fleet {
             Route::Keep => Pick::Keep,
             Route::Forward(i) => {
                 let member = members[i];
+                // Why this offer was forwarded: its inputs, as `route` saw them.
+                debug!(busy, ?seen, to = %member, least = counts[i], peers = counts.len(), "offer forwarded: not the fleet's least");
                 if let Some(p) = peers.get_mut(&member) {
                     p.sent.push_back(now);
                 }
