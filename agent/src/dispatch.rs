@@ -15,7 +15,7 @@ use crate::config::{Config, LoadSource};
 use crate::fleet::{Fleet, Pick};
 use crate::headers::{field, forwardable};
 use crate::load::{Inflight, PerFront, Progress, Relaying, Scoreboard};
-use crate::metrics::{Gauges, Metrics};
+use crate::metrics::{Fate, Gauges, Metrics};
 use crate::respond::{busy_response, leaves_rotation, plain, AgentBody};
 use crate::body::Lent;
 use crate::upstream::Watched;
@@ -183,7 +183,13 @@ impl Agent {
         if let Pick::Forward(to) = pick {
             // Counted for its front here, where its front counts it.
             let counted = front.as_deref().map(|f| self.per_front.enter(f));
-            return Ok(self.relay(req, &to, named_by_target, counted).await);
+            let (resp, fate) = self.relay(req, &to, named_by_target, counted).await;
+            // Only a forward that reached no one and was served here is an
+            // offer of this agent's; the rest count in huntlb_forwards_total.
+            if let Some(fate) = fate {
+                self.metrics.offer(fate);
+            }
+            return Ok(resp);
         }
         let (verdict, load) = match pick {
             Pick::Keep => (Verdict::Accept, Load { busy: self.busy(), workers: self.cfg.workers, seen }),
@@ -193,8 +199,11 @@ impl Agent {
         if mark == Mark::Final && self.policy.is_busy(load) {
             m.finals_busy.fetch_add(1, Ordering::Relaxed); // accepted while busy: the scaling signal
         }
+        if mark == Mark::Offer && verdict == Verdict::Accept {
+            m.offer(Fate::Accepted);
+        }
         let counter = match mark {
-            Mark::Offer => (verdict == Verdict::Accept).then_some(&m.offers_accepted), // refusals count in refuse()
+            Mark::Offer => None, // counted by its fate, here
             Mark::Final => Some(&m.finals),
             Mark::Plain => Some(&m.plain),
             Mark::Malformed => {
@@ -212,7 +221,11 @@ impl Agent {
                 let counted = front.as_deref().map(|f| self.per_front.enter(f));
                 self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
             }
-            Verdict::Refuse(why) => self.refuse(req, why, named_by_target, front.as_deref()).await,
+            Verdict::Refuse(why) => {
+                let (resp, fate) = self.refuse(req, why, named_by_target, front.as_deref()).await;
+                m.offer(fate);
+                resp
+            }
             // A peer's forward that finds no room reached no app: refused, and
             // the peer refuses it to its front, which re-sends it (counted
             // there, in `huntlb_forwards_total{outcome="refused"}`: it was no

@@ -13,9 +13,16 @@ use std::time::Duration;
 const BUCKETS: [f64; 16] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// What became of an offer: counted once, by `dispatch` (`Metrics::offer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    Accepted,
+    Refused(Reason),
+}
+
 #[derive(Default)]
 pub struct Metrics {
-    pub offers_accepted: AtomicU64,
+    offers_accepted: AtomicU64,
     /// By reason, in `Reason::ALL` order.
     refused: [AtomicU64; Reason::ALL.len()],
     pub refusals_closed: AtomicU64,
@@ -60,9 +67,17 @@ pub struct Gauges {
 }
 
 impl Metrics {
-    pub fn refused(&self, why: Reason) {
-        let i = Reason::ALL.iter().position(|r| *r == why).expect("ALL holds every reason");
-        self.refused[i].fetch_add(1, Relaxed);
+    /// An offer's fate: the one place offers are counted.
+    pub fn offer(&self, fate: Fate) {
+        match fate {
+            Fate::Accepted => {
+                self.offers_accepted.fetch_add(1, Relaxed);
+            }
+            Fate::Refused(why) => {
+                let i = Reason::ALL.iter().position(|r| *r == why).expect("ALL holds every reason");
+                self.refused[i].fetch_add(1, Relaxed);
+            }
+        }
     }
 
     pub fn observe(&self, d: Duration) {

@@ -2,6 +2,7 @@
 //! or held until the front surely has all of it (`hold`).
 
 use crate::dispatch::Agent;
+use crate::metrics::Fate;
 use crate::respond::{busy_response, plain, AgentBody};
 use http::{header, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -25,7 +26,7 @@ impl Agent {
     /// The busy refusal: 425, `hunt: busy`, empty body. A body up to `drain_limit`
     /// is read and dropped first so the connection can carry the next request;
     /// a larger or slower one gets the refusal with `connection: close`.
-    pub(crate) async fn refuse(&self, req: Request<Incoming>, why: Reason, named_by_target: bool, front: Option<&[u8]>) -> Response<AgentBody> {
+    pub(crate) async fn refuse(&self, req: Request<Incoming>, why: Reason, named_by_target: bool, front: Option<&[u8]>) -> (Response<AgentBody>, Fate) {
         let h1 = req.version() < http::Version::HTTP_2;
         let declared = req
             .headers()
@@ -35,7 +36,6 @@ impl Agent {
         if declared.is_none() && !req.body().is_end_stream() {
             return self.hold(req, why, named_by_target, front).await;
         }
-        self.metrics.refused(why);
         let has_body = declared.is_some_and(|n| n > 0);
         let mut close = false;
         if has_body {
@@ -52,7 +52,7 @@ impl Agent {
         }
         // On HTTP/2 the stream ends with the response (hyper resets it if its
         // body is unread); `connection: close` is for HTTP/1 only.
-        busy_response(close && h1)
+        (busy_response(close && h1), Fate::Refused(why))
     }
 
     /// A refusal of an offer whose body has no declared length (a gRPC call, a
@@ -62,7 +62,7 @@ impl Agent {
     /// that passes it, or is still open after `HOLD_TIME`, may be one the front
     /// can no longer re-send, so the offer is accepted after all, as a final:
     /// what was read goes to the app first, then the rest as it comes.
-    pub(crate) async fn hold(&self, req: Request<Incoming>, why: Reason, named_by_target: bool, front: Option<&[u8]>) -> Response<AgentBody> {
+    pub(crate) async fn hold(&self, req: Request<Incoming>, why: Reason, named_by_target: bool, front: Option<&[u8]>) -> (Response<AgentBody>, Fate) {
         let h1 = req.version() < http::Version::HTTP_2;
         let (parts, mut body) = req.into_parts();
         let limit = self.cfg.drain_limit as u64;
@@ -73,10 +73,7 @@ impl Agent {
         loop {
             match protocol::held_refusal(read, ended, waited_out, limit) {
                 Hold::Wait => {}
-                Hold::Refuse => {
-                    self.metrics.refused(why);
-                    return busy_response(false);
-                }
+                Hold::Refuse => return (busy_response(false), Fate::Refused(why)),
                 Hold::Accept => break,
             }
             tokio::select! {
@@ -91,21 +88,19 @@ impl Agent {
                     Some(Err(e)) => {
                         // The front gave up the request: nothing reached the app.
                         debug!(error = %e, "held offer's body failed");
-                        self.metrics.refused(why);
-                        return busy_response(h1);
+                        return (busy_response(h1), Fate::Refused(why));
                     }
                 },
                 _ = &mut deadline, if !waited_out => waited_out = true,
             }
         }
         debug!(read, ended, ?why, "held refusal: the front may not hold the whole body, accepted");
-        self.metrics.offers_accepted.fetch_add(1, Ordering::Relaxed);
         if self.inflight.get() >= self.cfg.max_inflight {
-            return plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n");
+            return (plain(StatusCode::SERVICE_UNAVAILABLE, "huntlb agent: max_inflight reached\n"), Fate::Accepted);
         }
         // Not a try the front may send once more: it may not hold the body.
         // Accepted after all, it counts for its front like any other.
         let counted = front.map(|f| self.per_front.enter(f));
-        self.forward(Request::from_parts(parts, body), held, named_by_target, false, counted).await
+        (self.forward(Request::from_parts(parts, body), held, named_by_target, false, counted).await, Fate::Accepted)
     }
 }

@@ -2,6 +2,7 @@
 //! `Fleet::pick` chose, at its own address; back here if it reached no one.
 
 use crate::dispatch::Agent;
+use crate::metrics::Fate;
 use crate::fleet::Target;
 use crate::headers::{keep_body_framing, strip_hop_by_hop, strip_request_headers, strip_reserved_response_headers, takes_trailers, FORWARDED_MARK};
 use crate::load::PerFrontGuard;
@@ -31,7 +32,7 @@ impl Agent {
     /// does a peer's own refusal (it could not reach its app). Anything after
     /// the try may have reached the peer is an error the client sees (502,
     /// 504), never a refusal.
-    pub(crate) async fn relay(&self, req: Request<Incoming>, target: &Target, named_by_target: bool, front: Option<PerFrontGuard>) -> Response<AgentBody> {
+    pub(crate) async fn relay(&self, req: Request<Incoming>, target: &Target, named_by_target: bool, front: Option<PerFrontGuard>) -> (Response<AgentBody>, Option<Fate>) {
         let to = target.authority.as_str();
         let m = &self.metrics;
         let h1 = req.version() < http::Version::HTTP_2;
@@ -56,7 +57,7 @@ impl Agent {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         parts.uri = match Uri::builder().scheme("http").authority(to).path_and_query(path).build() {
             Ok(u) => u,
-            Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
+            Err(_) => return (plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"), None),
         };
         parts.version = http::Version::HTTP_11;
         keep_body_framing(&mut parts.headers, &body);
@@ -75,7 +76,7 @@ impl Agent {
             // The front's body may be part read: an HTTP/1 connection closes.
             busy_response(h1 && has_body)
         };
-        match sent {
+        let resp = match sent {
             Err(_) => {
                 m.forwards_failed.fetch_add(1, Ordering::Relaxed);
                 let msg = format!("huntlb agent: peer {to} did not answer within {} ms\n", limit.as_millis());
@@ -95,11 +96,10 @@ impl Agent {
                     Ok(Ok(Returned { held, rest })) => {
                         debug!(peer = to, error = %source_chain(&e), "peer unreachable: offer served here");
                         m.forwards_unreachable.fetch_add(1, Ordering::Relaxed);
-                        m.offers_accepted.fetch_add(1, Ordering::Relaxed);
                         let (method, uri, version, headers) = here;
                         let mut local = Request::new(rest);
                         (*local.method_mut(), *local.uri_mut(), *local.version_mut(), *local.headers_mut()) = (method, uri, version, headers);
-                        self.forward(local, held, named_by_target, true, front).await
+                        return (self.forward(local, held, named_by_target, true, front).await, Some(Fate::Accepted));
                     }
                     _ => lost(&source_chain(&e)),
                 }
@@ -133,6 +133,7 @@ impl Agent {
                 }
                 Response::from_parts(parts, Guarded { inner: body, _guard: None, _front: front, _relay: Some(relay) }.boxed_unsync())
             }
-        }
+        };
+        (resp, None)
     }
 }
