@@ -61,22 +61,30 @@ impl Agent {
             Err(_) => return plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"),
         };
         parts.version = if self.cfg.app_h2 { http::Version::HTTP_2 } else { http::Version::HTTP_11 };
-        let (back_tx, back) = tokio::sync::oneshot::channel();
-        let body = Lent::new(held, body, Some(back_tx));
+        // Over HTTP/1.1 a request the app's close kept from being written goes
+        // again (`upstream`): the body lent back, and the head kept for it.
+        // Over HTTP/2 none is ever sent again, and nothing is kept.
+        let (back_tx, back) = match self.cfg.app_h2 {
+            true => (None, None),
+            false => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+        };
+        let body = Lent::new(held, body, back_tx);
         if !self.cfg.app_h2 {
             keep_body_framing(&mut parts.headers, &body);
         }
-        // The head again, should the app have closed the pooled connection
-        // before any of the request was written (`upstream`).
-        let head = (parts.method.clone(), parts.uri.clone(), parts.version, parts.headers.clone());
+        let head = back.is_some().then(|| (parts.method.clone(), parts.uri.clone(), parts.version, parts.headers.clone()));
         let m = &self.metrics;
         let start = Instant::now();
         let waiting = self.progress.wait();
         let mut req = Request::from_parts(parts, body);
-        let cap = capture_connection(&mut req);
+        let cap = back.is_some().then(|| capture_connection(&mut req));
         let deadline = tokio::time::Instant::now() + self.cfg.app_timeout;
         let mut sent = tokio::time::timeout_at(deadline, self.client.request(req)).await;
-        if matches!(&sent, Ok(Err(e)) if !e.is_connect()) && closed_before_write(&cap) {
+        let unwritten = matches!(&sent, Ok(Err(e)) if !e.is_connect()) && cap.as_ref().is_some_and(closed_before_write);
+        if let (true, Some(back), Some(head)) = (unwritten, back, head) {
             // Nothing of it was written: the app never saw it, and it goes
             // once more, on a connection of its own (the pool may hold more
             // that the app closed at the same time).
