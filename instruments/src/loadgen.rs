@@ -96,6 +96,13 @@ pub struct Report {
     pub rate: f64,
     pub duration_s: f64,
     pub scheduled: u64,
+    /// The seed the schedule and the jobs were drawn from.
+    pub seed: u64,
+    /// A digest (FNV-1a, hex) of what was to be sent: each request's offset,
+    /// path and `x-work-ms`. Two runs with equal digests met the same arrivals
+    /// and the same jobs, whatever balanced them (the demo's test checks its
+    /// strategies are paired by it).
+    pub schedule_digest: String,
     pub completed: u64,
     /// Requests answered (2xx or not) before the schedule ended: what the
     /// system kept up with. The rest were still in flight at the end (a few
@@ -155,6 +162,26 @@ fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// FNV-1a over each request's offset (ns), path and job size, as hex: equal
+/// for two runs exactly when they were to send the same requests at the same
+/// offsets with the same jobs (FNV: no dependency, and stable across builds).
+fn schedule_digest(schedule: &[(Duration, Option<String>)], works: &[Option<String>]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for ((t, path), work) in schedule.iter().zip(works) {
+        eat(&t.as_nanos().to_le_bytes());
+        eat(path.as_deref().unwrap_or("").as_bytes());
+        eat(b"\0");
+        eat(work.as_deref().unwrap_or("").as_bytes());
+        eat(b"\0");
+    }
+    format!("{h:016x}")
+}
+
 /// Each request's `x-work-ms`, in milliseconds, from the seed: a stream of its
 /// own, so the arrivals are the same with or without it.
 fn draw_works(seed: u64, n: usize, work: Option<Demand>) -> Vec<Option<String>> {
@@ -208,6 +235,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
     };
     let works = draw_works(plan.seed, schedule.len(), plan.work);
     let scheduled = schedule.len() as u64;
+    let digest = schedule_digest(&schedule, &works);
     let cpu0 = cpu_seconds();
     let start = Instant::now() + Duration::from_millis(20);
     let schedule_end = start + schedule.last().map_or(Duration::ZERO, |(t, _)| *t).max(plan.duration);
@@ -307,6 +335,8 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         rate: plan.rate,
         duration_s: plan.duration.as_secs_f64(),
         scheduled,
+        seed: plan.seed,
+        schedule_digest: digest,
         completed,
         completed_by_end: t.completed_by_end,
         errors: t.errors,
@@ -430,6 +460,18 @@ mod tests {
     }
 
     #[test]
+    fn digest_changes_with_any_arrival_or_job() {
+        let exp: Demand = "exp:20".parse().unwrap();
+        let at = |ms: &[u64]| ms.iter().map(|m| (Duration::from_millis(*m), None)).collect::<Vec<_>>();
+        let (s, w) = (at(&[1, 5, 9]), draw_works(7, 3, Some(exp)));
+        let d = schedule_digest(&s, &w);
+        assert_eq!(d, schedule_digest(&at(&[1, 5, 9]), &draw_works(7, 3, Some(exp))));
+        assert_ne!(d, schedule_digest(&at(&[1, 5, 10]), &w), "an arrival moved");
+        assert_ne!(d, schedule_digest(&s, &draw_works(8, 3, Some(exp))), "other jobs");
+        assert_ne!(d, schedule_digest(&s, &draw_works(7, 3, None)), "no jobs");
+    }
+
+    #[test]
     fn parses_wrk2_latency_output() {
         let (pts, rps) = parse_wrk2(WRK2).unwrap();
         assert_eq!(rps, 1999.71);
@@ -450,6 +492,8 @@ mod tests {
             rate: 3.0,
             duration_s: 1.0,
             scheduled: 3,
+            seed: 1,
+            schedule_digest: String::new(),
             completed: 3,
             completed_by_end: 3,
             errors: 0,
