@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo fuzz \
-	bench bench-quick bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability bench-exactly-once clean
+	bench bench-quick bench-wiki-setup bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -18,6 +18,11 @@ setup:
 
 bench-setup:
 	./scripts/setup.sh --bench
+
+# The Wikipedia replay's setup (make bench-wiki): the bench's tools and MediaWiki
+# with PHP 8.2 under Apache (in every setup too: tests/test_wiki.py needs it).
+bench-wiki-setup:
+	./scripts/setup.sh --wiki
 
 build: wasm
 	$(CARGO) build --workspace --bins

@@ -17,11 +17,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BENCH=0
-case "${1:-}" in
-    "") ;;
-    --bench) BENCH=1 ;;
-    *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
-esac
+for arg in "$@"; do
+    case "$arg" in
+        --bench) BENCH=1 ;;
+        # the Wikipedia replay (make bench-wiki): the bench's tools; MediaWiki
+        # itself is in every setup (its smoke test is part of make test)
+        --wiki) BENCH=1 ;;
+        *) echo "usage: $0 [--bench] [--wiki]" >&2; exit 2 ;;
+    esac
+done
 
 ENVOY_VERSION=1.40.0
 VENV=.venv
@@ -37,6 +41,14 @@ PROMETHEUS=.cache/prometheus/prometheus
 # TLS provider, ring, compiles C); debootstrap for the trixie root; openssl
 # for the throwaway CA and certificates of tests/test_tls.py.
 APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl ca-certificates debootstrap python3 python3-venv gcc libc6-dev openssl)
+# MediaWiki 1.39 on PHP 8.2 for the real replicas of the Wikipedia replay
+# (harness/wiki.py, tests/test_wiki.py, make bench-wiki): mod_php under Apache's
+# prefork, as seed 002's servers ran it, SQLite per replica (no database
+# server), APCu as the object cache, php-cli for install.php and the page
+# import. 15 packages, about 30 s on a new machine: in every setup, so the
+# smoke test in make test never skips. --no-install-recommends (below) keeps
+# out the MySQL server, ImageMagick and the rest mediawiki recommends.
+APT_PACKAGES+=(mediawiki php8.2-cli php8.2-sqlite3 libapache2-mod-php8.2 php8.2-apcu php8.2-intl php8.2-mbstring php8.2-xml)
 # wasmtime: the policy's vector suite also runs as a wasm32-wasip1 binary, the
 # target the Envoy filter ships (tests/test_policy_wasm.py). websockets: the
 # real WebSocket client and echo app of tests/test_real_clients.py; grpcio: the
