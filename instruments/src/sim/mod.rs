@@ -1,0 +1,154 @@
+//! A discrete-event simulation of SRLB's Poisson experiment: the limit the real
+//! runs sit next to.
+//!
+//! The servers are the workload app's model, exactly: `workers` slots, a FIFO
+//! backlog of `backlog` requests waiting for a slot (full: the request is
+//! rejected), and processor sharing of `cores` among the jobs in service (each
+//! progresses at `min(1, cores/b)`). Servers may differ in cores and workers (a
+//! mixed fleet). Arrivals are Poisson, demands exponential. There is no network
+//! and no proxy cost: what is left is the dispatch policy.
+//!
+//! A proxy's own choice is a [`Rule`] applied by [`pick`] to what it alone sees,
+//! the requests it has outstanding at each server:
+//! * `random`: uniform, the view unused (the paper's RR; Envoy `RANDOM`, HAProxy
+//!   `random(1)`).
+//! * `p2c`: two distinct random servers, the one with fewer (Envoy
+//!   `LEAST_REQUEST`, HAProxy `random(2)`).
+//! * `least`: the fewest, ties at random (HAProxy `leastconn`, unweighted);
+//!   `least-of-K`: at random among the K fewest.
+//!
+//! Dispatchers ([`Dispatch`]):
+//! * `RULE` (`random`, `p2c`, `least`, `least-of-K`): the proxy's rule alone.
+//! * `hunt:SPEC`, `hunt-RULE:SPEC`: service hunting with the acceptance policy
+//!   `SPEC` (the policy crate's grammar: `static:4`, `dynamic`,
+//!   `dynamic:low=0.7,high=0.9`). The offer goes to the rule's pick (`hunt:` is
+//!   `hunt-random:`, the paper's random first candidate); that server's agent
+//!   decides with [`Policy::decide`] on its true in-flight count, as the real
+//!   agent does; a refused request goes, as a final, to the same rule's pick
+//!   among the other servers.
+//! * `jsq`: ideal join-shortest-queue on the true in-flight counts, the limit
+//!   no distributed balancer reaches.
+//! * `forward-RULE:SLACK`: what it would take to come near JSQ with several
+//!   proxies (no host does this). The offer goes to the rule's pick as in
+//!   hunting, but the agents share a view of the whole fleet's in-flight counts,
+//!   refreshed every `fleet_view_s` (0: live): the first agent keeps the
+//!   request if its own count is at most the fleet's least plus `SLACK`, else
+//!   it forwards it, as a final, to the least loaded other server by its view
+//!   (the snapshot plus what it forwarded since).
+//!
+//! With `proxies > 1`, arrivals go to the proxies in turn (or at random, see
+//! [`Assign`]) and each counts only the requests it sent itself. With
+//! `refresh_s > 0` a proxy picks from a snapshot of its counts taken every
+//! `refresh_s` (the proxies' refreshes staggered), not from the live counts.
+//! With `feedback`, every response (and refusal) tells its proxy the server's
+//! true in-flight count, and the proxy's view of a server is the last count it
+//! heard plus its own sends minus its own completions since: an upper bound on
+//! what load reports from the backends could buy (no front does this).
+
+
+mod dispatch;
+mod engine;
+mod rule;
+mod server;
+#[cfg(test)]
+mod tests;
+
+pub use dispatch::{Assign, Dispatch};
+pub use engine::run_with;
+pub use rule::{pick, Rule};
+
+use rand::{rngs::SmallRng, SeedableRng};
+use serde::Serialize;
+
+/// One server of the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServerSpec {
+    pub cores: f64,
+    pub workers: u32,
+    /// SR_dyn's floor `c_min` for this server, overriding the dispatch's
+    /// policy's (a capacity-aware fleet sets it to each server's cores).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub c_min: Option<u32>,
+}
+
+/// `servers` identical servers.
+pub fn uniform(servers: usize, workers: u32, cores: f64) -> Vec<ServerSpec> {
+    vec![ServerSpec { cores, workers, c_min: None }; servers]
+}
+
+/// One simulated experiment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// One entry per server.
+    pub fleet: Vec<ServerSpec>,
+    pub backlog: u32,
+    /// Mean of the exponential service demand, in seconds of one core.
+    pub mean_s: f64,
+    /// Poisson arrival rate, requests per second.
+    pub rate: f64,
+    pub requests: u64,
+    pub dispatch: Dispatch,
+    /// Independent proxies (own-view dispatchers only see their share).
+    pub proxies: usize,
+    pub assign: Assign,
+    /// Own views are snapshots refreshed every this many seconds; 0: live.
+    pub refresh_s: f64,
+    /// Load feedback: every response (and refusal) carries the server's true
+    /// in-flight count; a proxy's view of a server is the last count it heard
+    /// plus its own sends and minus its own completions since.
+    pub feedback: bool,
+    /// `forward-*` only: the agents' shared view of every server's in-flight
+    /// count is a snapshot refreshed every this many seconds; 0: live.
+    pub fleet_view_s: f64,
+    /// `forward-*` only, instead of snapshots: every change of a server's
+    /// count reaches every agent this many seconds later (pushed on change,
+    /// as a gossip of counts would); 0: use `fleet_view_s`.
+    pub fleet_delay_s: f64,
+    pub seed: u64,
+    /// Sample per-server busy workers this often (seconds); 0: never.
+    pub sample_every_s: f64,
+}
+
+impl Config {
+    /// Nominal capacity in requests per second: total cores / mean demand.
+    pub fn capacity(&self) -> f64 {
+        self.fleet.iter().map(|s| s.cores).sum::<f64>() / self.mean_s
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub dispatch: String,
+    pub rate: f64,
+    /// `rate` over the nominal capacity.
+    pub rho: f64,
+    pub proxies: usize,
+    pub requests: u64,
+    /// Served requests' response times.
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    /// Rejected because the chosen server's backlog was full.
+    pub rejected: u64,
+    /// Offers accepted by the first candidate / offers (hunting only).
+    pub acceptance: Option<f64>,
+    pub served_per_server: Vec<u64>,
+    /// Jain's fairness index of busy workers, averaged over samples with load.
+    pub fairness: Option<f64>,
+    /// (t seconds, busy workers per server), if sampled.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<(f64, Vec<u32>)>,
+}
+
+/// Jain's index `(sum x)^2 / (n sum x^2)`; `None` when every x is 0.
+pub fn jain(xs: &[f64]) -> Option<f64> {
+    let s: f64 = xs.iter().sum();
+    let s2: f64 = xs.iter().map(|x| x * x).sum();
+    (s2 > 0.0).then(|| s * s / (xs.len() as f64 * s2))
+}
+
+/// Run `cfg` with a generator seeded from `cfg.seed`.
+pub fn run(cfg: &Config) -> Report {
+    run_with(cfg, &mut SmallRng::seed_from_u64(cfg.seed))
+}
