@@ -7,14 +7,14 @@
 * agility: 8 backends with 1, 1, 2, 2, 4, 4, 8, 8 emulated cores at 70% of their
   total capacity: does traffic follow capacity? RR vs SR_4 vs SR_dyn vs least-request.
 * fairness: Jain's index of busy workers over the 12 homogeneous backends of the
-  SRLB sweep at ρ = 0.88 (read from docs/results/srlb-poisson.json).
+  SRLB sweep at ρ = 0.88 (read from bench/data/srlb-poisson.json).
 * convergence: 4 backends under steady load; one is killed (SIGKILL, app and
   agent) every 5 s down to one, then restored one every 5 s. Per-backend
   throughput over time, client errors, and how long the front took to mark each
   one down and back up (health checks: 0.5 s interval, 2 failures / 2 successes).
 
 Usage: python3 bench/elb.py [--quick | --report-only | --only agility | --only agility-paired --reps N [--append]]
-       Writes docs/results/elb.{md,json,png}.
+       Writes docs/results/elb.{md,png} and bench/data/elb.json.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from benchlib import plots
 from benchlib.fleet import STRATEGIES, Fleet, Sampler, drive, summary
 from benchlib.fronts import wait_all_up
-from benchlib.reports import RESULTS, flag, machine, write_result
+from benchlib.reports import RESULTS, data_path, flag, machine, read_data, write_result
 from benchlib.runs import load, select
 from benchlib.stats import jain, paired_ratio
 from harness import Addrs, HaproxyRoot, Procs
@@ -183,7 +183,7 @@ error is left out (the errors column says how many there were).
 
 
 def fairness() -> dict | None:
-    path = RESULTS / "srlb-poisson.json"
+    path = data_path("srlb-poisson")
     if not path.exists():
         return None
     out = {}
@@ -353,14 +353,14 @@ def main():
                     help="measure nothing: refresh the fairness section from the SRLB sweep, redraw, rewrite the report")
     a = ap.parse_args()
     if a.report_only:
-        d = json.loads((RESULTS / "elb.json").read_text())
+        d = read_data("elb")
         d["fairness"] = fairness()
         plots.elb(d, RESULTS)
         write_result("elb", d, report(d, d.get("quick", False)))
         return
     work = Path(tempfile.mkdtemp(prefix="huntlb-elb-"))
     if a.only:
-        d = json.loads((RESULTS / "elb.json").read_text())
+        d = read_data("elb")
         print(a.only, flush=True)
         if a.only == "agility-paired":
             old = d.get("agility_paired") if a.append else None

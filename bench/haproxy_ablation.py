@@ -11,7 +11,7 @@ The module's background task runs once a minute here (valgrind stretches
 time); bench/proxy_overhead.py measures it separately.
 
 Usage: python3 bench/haproxy_ablation.py [--requests 3000]   (make bench-setup first: valgrind)
-Writes docs/results/haproxy-ablation.{md,json}.
+Writes docs/results/haproxy-ablation.md and bench/data/haproxy-ablation.json.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ of the functions that differ most, as the median over repetitions (samples /
 sampling rate / requests served).
 
 Usage: python3 bench/haproxy_profile.py [--pair-reps 40] [--reps 6] [--seconds 3]   (needs perf)
-Writes docs/results/haproxy-profile.{md,json}.
+Writes docs/results/haproxy-profile.md and bench/data/haproxy-profile.json (perf's
+per-symbol tables in haproxy-profile.bulk.json.gz).
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ with client errors or flagged invalid is reported, never averaged in quietly.
 """
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,7 @@ def main() -> int:
     ap.add_argument("--fronts", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
     a = ap.parse_args()
-    lam0 = json.loads((srlb.RESULTS / "srlb-poisson.json").read_text())["probe"]["lambda0"]
+    lam0 = srlb.last_lambda0()
     rate = 0.88 * lam0
     b = srlb.Bench(Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), [a.proxy], False)
     runs = []

@@ -21,13 +21,13 @@ through the shipped hunting fronts over real agents and workload apps.
   then an agent SIGKILLed; counted at the apps.
 
 Usage: python3 bench/reliability.py {faults,overload,soak,exactly-once} [--proxies envoy haproxy] [--minutes 10] [--posts N]
-Writes its section of docs/results/reliability.json and regenerates docs/reliability.md.
+Writes its section of bench/data/reliability.json and regenerates docs/reliability.md
+(`report`: only that).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import tempfile
 import threading
@@ -36,14 +36,15 @@ from pathlib import Path
 
 from benchlib.fleet import Fleet, drive, summary
 from benchlib.fronts import Front, wait_all_up
-from benchlib.reports import ROOT, RESULTS, flag, machine
+from benchlib import data as rundata
+from benchlib.reports import ROOT, RESULTS, data_path, flag, machine
 from harness import Addrs, HaproxyRoot, Procs, envoy_stats, haproxy_runtime
 
 PROXIES = ("envoy", "haproxy")
 N, CORES, MEAN_MS = 12, 2.0, 20.0
 CAPACITY = N * CORES / (MEAN_MS / 1000)  # req/s the apps can serve
 POLICY = "dynamic:slack=1"  # the agent's default (policy::DEFAULT_POLICY)
-JSON = RESULTS / "reliability.json"
+JSON = data_path("reliability")
 DOC = ROOT / "docs" / "reliability.md"
 
 
@@ -457,7 +458,7 @@ def main():
     ap.add_argument("--proxies", nargs="+", default=list(PROXIES), choices=PROXIES)
     ap.add_argument("--minutes", type=float, default=10.0, help="soak length per proxy")
     a = ap.parse_args()
-    data = json.loads(JSON.read_text()) if JSON.exists() else {}
+    data = rundata.read(JSON) if JSON.exists() else {}
     if a.experiment != "report":
         work = Path(tempfile.mkdtemp(prefix=f"huntlb-{a.experiment}-"))
         run = {"faults": lambda: faults(work, a.proxies), "overload": lambda: overload(work, a.proxies),
@@ -468,7 +469,7 @@ def main():
         kept = [r for r in data.get(a.experiment, {}).get("rows", []) if r["proxy"] not in a.proxies]
         data[a.experiment] = {"machine": machine(), "date": time.strftime("%Y-%m-%d"),
                               "rows": sorted(kept + rows, key=lambda r: PROXIES.index(r["proxy"]))}
-        JSON.write_text(json.dumps(data, indent=1) + "\n")
+        rundata.write(JSON, data)
     DOC.write_text(report(data) + "\n")
     print(f"wrote {DOC.relative_to(ROOT)}")
 

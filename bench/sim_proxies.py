@@ -9,27 +9,27 @@ among the others. Compared with the proxies' own rules alone and ideal JSQ, at
 
 Usage: python3 bench/sim_proxies.py [--seeds 5] [--requests 200000]
        (after `cargo build --release -p huntlb-instruments`; one simulator process at a time)
-       python3 bench/sim_proxies.py --report-only   (rewrite the report from runs.json)
+       python3 bench/sim_proxies.py --report-only   (rewrite the report from its data)
 Writes docs/results/simulation-proxies.md (and simulation-proxies.png when
-matplotlib is importable); every run's JSON goes to bench/out/sim-proxies/runs.json.
+matplotlib is importable); every point goes to bench/data/simulation-proxies.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
 from benchlib.plots import pyplot, save
-from benchlib.reports import RESULTS, ROOT, machine
+from benchlib import data as rundata
+from benchlib.reports import RESULTS, ROOT, data_path, machine
 from benchlib.runs import select
 from benchlib.stats import median
 from benchlib.tools import huntlb_sim
 
 SIM = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "huntlb-sim"
-OUT = ROOT / "bench" / "out" / "sim-proxies"
+DATA = data_path("simulation-proxies")
 
 MEAN_MS, BACKLOG = 20, 128
 HOMO = ["--servers", "12", "--workers", "32", "--cores", "2"]
@@ -119,11 +119,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5, help="seeds per point (medians are reported)")
     ap.add_argument("--requests", type=int, default=200_000, help="requests per run")
-    ap.add_argument("--report-only", action="store_true", help=f"rewrite the report from {OUT.relative_to(ROOT)}/runs.json")
-    ap.add_argument("--only", choices=["forward"], help="run this section only, into the last runs.json")
+    ap.add_argument("--report-only", action="store_true", help=f"rewrite the report from {DATA.relative_to(ROOT)}")
+    ap.add_argument("--only", choices=["forward"], help="run this section only, into the last data")
     a = ap.parse_args()
     if a.report_only:
-        data = json.loads((OUT / "runs.json").read_text())
+        data = rundata.read(DATA)
         data["plot"] = plot(data)
         (RESULTS / "simulation-proxies.md").write_text(report(data))
         return
@@ -132,9 +132,9 @@ def main() -> None:
     seeds = list(range(1, a.seeds + 1))
     t0 = time.monotonic()
     if a.only:
-        data = json.loads((OUT / "runs.json").read_text())
+        data = rundata.read(DATA)
         data["points"] = [x for x in data["points"] if x["section"] != a.only] + forward(data["seeds"], data["requests"])
-        (OUT / "runs.json").write_text(json.dumps(data, indent=1) + "\n")
+        rundata.write(DATA, data)
         data["plot"] = plot(data)
         (RESULTS / "simulation-proxies.md").write_text(report(data))
         print(f"wrote docs/results/simulation-proxies.md ({time.monotonic() - t0:.0f} s)", flush=True)
@@ -162,11 +162,10 @@ def main() -> None:
     pts += forward(seeds, a.requests)
     data = {"machine": machine(), "seconds": time.monotonic() - t0, "seeds": seeds, "requests": a.requests,
             "argv": f"python3 bench/sim_proxies.py --seeds {a.seeds} --requests {a.requests}", "points": pts}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "runs.json").write_text(json.dumps(data, indent=1) + "\n")
+    rundata.write(DATA, data)
     data["plot"] = plot(data)
     (RESULTS / "simulation-proxies.md").write_text(report(data))
-    print(f"wrote docs/results/simulation-proxies.md, {OUT.relative_to(ROOT)}/runs.json", flush=True)
+    print(f"wrote docs/results/simulation-proxies.md, {DATA.relative_to(ROOT)}", flush=True)
 
 
 def forward(seeds: list[int], requests: int) -> list[dict]:

@@ -8,8 +8,8 @@ checks the simulator against the real 12-server runs (mean response time at
 ρ <= 0.9), then shows 100 and 1000 servers at the same per-server load.
 
 Usage: python3 bench/simulate.py [--reps 5]   (after bench/srlb.py)
-       python3 bench/simulate.py --report-only   (rewrite the report from the committed JSON)
-Writes docs/results/simulation.{md,json,png}.
+       python3 bench/simulate.py --report-only   (rewrite the report from the committed data)
+Writes docs/results/simulation.{md,png} and bench/data/simulation.json.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import statistics
 import sys
 
 from benchlib import plots
-from benchlib.reports import RESULTS, machine, write_result
+from benchlib.reports import RESULTS, data_path, machine, read_data, write_result
 from benchlib.runs import load, select
 from benchlib.stats import ci95, median
 from benchlib.tools import huntlb_sim
@@ -47,7 +47,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5, help="seeds per point")
     a = ap.parse_args()
-    real = load(RESULTS / "srlb-poisson.json")
+    real = load(data_path("srlb-poisson"))
     setup, lam0 = real["setup"], real["probe"]["lambda0"]
     per_server = lam0 / setup["servers"]
     curves = []
@@ -129,8 +129,8 @@ def own_only() -> None:
     """Simulate only the shipped fronts' mode and redo the agreement with the
     last sweep's real runs (its --only own runs included); every other curve
     stays as committed. Seconds, where the whole model takes minutes."""
-    real = load(RESULTS / "srlb-poisson.json")
-    data = json.loads((RESULTS / "simulation.json").read_text())
+    real = load(data_path("srlb-poisson"))
+    data = read_data("simulation")
     setup = data["setup"]
     data["curves"] = [c for c in data["curves"] if c["policy"] not in OWN] + own_curves(setup, data["lambda0"], data["reps"])
     agree, overlay = agreement(real, data["curves"], setup)
@@ -207,8 +207,8 @@ the proxies multiply; random and hunting do not depend on how many proxies there
 
 
 def rewrite_report() -> None:
-    """Rewrite simulation.md from the committed JSON (no simulation)."""
-    data = json.loads((RESULTS / "simulation.json").read_text())
+    """Rewrite simulation.md from the committed data (no simulation)."""
+    data = read_data("simulation")
     write_result("simulation", data, report(data))
 
 

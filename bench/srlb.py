@@ -12,9 +12,10 @@ confidence intervals. Scenario 2 ("many proxies") runs ρ = 0.88 with 1, 2 and
 4 independent instances of each front sharing the backends.
 
 Usage: make bench-quick | make bench  (or python3 bench/srlb.py [--quick] [--only sweep|many])
-Writes docs/results/srlb-poisson.{md,json,*.png} and many-proxies.{md,json,png};
---quick writes the same files to bench/out/quick/ and leaves docs/results/ alone;
---report-only measures nothing and rewrites the reports and plots from their JSON.
+Writes docs/results/srlb-poisson.{md,*.png} and many-proxies.{md,png}, their data
+to bench/data/ (srlb-poisson.json, with each run's CDF in srlb-poisson.bulk.json.gz);
+--quick writes all of it to bench/out/quick/ and leaves docs/results/ and bench/data/
+alone; --report-only measures nothing and rewrites the reports and plots from their data.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from benchlib import plots
 from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, baselines, drive, summary
 from benchlib.fronts import Front, wait_all_up
-from benchlib.reports import RESULTS, ROOT, flag, machine, write_result
+from benchlib.reports import RESULTS, ROOT, data_path, flag, machine, read_data, write_result
 from benchlib.runs import Run, load, paired, select
 from benchlib.stats import cdf, ci95, median
 from harness import Addrs, HaproxyRoot, Procs
@@ -58,6 +59,11 @@ def plan(quick: bool) -> dict:
 
 
 MID_RHOS = (0.1, 0.8)
+
+
+def last_lambda0(out: Path = RESULTS) -> float:
+    """λ0 as the last sweep measured it (its probe, in its data)."""
+    return read_data("srlb-poisson", out)["probe"]["lambda0"]
 
 
 def common_seed(rate: float, rep: int, instances: int) -> int:
@@ -493,7 +499,7 @@ def main():
     ap.add_argument("--refill", action="store_true", help="re-run the invalid runs of the last sweep, rewrite its report")
     ap.add_argument("--mid-reps", type=int, help="add runs at rho <= 0.8 to the last sweep, up to this many per point; rewrite its report")
     ap.add_argument("--report-only", action="store_true",
-                    help="measure nothing: rewrite the sweep's, many proxies' and vs-least's reports and plots from their JSON")
+                    help="measure nothing: rewrite the sweep's, many proxies' and vs-least's reports and plots from their data")
     a = ap.parse_args()
     p = plan(a.quick)
     out = QUICK_OUT if a.quick else RESULTS
@@ -505,7 +511,7 @@ def main():
     t0 = time.monotonic()
     try:
         if a.refill or a.mid_reps:
-            data = load(out / "srlb-poisson.json")
+            data = load(data_path("srlb-poisson", out))
             if a.refill:
                 print(f"refill: {refill(b, data)} runs still invalid", flush=True)
             if a.mid_reps:
@@ -515,18 +521,18 @@ def main():
             write_result("srlb-poisson", data, report_sweep(data, data["plan"], a.quick), out)
             return
         if a.only == "own":
-            data = load(out / "srlb-poisson.json")
+            data = load(data_path("srlb-poisson", out))
             data["runs"] = [r for r in data["runs"] if not (r.policy == OWN and r.proxy in b.proxies)] + own(b, data, 3)
             plots.srlb(data, out)
             write_result("srlb-poisson", data, report_sweep(data, data["plan"], a.quick), out)
             return
         if a.only == "vs-least":
-            lam0 = json.loads((RESULTS / "srlb-poisson.json").read_text())["probe"]["lambda0"]
+            lam0 = last_lambda0()
             runs = vs_least(b, lam0, a.reps, [1, 4])
             # the proxies not measured this time keep their last runs (and machine note)
             machines = {p: machine() for p in b.proxies}
-            if (out / "vs-least.json").exists():
-                old = load(out / "vs-least.json")
+            if data_path("vs-least", out).exists():
+                old = load(data_path("vs-least", out))
                 runs += [r for r in old["runs"] if r.proxy not in b.proxies]
                 machines = {**{r.proxy: old.get("machines", {}).get(r.proxy, old["machine"]) for r in old["runs"]}, **machines}
             data = {"machine": machine(), "machines": machines, "lambda0": lam0, "runs": runs}
@@ -541,7 +547,7 @@ def main():
             write_result("srlb-poisson", data, md, out)
             lam0 = data["probe"]["lambda0"]
         else:
-            lam0 = json.loads((out / "srlb-poisson.json").read_text())["probe"]["lambda0"]
+            lam0 = last_lambda0(out)
         if a.only != "sweep":
             data = {"machine": machine(), "lambda0": lam0, "runs": many(b, p, lam0)}
             plots.many(data["runs"], out)
@@ -552,18 +558,18 @@ def main():
 
 
 def rewrite_reports(out: Path, quick: bool) -> None:
-    """Each of the sweep's, many proxies' and vs-least's results found in `out`,
-    re-rendered from its JSON: report, plots, and the JSON itself (unchanged)."""
-    if (out / "srlb-poisson.json").exists():
-        data = load(out / "srlb-poisson.json")
+    """Each of the sweep's, many proxies' and vs-least's results found for `out`,
+    re-rendered from its data: report, plots, and the data itself (unchanged)."""
+    if data_path("srlb-poisson", out).exists():
+        data = load(data_path("srlb-poisson", out))
         plots.srlb(data, out)
         write_result("srlb-poisson", data, report_sweep(data, data["plan"], data.get("quick", quick)), out)
-    if (out / "many-proxies.json").exists():
-        data = load(out / "many-proxies.json")
+    if data_path("many-proxies", out).exists():
+        data = load(data_path("many-proxies", out))
         plots.many(data["runs"], out)
         write_result("many-proxies", data, report_many(data, quick), out)
-    if (out / "vs-least.json").exists():
-        data = load(out / "vs-least.json")
+    if data_path("vs-least", out).exists():
+        data = load(data_path("vs-least", out))
         write_result("vs-least", data, report_vs_least(data), out)
 
 

@@ -9,7 +9,7 @@ OutSegs: every segment on loopback, client, proxy and backend sides together),
 proxy CPU per request from /proc. Variants alternate within each repetition.
 
 Usage: python3 bench/throughput.py [--reps 10] [--seconds 3]
-Writes docs/results/proxy-throughput.{md,json,png}.
+Writes docs/results/proxy-throughput.{md,png} and bench/data/proxy-throughput.json.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """What huntlb's benchmark scenarios share, one module per job:
 
 * `stats`: means and medians with 95% confidence intervals, paired ratios, Jain's index;
-* `reports`: where results go (docs/results/), the machine line, writing a result,
-  and the rule for client errors (flagged next to the numbers, never averaged in quietly);
+* `reports`: where results go (reports in docs/results/, their data in bench/data/),
+  the machine line, writing a result, and the rule for client errors (flagged next to
+  the numbers, never averaged in quietly);
+* `data`: the data files' compact form (a line per run; CDFs and perf tables gzipped beside);
 * `tools`: the measuring tools: wrk, a process's CPU time, callgrind's instruction
   counts, the simulator;
 * `fronts`: starting a front (Envoy or HAProxy, from the committed example config)

@@ -1,6 +1,6 @@
 """The bench's plots (matplotlib, PNG). Each function takes a scenario's data as
-written to docs/results/ (runs as Run records) and draws its figures next to it,
-so a plot can be redrawn from committed data:
+written to bench/data/ (runs as Run records) and draws its figures into
+docs/results/, beside the report, so a plot can be redrawn from committed data:
 `python3 -m benchlib.plots srlb-poisson` from bench/ (`make bench-setup` first).
 
 matplotlib is imported when a figure is drawn, not with this module, so every
@@ -9,12 +9,12 @@ scenario's --help and reports work without it.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
-from benchlib.reports import RESULTS
+from benchlib import data as rundata
+from benchlib.reports import RESULTS, data_path
 from benchlib.runs import Run, load, select
 from benchlib.stats import median
 
@@ -251,12 +251,12 @@ def throughput(data: dict, out: Path) -> None:
 
 
 def redraw(name: str, results: Path = RESULTS) -> None:
-    """Redraw one result's figures from its JSON in `results`."""
-    path = results / f"{name}.json"
+    """Redraw one result's figures from its data (data_path(name, results))."""
+    path = data_path(name, results)
     if name in ("srlb-poisson", "many-proxies"):
         d = load(path)
     else:
-        d = json.loads(path.read_text())
+        d = rundata.read(path)
     {"srlb-poisson": lambda: srlb(d, results), "many-proxies": lambda: many(d["runs"], results),
      "simulation": lambda: simulation(d, results), "elb": lambda: elb(d, results),
      "proxy-throughput": lambda: throughput(d, results)}[name]()

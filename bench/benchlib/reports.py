@@ -1,17 +1,32 @@
-"""Where results go and how they are written: Markdown for people, JSON with every
-run for the plots and for re-rendering, both under docs/results/ unless a scenario
-says otherwise (bench-quick writes to bench/out/quick/)."""
+"""Where results go and how they are written: the report (Markdown, and its plots)
+for people in docs/results/, the data (every run, for the plots and for
+re-rendering; benchlib.data) in bench/data/, unless a scenario says otherwise
+(bench-quick writes both to bench/out/quick/)."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
 
+from benchlib import data as rundata
+
 ROOT = Path(__file__).resolve().parents[2]
 
 RESULTS = ROOT / "docs" / "results"
+DATA = ROOT / "bench" / "data"
+
+
+def data_path(name: str, out: Path = RESULTS) -> Path:
+    """Where the data of the report `out`/NAME.md is: bench/data/ for docs/results/,
+    else beside the report (bench/out/quick/)."""
+    return (DATA if out == RESULTS else out) / f"{name}.json"
+
+
+def read_data(name: str, out: Path = RESULTS) -> dict:
+    """The data a report was rendered from, as plain JSON values (runs as dicts;
+    benchlib.runs.load gives Run records)."""
+    return rundata.read(data_path(name, out))
 
 
 def machine() -> str:
@@ -36,15 +51,13 @@ def flag(errors: int, numbers: str | None = None) -> str:
     return f"{numbers} ({errors} client errors: **flagged**)" if errors else numbers
 
 
-def _json(o):
-    """Run records (and anything else with to_json) as the JSON they were read from."""
-    if hasattr(o, "to_json"):
-        return o.to_json()
-    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+def _shown(p: Path) -> str:
+    return str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)
 
 
 def write_result(name: str, data: dict, markdown: str, out: Path = RESULTS) -> None:
+    """The report to `out`/NAME.md, its data to data_path(NAME, out)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(data, indent=2, default=_json) + "\n")
+    rundata.write(data_path(name, out), data)
     (out / f"{name}.md").write_text(markdown)
-    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/{name}.md and .json")
+    print(f"wrote {_shown(out / name)}.md and {_shown(data_path(name, out))}")

@@ -1,19 +1,20 @@
 """The record of one open-loop run through a front, and `select`, the one way the
 scenarios and plots pick runs (by proxy, strategy, ρ, repetition, validity...)
-and the simulator's points (plain dicts in simulation.json and sim-proxies'
-runs.json, picked the same way).
+and the simulator's points (plain dicts in simulation.json and
+simulation-proxies.json, picked the same way).
 
-A `Run` reads and writes exactly the JSON objects in docs/results/
+A `Run` reads and writes exactly the JSON objects in bench/data/
 (srlb-poisson.json, many-proxies.json, vs-least.json), so committed results load
 and re-render unchanged.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
+
+from benchlib import data as rundata
 
 # Written only when present: the CDF is kept for the runs the CDF plots draw,
 # samples for the load-over-time plot, attempts by runs since repeats began.
@@ -95,7 +96,7 @@ def paired(runs: list[Run], num: str, den: str, key: str, **where) -> list[float
 
 
 def load(path: Path) -> dict:
-    """A results JSON whose "runs" are Run records."""
-    data = json.loads(path.read_text())
+    """A result's data (benchlib.reports.data_path) whose "runs" are Run records."""
+    data = rundata.read(path)
     data["runs"] = [Run.from_json(r) for r in data["runs"]]
     return data
