@@ -155,7 +155,7 @@ impl Agent {
             stalled: self.stalled.load(Ordering::Acquire),
             draining: self.draining.load(Ordering::Acquire),
             apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),
-            fleet: self.fleet.as_ref().map(|f| (f.ready_peers(), f.peers_wanting(), f.reports_bad())),
+            fleet: self.fleet.as_ref().map(|f| f.gauges()),
         }
     }
 

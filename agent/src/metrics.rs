@@ -61,9 +61,8 @@ pub struct Gauges {
     /// With load = apache: (polls, failed polls). A failing status page keeps
     /// the last BusyWorkers, so its failures must be visible.
     pub apache_polls: Option<(u64, u64)>,
-    /// With fleet_listen: (ready peers, peers wanting every change,
-    /// datagrams dropped by reason).
-    pub fleet: Option<(usize, usize, [u64; 4])>,
+    /// With fleet_listen: the tier's gauges and counters.
+    pub fleet: Option<crate::fleet::Gauges>,
 }
 
 impl Metrics {
@@ -112,12 +111,14 @@ impl Metrics {
         if let Some((polls, failed)) = g.apache_polls {
             labelled(&mut o, &M::APACHE_POLLS, &[(polls - failed) as f64, failed as f64]);
         }
-        if let Some((peers, wanting, bad)) = g.fleet {
+        if let Some(f) = &g.fleet {
             let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_failed];
             labelled(&mut o, &M::FORWARDS, &forwards.map(|a| v(a) as f64));
-            single(&mut o, &M::FLEET_PEERS, peers as f64);
-            single(&mut o, &M::FLEET_PEERS_WANTING, wanting as f64);
-            labelled(&mut o, &M::FLEET_REPORTS_BAD, &bad.map(|n| n as f64));
+            single(&mut o, &M::FLEET_PEERS, f.peers as f64);
+            single(&mut o, &M::FLEET_PEERS_WANTING, f.wanting as f64);
+            single(&mut o, &M::FLEET_REPORTS_SENT, f.sent as f64);
+            single(&mut o, &M::FLEET_REPORTS_TAKEN, f.taken as f64);
+            labelled(&mut o, &M::FLEET_REPORTS_BAD, &f.bad.map(|n| n as f64));
         }
         for (m, val) in [
             (M::INFLIGHT, g.inflight as f64),

@@ -52,11 +52,9 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
         // covers what changes without the count (app up or down, stalled).
         let a = Arc::downgrade(&agent);
         let report = move || a.upgrade().map(|a| (a.busy_now(), a.takes_forwards()));
-        let (r, f) = (report.clone(), fleet.clone());
-        agent.on_inflight_change(Box::new(move || {
-            f.announce(fleet::To::Wanting, &r);
-        }));
-        tokio::spawn(fleet.heartbeat(report));
+        let f = fleet.clone();
+        agent.on_inflight_change(Box::new(move || f.changed()));
+        tokio::spawn(fleet.run(Box::new(report)));
     }
     tokio::spawn(serve_admin(admin, agent.clone()));
     tokio::spawn(serve(listener, agent.clone()));

@@ -36,6 +36,8 @@ _M.ALL = {
     m("huntlb_forwards_total", "counter", false, "outcome", { "sent", "unreachable", "refused", "failed" }),
     m("huntlb_fleet_peers", "gauge", false),
     m("huntlb_fleet_peers_wanting", "gauge", false),
+    m("huntlb_fleet_reports_sent_total", "counter", false),
+    m("huntlb_fleet_reports_taken_total", "counter", false),
     m("huntlb_fleet_reports_bad_total", "counter", false, "reason", { "stranger", "malformed", "unauthenticated", "replayed" }),
     m("huntlb_inflight", "gauge", false),
     m("huntlb_busy", "gauge", true),

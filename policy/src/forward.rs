@@ -6,8 +6,8 @@
 //!  front ──offer──► agent A ── busy <= seen + seen_slack, or busy <= least peer + slack ──► app A
 //!                      │ else
 //!                      └──final──► agent B (the least peer, ties at random) ──► app B
-//!  every agent ──"hunt-fleet/2 <from> <seq> <busy> <ready> <wants> <mac>"──► peers that want (UDP, on each change)
-//!                                                                     └──► every peer (a heartbeat)
+//!  agent A ──"hunt-fleet/2 <from> <seq> <busy> <ready> <sub> <mac>"──► the K peers A samples (sub: 1 changes, 0 beats, 2 leave)
+//!  each of them ──its count, on each change (sub 1) or as a heartbeat──► A
 //! ```
 //!
 //! Why: a front counts only its own requests, so with several fronts its least
@@ -92,15 +92,15 @@ const MAGIC: &str = "hunt-fleet/2";
 /// bits leave a forger one chance in 2^128 a datagram).
 pub const TAG_LEN: usize = 16;
 
-/// One agent's count as it goes to its peers, facts about its sender only:
+/// One agent's count as it goes to a peer, facts about its sender only:
 /// who sends it (`from`: the address its reports come from, which the
 /// receiver checks against the datagram's source and its own list of
 /// members), a sequence number (a datagram not newer than one already heard is
 /// dropped: UDP may reorder, and a recorded report must not be replayed), its
-/// count, whether it takes forwards at all (not draining, app up), and
-/// whether it *wants* every change of its peers' counts: it decides offers by
-/// them. An agent whose offers are all kept by `seen` (one front) does not,
-/// and its peers send it their heartbeats only.
+/// count, whether it takes forwards at all (not draining, app up), and what
+/// its sender asks of the receiver ([`Sub`]): an agent hears only the few
+/// peers it samples, so each report to a sampled peer renews that
+/// subscription, and one to a peer dropped from the sample ends it.
 ///
 /// A report never says where to send a request: a forward goes to a member of
 /// the receiver's own configured peer set, at the address it configured.
@@ -113,13 +113,40 @@ pub struct Report {
     pub seq: u64,
     pub busy: u32,
     pub ready: bool,
-    pub wants: bool,
+    pub sub: Sub,
+}
+
+/// What a report's sender asks of its receiver, the last field on the wire.
+/// Why three: the sender samples a few peers and hears only them, so it
+/// subscribes to each (renewing with every report it sends there), wants
+/// every change only while its offers decide by the counts (with one front
+/// they are all kept by `seen`, and heartbeats keep the peer known alive),
+/// and ends a subscription at once when it re-draws its sample, rather than
+/// leaving the peer sending to it until the subscription would expire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sub {
+    /// `0`: send me heartbeats (your count at least every heartbeat).
+    Beats,
+    /// `1`: send me every change of your count.
+    Changes,
+    /// `2`: send me nothing more.
+    Leave,
+}
+
+impl Sub {
+    fn wire(self) -> char {
+        match self {
+            Sub::Beats => '0',
+            Sub::Changes => '1',
+            Sub::Leave => '2',
+        }
+    }
 }
 
 impl fmt::Display for Report {
-    /// The text the MAC covers: `hunt-fleet/2 FROM SEQ BUSY READY WANTS`.
+    /// The text the MAC covers: `hunt-fleet/2 FROM SEQ BUSY READY SUB`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{MAGIC} {} {} {} {} {}", self.from, self.seq, self.busy, u8::from(self.ready), u8::from(self.wants))
+        write!(f, "{MAGIC} {} {} {} {} {}", self.from, self.seq, self.busy, u8::from(self.ready), self.sub.wire())
     }
 }
 
@@ -183,8 +210,8 @@ impl Report {
         }
         let s = std::str::from_utf8(d).map_err(|_| "not UTF-8".to_string())?;
         let f: Vec<&str> = s.split(' ').collect();
-        let [magic, from, seq, busy, ready, wants] = f[..] else {
-            return Err(format!("{} fields, expected 6: `{MAGIC} FROM SEQ BUSY READY WANTS`", f.len()));
+        let [magic, from, seq, busy, ready, sub] = f[..] else {
+            return Err(format!("{} fields, expected 6: `{MAGIC} FROM SEQ BUSY READY SUB`", f.len()));
         };
         if magic != MAGIC {
             return Err(format!("starts `{magic}`, expected `{MAGIC}`"));
@@ -205,7 +232,13 @@ impl Report {
             "0" => Ok(false),
             other => Err(format!("{what} `{other}`: expected 0 or 1")),
         };
-        Ok(Report { from: from.to_string(), seq, busy, ready: flag("ready", ready)?, wants: flag("wants", wants)? })
+        let sub = match sub {
+            "0" => Sub::Beats,
+            "1" => Sub::Changes,
+            "2" => Sub::Leave,
+            other => return Err(format!("sub `{other}`: expected 0 (beats), 1 (changes) or 2 (leave)")),
+        };
+        Ok(Report { from: from.to_string(), seq, busy, ready: flag("ready", ready)?, sub })
     }
 }
 
@@ -228,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_report_round_trips_sealed() {
-        let r = Report { from: "127.0.1.2:9700".into(), seq: 7, busy: 31, ready: true, wants: false };
+        let r = Report { from: "127.0.1.2:9700".into(), seq: 7, busy: 31, ready: true, sub: Sub::Beats };
         assert_eq!(r.to_string(), "hunt-fleet/2 127.0.1.2:9700 7 31 1 0");
         let tag = [0xa5; TAG_LEN];
         let d = seal(&r.to_string(), &tag);

@@ -115,14 +115,22 @@ pub const FORWARDS: Metric = Metric {
     label: Some(("outcome", &["sent", "unreachable", "refused", "failed"])),
     sidecar: false,
 };
-pub const FLEET_PEERS: Metric =
-    m("huntlb_fleet_peers", Kind::Gauge, "Peers heard from within fleet_dead_after_ms and taking forwards.", false);
+pub const FLEET_PEERS: Metric = m(
+    "huntlb_fleet_peers",
+    Kind::Gauge,
+    "Peers in this agent's sample (fleet_sample) heard from within fleet_dead_after_ms and taking forwards.",
+    false,
+);
 pub const FLEET_PEERS_WANTING: Metric = m(
     "huntlb_fleet_peers_wanting",
     Kind::Gauge,
-    "Peers that want every change of this agent's count (0 while every front's offers are kept by what it saw).",
+    "Peers that sample this agent and want every change of its count (0 while every front's offers are kept by what it saw).",
     false,
 );
+pub const FLEET_REPORTS_SENT: Metric =
+    m("huntlb_fleet_reports_sent_total", Kind::Counter, "Reports (datagrams) this agent sent to its peers: the tier's cost.", false);
+pub const FLEET_REPORTS_TAKEN: Metric =
+    m("huntlb_fleet_reports_taken_total", Kind::Counter, "Reports from peers taken (from a member, sealed, newer than the last).", false);
 /// Why a datagram on `fleet_listen` was dropped, in the label's order.
 pub const FLEET_REPORTS_BAD: Metric = Metric {
     name: "huntlb_fleet_reports_bad_total",
@@ -161,6 +169,8 @@ pub const ALL: &[Metric] = &[
     FORWARDS,
     FLEET_PEERS,
     FLEET_PEERS_WANTING,
+    FLEET_REPORTS_SENT,
+    FLEET_REPORTS_TAKEN,
     FLEET_REPORTS_BAD,
     INFLIGHT,
     BUSY,

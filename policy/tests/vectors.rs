@@ -279,7 +279,7 @@ fn front_vectors() {
 
 #[test]
 fn forward_vectors() {
-    use huntlb_policy::forward::{open, route, seal, Forwarding, Rejected, Report, Route};
+    use huntlb_policy::forward::{open, route, seal, Forwarding, Rejected, Report, Route, Sub};
     let doc = vectors("forward.json");
     let opt = |v: &Value| v.as_u64().map(|n| n as u32);
     let cases = doc["route"].as_array().unwrap();
@@ -304,7 +304,12 @@ fn forward_vectors() {
                     seq: c["seq"].as_u64().unwrap(),
                     busy: c["busy"].as_u64().unwrap() as u32,
                     ready: c["ready"].as_bool().unwrap(),
-                    wants: c["wants"].as_bool().unwrap(),
+                    sub: match c["sub"].as_str().unwrap() {
+                        "beats" => Sub::Beats,
+                        "changes" => Sub::Changes,
+                        "leave" => Sub::Leave,
+                        other => panic!("forward.json: sub `{other}`"),
+                    },
                 };
                 assert_eq!(r, want, "{d}");
                 assert_eq!(r.to_string(), d, "a report prints as it parses");

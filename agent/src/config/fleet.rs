@@ -58,7 +58,19 @@ pub struct FleetConfig {
     pub settle: Duration,
     /// Names in `peers` are resolved again this often.
     pub resolve: Duration,
+    /// How many peers this agent hears (0: every member), drawn again every
+    /// `resample`, keeping the `keep` least loaded: what the tier costs per
+    /// change of a count does not grow with the fleet.
+    pub sample: usize,
+    pub resample: Duration,
+    pub keep: usize,
 }
+
+/// Peers heard by default, and how many of the least loaded a draw keeps:
+/// docs/results/many-fronts-sim.md has the simulator's measurements behind
+/// them.
+const DEFAULT_SAMPLE: u32 = 8;
+const DEFAULT_KEEP: usize = 4;
 
 /// The tier's knobs, taken from `Raw` before the rest is validated.
 pub(super) struct Knobs {
@@ -75,6 +87,9 @@ pub(super) struct Knobs {
     fleet_dead_after_ms: Option<u64>,
     fleet_settle_ms: Option<u64>,
     fleet_resolve_ms: Option<u64>,
+    fleet_sample: Option<u32>,
+    fleet_resample_ms: Option<u64>,
+    fleet_sample_keep: Option<u32>,
 }
 
 impl Knobs {
@@ -93,6 +108,9 @@ impl Knobs {
             fleet_dead_after_ms: raw.fleet_dead_after_ms.take(),
             fleet_settle_ms: raw.fleet_settle_ms.take(),
             fleet_resolve_ms: raw.fleet_resolve_ms.take(),
+            fleet_sample: raw.fleet_sample.take(),
+            fleet_resample_ms: raw.fleet_resample_ms.take(),
+            fleet_sample_keep: raw.fleet_sample_keep.take(),
         }
     }
 }
@@ -114,6 +132,9 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 ("fleet_dead_after_ms", k.fleet_dead_after_ms.is_some()),
                 ("fleet_settle_ms", k.fleet_settle_ms.is_some()),
                 ("fleet_resolve_ms", k.fleet_resolve_ms.is_some()),
+                ("fleet_sample", k.fleet_sample.is_some()),
+                ("fleet_resample_ms", k.fleet_resample_ms.is_some()),
+                ("fleet_sample_keep", k.fleet_sample_keep.is_some()),
             ] {
                 if set {
                     return Err(invalid(key, "only meaningful with fleet_listen"));
@@ -202,6 +223,23 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
             if settle > dead_after {
                 return Err(invalid("fleet_settle_ms", "must not be longer than fleet_dead_after_ms"));
             }
+            // A subscription lasts fleet_dead_after_ms and is renewed at each
+            // draw: a draw must come within it, with room for one lost renewal.
+            let resample = ms("fleet_resample_ms", k.fleet_resample_ms, 100, 1)?;
+            if resample * 2 > dead_after {
+                return Err(invalid("fleet_resample_ms", "must be at most half of fleet_dead_after_ms: each draw renews the sample's subscriptions, which last that long"));
+            }
+            let sample = k.fleet_sample.unwrap_or(DEFAULT_SAMPLE) as usize;
+            if sample > crate::fleet::MAX_MEMBERS {
+                return Err(invalid("fleet_sample", format!("at most {} (0: every member)", crate::fleet::MAX_MEMBERS)));
+            }
+            let keep = k.fleet_sample_keep.map_or(DEFAULT_KEEP.min(sample / 2), |v| v as usize);
+            if sample == 0 && k.fleet_sample_keep.is_some() {
+                return Err(invalid("fleet_sample_keep", "only meaningful with a sample (fleet_sample above 0)"));
+            }
+            if sample > 0 && keep >= sample {
+                return Err(invalid("fleet_sample_keep", format!("must be below fleet_sample ({sample}): each draw brings in at least one new peer")));
+            }
             if k.fleet_resolve_ms.is_some() && !peers.iter().any(|p| matches!(p, Peer::Name { .. })) {
                 return Err(invalid("fleet_resolve_ms", "only meaningful with a name in fleet_peers"));
             }
@@ -223,6 +261,9 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 dead_after,
                 settle,
                 resolve: ms("fleet_resolve_ms", k.fleet_resolve_ms, 1000, 100)?,
+                sample,
+                resample,
+                keep,
             })
         }
     })

@@ -157,4 +157,13 @@ pub struct Raw {
     /// Resolve the DNS names in `fleet_peers` again this often, in ms [default: 1000].
     #[arg(long)]
     pub fleet_resolve_ms: Option<u64>,
+    /// Hear this many peers, drawn from the members (0: every member) [default: 8].
+    #[arg(long)]
+    pub fleet_sample: Option<u32>,
+    /// Draw the sample again this often, in ms [default: 100].
+    #[arg(long)]
+    pub fleet_resample_ms: Option<u64>,
+    /// At each draw, keep this many of the sample's least loaded peers [default: 4].
+    #[arg(long)]
+    pub fleet_sample_keep: Option<u32>,
 }

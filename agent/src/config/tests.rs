@@ -115,6 +115,32 @@ fn fleet_keys_are_checked_and_named() {
         fleet("127.0.0.2:9700")(r);
         r.fleet_listen = Some("udp".into());
     })), "fleet_listen");
+    // The sample: defaults, and the keys named when they do not fit.
+    let c = raw(fleet("127.0.0.2:9700")).unwrap().fleet.unwrap();
+    assert_eq!((c.sample, c.keep, c.resample), (8, 4, Duration::from_millis(100)));
+    let c = raw(|r| {
+        fleet("127.0.0.2:9700")(r);
+        r.fleet_sample = Some(1);
+    })
+    .unwrap()
+    .fleet
+    .unwrap();
+    assert_eq!((c.sample, c.keep), (1, 0), "a default keep below a small sample");
+    for (key, set) in [
+        ("fleet_resample_ms", &(|r: &mut Raw| r.fleet_resample_ms = Some(200)) as &dyn Fn(&mut Raw)),
+        ("fleet_sample_keep", &|r: &mut Raw| r.fleet_sample_keep = Some(8)),
+        ("fleet_sample_keep", &|r: &mut Raw| {
+            r.fleet_sample = Some(0);
+            r.fleet_sample_keep = Some(1);
+        }),
+        ("fleet_sample", &|r: &mut Raw| r.fleet_sample = Some(5000)),
+    ] {
+        assert_eq!(key_of(raw(|r| {
+            fleet("127.0.0.2:9700")(r);
+            set(r);
+        })), key);
+    }
+    assert_eq!(key_of(raw(|r| r.fleet_sample = Some(4))), "fleet_sample", "only with fleet_listen");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Who the members are: `fleet_peers` resolved (names again every
-//! `fleet_resolve_ms`), bounded by `MAX_MEMBERS`; the table keeps members only.
+//! `fleet_resolve_ms`), bounded by `MAX_MEMBERS`; the tables keep members only.
 
 use super::{Fleet, BUFFERED_PER_MEMBER, MAX_MEMBERS, MIN_RCVBUF};
 use crate::config::Peer as PeerEntry;
@@ -9,25 +9,35 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 use tracing::{info, warn};
 
-impl Fleet {
-    /// Every member address but this agent's own, once.
-    pub(super) fn targets(&self) -> Vec<SocketAddr> {
-        let members = self.members.read().unwrap_or_else(PoisonError::into_inner);
-        members.1.iter().copied().filter(|a| *a != self.cfg.from && *a != self.cfg.listen).collect()
-    }
+/// The members: each `fleet_peers` entry's addresses (names resolved), all of
+/// them as a set (the only senders heard), and every one but this agent, in
+/// order (what a sample is drawn from).
+#[derive(Default)]
+pub(super) struct Members {
+    pub resolved: Vec<Vec<SocketAddr>>,
+    pub set: HashSet<SocketAddr>,
+    pub others: Vec<SocketAddr>,
+}
 
-    /// Take a new member list: the table and the wanting set keep only
-    /// members, and the socket's buffer is sized for them.
+impl Fleet {
+    /// Take a new member list: the tables keep only members, and the
+    /// socket's buffer is sized for those this agent may hear at once.
     pub(super) fn set_members(&self, resolved: Vec<Vec<SocketAddr>>) {
         let mut set = HashSet::new();
+        let mut others = Vec::new();
         for a in resolved.iter().flatten() {
             if set.len() == MAX_MEMBERS {
                 warn!(max = MAX_MEMBERS, "fleet_peers resolves to more addresses than the tier takes; the rest are no members");
                 break;
             }
-            set.insert(*a);
+            if set.insert(*a) && *a != self.cfg.from && *a != self.cfg.listen {
+                others.push(*a);
+            }
         }
-        let want = (set.len() * BUFFERED_PER_MEMBER * 768).max(MIN_RCVBUF);
+        // Heard at once: the sample, and the members sampling this agent
+        // (about as many; four times as many leaves room for the popular).
+        let heard = if self.cfg.sample == 0 { set.len() } else { set.len().min(4 * self.cfg.sample) };
+        let want = (heard * BUFFERED_PER_MEMBER * 768).max(MIN_RCVBUF);
         if self.sock.recv_buffer_size().is_ok_and(|have| have < want) {
             let _ = self.sock.set_recv_buffer_size(want);
             // Linux doubles what it grants (bookkeeping): half is the data.
@@ -37,8 +47,9 @@ impl Fleet {
             }
         }
         self.peers.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
-        self.wanting.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
-        *self.members.write().unwrap_or_else(PoisonError::into_inner) = (resolved, set);
+        self.listeners.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
+        self.sample.lock().unwrap_or_else(PoisonError::into_inner).retain(|k| set.contains(k));
+        *self.members.write().unwrap_or_else(PoisonError::into_inner) = Members { resolved, set, others };
     }
 
     /// Resolve the names in `fleet_peers` again every `fleet_resolve_ms`: a
@@ -53,7 +64,7 @@ impl Fleet {
         }
         loop {
             tokio::time::sleep(self.cfg.resolve).await;
-            let old = self.members.read().unwrap_or_else(PoisonError::into_inner).0.clone();
+            let old = self.members.read().unwrap_or_else(PoisonError::into_inner).resolved.clone();
             let new = resolve_all(&self.cfg.peers, &old).await;
             if new != old {
                 info!(members = new.iter().flatten().count(), "fleet_peers resolved to a new set");

@@ -1,22 +1,30 @@
-//! The forwarding tier's view of the fleet: this agent's count goes to its
-//! members on each change (and every `fleet_heartbeat_ms`), theirs come in,
-//! and [`Fleet::pick`] asks the policy crate where an offer goes
+//! The forwarding tier's view of the fleet: each agent hears a small sample
+//! of its members (`fleet_sample`, drawn again every `fleet_resample_ms`,
+//! keeping the least loaded), subscribes to their counts, and
+//! [`Fleet::pick`] asks the policy crate where an offer goes
 //! (`huntlb_policy::forward`).
 //!
 //! ```text
-//!  Inflight changes ──announce, on that thread──UDP sealed "hunt-fleet/2 ..."──► members that want it
-//!  members ──UDP──► socket (buffer sized for the fleet) ──reader thread: member? sealed? newer?──► peers: member -> (busy, seq, ready, heard, own forwards since)
-//!  offer ──► pick: ready members heard within dead_after ──► route(busy, seen, their counts) ──► member's IP : fleet_peer_port
+//!  every fleet_resample_ms: draw K members (keep the B least) ──sealed "... sub" (1 changes / 0 beats / 2 leave)──► each, renewing
+//!  count changes ──on that thread──► the listeners that asked for changes (about K: every agent samples K)
+//!  members ──UDP──► socket ──reader thread: member? sealed? newer?──► peers: member -> (busy, seq, ready, heard, own forwards since)
+//!  offer ──► pick: the sample's ready members heard within dead_after ──► route(busy, seen, their counts) ──► member's IP : fleet_peer_port
 //! ```
+//!
+//! Why a sample: a count sent to every peer on each change costs 2 λ (N - 1)
+//! datagrams a second per agent, which grows with the fleet; sent to the K
+//! agents that sample it, 2 λ K, whatever N. docs/results/many-fronts-sim.md
+//! measures what hearing K peers instead of all costs in latency.
 //!
 //! Trust (docs/protocol.md, "Trust"): a datagram is believed only if its source
 //! is a member (an address `fleet_peers` resolves to), its MAC checks under
 //! the shared key, the member it names is its source, and it is newer than the
 //! last heard from that member. Even then it carries facts about its sender
-//! (a count, whether it takes forwards, whether it wants changes), never where
+//! (a count, whether it takes forwards, what it asks of us), never where
 //! a request goes: a forward goes to the member's own address, as resolved
-//! here, on the configured port. The table is keyed by member, so it holds
-//! at most as many entries as `fleet_peers` resolves to.
+//! here, on the configured port, and a count to the member's own address.
+//! The tables are keyed by member, so each holds at most as many entries as
+//! `fleet_peers` resolves to.
 //!
 //! Reports are read by a thread of their own, off the offer path: every 10 ms,
 //! and when an offer about to decide by the counts asks for them fresh (it
@@ -25,16 +33,16 @@
 //! reader, not the offers.
 
 use crate::config::FleetConfig;
-use members::resolve_all;
 use crate::seal::Keys;
-use huntlb_policy::forward::{kept_by_seen, route, seal, Report, Route};
+use huntlb_policy::forward::{kept_by_seen, route, Route};
+use members::{resolve_all, Members};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tracing::{debug, error, info};
+use tracing::debug;
 
 struct Peer {
     busy: u32,
@@ -43,6 +51,15 @@ struct Peer {
     heard: Instant,
     /// When this agent forwarded there, for `settle`: not yet in `busy`.
     sent: VecDeque<Instant>,
+}
+
+/// A member that samples this agent: what it asked for, when it last renewed,
+/// and when our count last went to it (a heartbeat goes only after a beat of
+/// silence).
+struct Listener {
+    changes: bool,
+    renewed: Instant,
+    told: Instant,
 }
 
 /// Why a datagram was dropped, in `huntlb_fleet_reports_bad_total`'s label order.
@@ -55,8 +72,12 @@ pub enum Bad {
 }
 
 /// At most this many members (addresses `fleet_peers` resolves to): what a
-/// DNS answer can add to the table and to each change's sends is bounded.
+/// DNS answer can add to the tables is bounded.
 pub const MAX_MEMBERS: usize = 4096;
+
+/// This agent's count and whether it takes forwards, as the agent tells it
+/// (None once the agent is gone: nothing more is sent).
+pub type ReportFn = Box<dyn Fn() -> Option<(u32, bool)> + Send + Sync>;
 
 pub struct Fleet {
     cfg: FleetConfig,
@@ -64,30 +85,34 @@ pub struct Fleet {
     keys: RwLock<Keys>,
     /// Members' last reports, by member address; only members have entries.
     peers: Mutex<HashMap<SocketAddr, Peer>>,
-    /// Each `fleet_peers` entry's addresses (names resolved, `resolve`), and
-    /// all of them as a set: where our count goes, and the only senders heard.
-    members: RwLock<(Vec<Vec<SocketAddr>>, HashSet<SocketAddr>)>,
+    /// Who the members are (`fleet_peers` resolved): the only senders
+    /// heard, the only places counts and forwards go.
+    members: RwLock<Members>,
+    /// The members this agent hears (and whose counts decide its forwards).
+    sample: Mutex<Vec<SocketAddr>>,
+    /// The members that sample this agent.
+    listeners: Mutex<HashMap<SocketAddr, Listener>>,
     /// Starts at the clock's microseconds, so a restarted agent's reports are
     /// newer than its old ones at every peer. Locked while the count is read,
     /// so a later number always carries a later count (threads race to send).
     seq: Mutex<u64>,
-    /// The tie-break stream (splitmix64 over a counter).
+    /// The stream for draws and ties (splitmix64 over a counter).
     draws: AtomicU64,
     /// Lines about bad datagrams (or failed reads) logged in the current 10 s window.
     bad_logged: Mutex<(Instant, u32)>,
     /// Datagrams dropped, by `Bad`.
     bad: [AtomicU64; 4],
-    /// When a count last went out to every member, in microseconds since
-    /// `born`: the heartbeat waits a beat after it.
-    sent_us: AtomicU64,
+    /// Reports sent, and reports taken: the tier's cost.
+    sent: AtomicU64,
+    taken: AtomicU64,
     born: Instant,
-    /// Members whose last report wanted every change of our count, and when it was read.
-    wanting: Mutex<HashMap<SocketAddr, Instant>>,
     /// When an offer here last decided by the peers' counts (microseconds
     /// since `born`, plus one; 0: never).
     consulted_us: AtomicU64,
-    /// What our last report to every member said of `wants`.
-    told_wants: AtomicBool,
+    /// Whether our sample was last told we want every change.
+    told_changes: AtomicBool,
+    /// Where this agent's count comes from (`start`).
+    report: OnceLock<ReportFn>,
     /// Offers' asks for a fresh view, and the reader's answers (`fresh`).
     asks: Mutex<Asks>,
     asked: Condvar,
@@ -101,21 +126,14 @@ struct Asks {
     done: u64,
 }
 
-/// Who a count goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum To {
-    /// A change: the members that want every change.
-    Wanting,
-    /// A heartbeat: every member.
-    All,
-}
-
-/// An agent wants its peers' every change for this long after an offer here
-/// last decided by them: a fleet whose fronts come and go does not flap.
+/// An agent wants its sample's every change for this long after an offer
+/// here last decided by them: a fleet whose fronts come and go does not flap.
 const WANT_FOR: Duration = Duration::from_secs(10);
-/// The receive buffer asked for, per member: a burst of this many reports
-/// from each (about 768 bytes each in the kernel's accounting) waits unread
-/// without loss. Linux caps it at `net.core.rmem_max` (a warning says so).
+/// The receive buffer asked for, per member it may hear from at once (its
+/// sample and its listeners, or every member without a sample): a burst of
+/// this many reports from each (about 768 bytes each in the kernel's
+/// accounting) waits unread without loss. Linux caps it at
+/// `net.core.rmem_max` (a warning says so).
 const BUFFERED_PER_MEMBER: usize = 64;
 const MIN_RCVBUF: usize = 1 << 20;
 /// The reader takes what is queued at least this often: a report counts as
@@ -135,7 +153,7 @@ const KEYS_EVERY: Duration = Duration::from_secs(2);
 pub enum Pick {
     /// No ready peer: the acceptance policy decides, as without a fleet.
     NoPeers,
-    /// Here: this backend is the fleet's least (or the front knew its load).
+    /// Here: this backend is the least of what it hears (or the front knew its load).
     Keep,
     /// To this member's agent, as a final.
     Forward(Target),
@@ -149,7 +167,21 @@ pub struct Target {
     pub authority: String,
 }
 
+/// The tier's gauges and counters, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gauges {
+    /// Sampled members heard within `dead_after` and taking forwards.
+    pub peers: usize,
+    /// Members sampling this agent that want every change.
+    pub wanting: usize,
+    pub sent: u64,
+    pub taken: u64,
+    pub bad: [u64; 4],
+}
+
 impl Fleet {
+    /// Bind `fleet_listen` and start the reader thread. Nothing is sent
+    /// until `start` says where this agent's count comes from.
     pub async fn bind(cfg: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
         use anyhow::Context;
         let sock = Socket::new(Domain::for_address(cfg.listen), Type::DGRAM, Some(Protocol::UDP)).context("config key `fleet_listen`: socket")?;
@@ -160,16 +192,19 @@ impl Fleet {
             sock,
             keys: RwLock::new(cfg.keys.clone()),
             peers: Mutex::new(HashMap::new()),
-            members: RwLock::new((Vec::new(), HashSet::new())),
+            members: RwLock::new(Members::default()),
+            sample: Mutex::new(Vec::new()),
+            listeners: Mutex::new(HashMap::new()),
             seq: Mutex::new(now.as_micros() as u64),
             draws: AtomicU64::new(now.as_nanos() as u64 ^ u64::from(std::process::id()) << 32),
             bad_logged: Mutex::new((Instant::now(), 0)),
             bad: Default::default(),
-            sent_us: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
             born: Instant::now(),
-            wanting: Mutex::new(HashMap::new()),
             consulted_us: AtomicU64::new(0),
-            told_wants: AtomicBool::new(false),
+            told_changes: AtomicBool::new(false),
+            report: OnceLock::new(),
             asks: Mutex::new(Asks::default()),
             asked: Condvar::new(),
             drained: Condvar::new(),
@@ -182,31 +217,31 @@ impl Fleet {
         Ok(fleet)
     }
 
-    /// Where this offer goes, by the ready members heard from within `dead_after`.
+    /// Where this offer goes, by the sample's ready members heard from within `dead_after`.
     pub fn pick(&self, busy: u32, seen: Option<u32>) -> Pick {
         let now = Instant::now();
         // The front knew this backend's load: kept whatever the peers hold.
         // With one front every offer is such.
         if kept_by_seen(self.cfg.forwarding, busy, seen) {
-            let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-            let any = peers.values().any(|p| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after);
-            return if any { Pick::Keep } else { Pick::NoPeers };
+            return if self.ready_peers() > 0 { Pick::Keep } else { Pick::NoPeers };
         }
         // From now on (for WANT_FOR) this agent wants every change of its
-        // peers' counts; they hear so at its next report.
+        // sample's counts; they hear so at once (`changed`).
         self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
         self.fresh();
+        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut members = Vec::with_capacity(peers.len());
-        let mut counts = Vec::with_capacity(peers.len());
-        for (member, p) in peers.iter_mut() {
+        let mut members = Vec::with_capacity(sample.len());
+        let mut counts = Vec::with_capacity(sample.len());
+        for member in sample {
+            let Some(p) = peers.get_mut(&member) else { continue };
             if !p.ready || now.duration_since(p.heard) > self.cfg.dead_after {
                 continue;
             }
             while p.sent.front().is_some_and(|t| now.duration_since(*t) > self.cfg.settle) {
                 p.sent.pop_front();
             }
-            members.push(*member);
+            members.push(member);
             counts.push(p.busy.saturating_add(p.sent.len() as u32));
         }
         if counts.is_empty() {
@@ -217,7 +252,7 @@ impl Fleet {
             Route::Forward(i) => {
                 let member = members[i];
                 // Why this offer was forwarded: its inputs, as `route` saw them.
-                debug!(busy, ?seen, to = %member, least = counts[i], peers = counts.len(), "offer forwarded: not the fleet's least");
+                debug!(busy, ?seen, to = %member, least = counts[i], peers = counts.len(), "offer forwarded: not the least of its sample");
                 if let Some(p) = peers.get_mut(&member) {
                     p.sent.push_back(now);
                 }
@@ -236,17 +271,28 @@ impl Fleet {
         self.bad.each_ref().map(|a| a.load(Ordering::Relaxed))
     }
 
-    /// Ready members heard from within `dead_after`.
+    /// Sampled members heard from within `dead_after` and taking forwards.
     pub fn ready_peers(&self) -> usize {
         let now = Instant::now();
+        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
         let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        peers.values().filter(|p| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after).count()
+        sample.iter().filter_map(|m| peers.get(m)).filter(|p| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after).count()
     }
 
-    /// Members whose reports within `dead_after` want every change of our count.
+    /// Members sampling this agent, renewed within `dead_after`, that want every change of our count.
     pub fn peers_wanting(&self) -> usize {
         let now = Instant::now();
-        self.wanting.lock().unwrap_or_else(PoisonError::into_inner).values().filter(|t| now.duration_since(**t) <= self.cfg.dead_after).count()
+        self.listeners.lock().unwrap_or_else(PoisonError::into_inner).values().filter(|l| l.changes && now.duration_since(l.renewed) <= self.cfg.dead_after).count()
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        Gauges {
+            peers: self.ready_peers(),
+            wanting: self.peers_wanting(),
+            sent: self.sent.load(Ordering::Relaxed),
+            taken: self.taken.load(Ordering::Relaxed),
+            bad: self.reports_bad(),
+        }
     }
 
     /// A forward to `member` found no one there, or a peer that cannot reach
@@ -265,43 +311,6 @@ impl Fleet {
         z ^ (z >> 31)
     }
 
-    /// Send `report()`'s count now, sealed: a change to the members that want
-    /// every change, a heartbeat to all (a change of what this agent wants
-    /// goes to all too: a peer must start sending at once). Called on each
-    /// change of the count, from the thread that made it: a task woken for it
-    /// would add a scheduling delay, and the simulator puts the tier at 0.81x
-    /// least-request with counts 0.2 ms late but 0.84x at 1 ms and 1.00x at 5 ms.
-    /// `report` is None once the agent is gone: nothing is sent, and false
-    /// comes back. With one front, no agent wants changes (its offers are all
-    /// kept by `seen`), and the tier sends heartbeats only.
-    pub fn announce(&self, to: To, report: impl FnOnce() -> Option<(u32, bool)>) -> bool {
-        let wants = self.wants();
-        let text = {
-            let mut seq = self.seq.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some((busy, ready)) = report() else { return false };
-            *seq += 1;
-            Report { from: self.cfg.from.to_string(), seq: *seq, busy, ready, wants }.to_string()
-        };
-        let d = seal(&text, &self.keys.read().unwrap_or_else(PoisonError::into_inner).tag(text.as_bytes()));
-        let all = self.told_wants.swap(wants, Ordering::Relaxed) != wants || to == To::All;
-        let mut targets = self.targets();
-        let every = targets.len();
-        if !all {
-            let now = Instant::now();
-            let wanting = self.wanting.lock().unwrap_or_else(PoisonError::into_inner);
-            targets.retain(|p| wanting.get(p).is_some_and(|t| now.duration_since(*t) <= self.cfg.dead_after));
-        }
-        for peer in &targets {
-            // Never waits: a full send buffer drops the report, and the next
-            // change or heartbeat resends.
-            let _ = self.sock.send_to_with_flags(d.as_bytes(), &SockAddr::from(*peer), libc::MSG_DONTWAIT);
-        }
-        if targets.len() == every {
-            self.sent_us.store(self.micros(), Ordering::Relaxed);
-        }
-        true
-    }
-
     fn micros(&self) -> u64 {
         self.born.elapsed().as_micros() as u64
     }
@@ -311,44 +320,10 @@ impl Fleet {
         let at = self.consulted_us.load(Ordering::Relaxed);
         at != 0 && self.micros().saturating_sub(at - 1) <= WANT_FOR.as_micros() as u64
     }
-
-    /// At start, and whenever `fleet_heartbeat_ms` pass with no count sent to
-    /// every member, send the count to all (peers take silence for death);
-    /// look at the key file for a rotation. A busy agent whose peers all want
-    /// its changes sends every change to all, so its beats are skipped.
-    pub async fn heartbeat(self: Arc<Self>, report: impl Fn() -> Option<(u32, bool)>) {
-        if !self.announce(To::All, &report) {
-            return;
-        }
-        let mut keys_at = Instant::now();
-        loop {
-            let since = self.born.elapsed().saturating_sub(Duration::from_micros(self.sent_us.load(Ordering::Relaxed)));
-            tokio::time::sleep(self.cfg.heartbeat.saturating_sub(since)).await;
-            if keys_at.elapsed() >= KEYS_EVERY {
-                keys_at = Instant::now();
-                self.reload_keys();
-            }
-            let since = self.born.elapsed().saturating_sub(Duration::from_micros(self.sent_us.load(Ordering::Relaxed)));
-            if since >= self.cfg.heartbeat && !self.announce(To::All, &report) {
-                return;
-            }
-        }
-    }
-
-    fn reload_keys(&self) {
-        let current = self.keys.read().unwrap_or_else(PoisonError::into_inner).clone();
-        match current.reload_if_changed(&self.cfg.key_file) {
-            Ok(None) => {}
-            Ok(Some(k)) => {
-                info!(keys = k.len(), "fleet_key_file changed: reports sealed with its first key, taken under any");
-                *self.keys.write().unwrap_or_else(PoisonError::into_inner) = k;
-            }
-            Err(e) => error!(error = %e, "config key `fleet_key_file`: does not load; the keys in use stay"),
-        }
-    }
 }
 
 mod members;
 mod read;
+mod sample;
 #[cfg(test)]
 mod tests;

@@ -73,7 +73,7 @@ impl Fleet {
     /// One datagram: believed only from a member, sealed under a key held,
     /// naming its source as its sender, and newer than the last from it.
     pub(super) fn take(&self, d: &[u8], from: SocketAddr) {
-        if !self.members.read().unwrap_or_else(PoisonError::into_inner).1.contains(&from) {
+        if !self.members.read().unwrap_or_else(PoisonError::into_inner).set.contains(&from) {
             return self.drop_bad(Bad::Stranger, from, "source is no member of fleet_peers");
         }
         let r = {
@@ -113,12 +113,8 @@ impl Fleet {
             }
         }
         drop(peers);
-        let mut wanting = self.wanting.lock().unwrap_or_else(PoisonError::into_inner);
-        if r.wants {
-            wanting.insert(from, now);
-        } else {
-            wanting.remove(&from);
-        }
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        self.listen(from, r.sub);
     }
 
     /// Counted; at most 10 lines per 10 s, so a flood cannot fill the log.
