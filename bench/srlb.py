@@ -30,6 +30,7 @@ from benchlib import plots
 from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, baselines, drive, summary
 from benchlib.fronts import Front, wait_all_up
 from benchlib.reports import RESULTS, ROOT, data_path, flag, machine, read_data, write_result
+from benchlib.render import render
 from benchlib.runs import Run, load, paired, select
 from benchlib.stats import cdf, ci95, median
 from harness import Addrs, HaproxyRoot, Procs
@@ -297,54 +298,36 @@ def report_sweep(data: dict, p: dict, quick: bool) -> str:
     repeated = sum((r.attempts or 1) > 1 for r in runs)
     errors = sum(r.errors for r in runs)
     acc = [f"{r.proxy} {r.policy} {r.acceptance:.2f}" for r in select(runs, rho=0.88, rep=0) if r.acceptance is not None]
-    return f"""# SRLB Poisson experiment through the real proxies
-
-`{'make bench-quick' if quick else 'make bench'}` on {data['machine']}. Seed 002, Section V, scaled: {SERVERS} workload
-apps × {WORKERS} workers × {CORES:.0f} emulated cores, backlog {BACKLOG}, exponential demand of mean
-{MEAN_MS:.0f} ms (the paper: 100 ms; scaled so the sweep fits), each app behind a huntlb agent
-(in-flight load, `--workers {WORKERS}`). Poisson arrivals from `huntlb-loadgen` (open loop,
-CO-corrected), all on loopback on one 2-core machine, so proxies, agents, apps and the
-generator share the cores.
-
-**λ0**, measured first as in the paper (the smallest rate at which a {PROBE_QUERIES}-query RR run
-through {probe['via']} drops a request): **{lam0:.0f} req/s**, {lam0 / probe['nominal']:.3f}× the nominal
-capacity of {probe['nominal']:.0f} req/s (sum of cores / mean demand). ρ = λ/λ0; each point runs
-min({PROBE_QUERIES} queries, {p['max_s']:.0f} s). RR is random with no hunting; SR_c/SR_dyn hunt with the agents'
-policy; LEAST_REQUEST / leastconn / random(2) are the proxies' own state-aware baselines.
-{OWN} (where measured: `python3 bench/srlb.py --only own`, 3 runs per point, added after the
-sweep) is each proxy's shipped front: hunting over its own least-loaded pick (Envoy FULL_SCAN
-with `hunt-front`, HAProxy its least-loaded server with `hunt-seen`), agents on `dynamic:slack=1`.
-ρ = 0.88 is repeated {p['reps']} times (policies back to back in each repetition); ρ {MID_RHOS[0]} to {MID_RHOS[1]}
-runs {p.get('mid_reps', 1)} times per policy (one 10-s run varies by 3-7% by itself at ρ 0.6-0.8, and a
-stall of the shared VM can shift a whole run), and the table below gives the median.
-
-![mean response time vs rho](srlb-mean-vs-rho.png)
-
-## At ρ = 0.88: how much hunting gains (paper: RR/SR_4 = 2.3× on mean)
-
-Ratios of paired repetitions (RR run and hunting run back to back); median, and mean ± 95% CI.
-
-| proxy | ratio | median | mean ± 95% CI | n |
-|-------|-------|-------:|--------------:|--:|
-{chr(10).join(lines)}
-
-## Mean response time (ms) by ρ (median over repetitions)
-
-| proxy | policy | {' | '.join(f'ρ {x}' for x in rhos)} |
-|-------|--------|{'|'.join('---:' for _ in rhos)}|
-{chr(10).join(table)}
-
-Acceptance at ρ = 0.88 (offers accepted by the first candidate): {', '.join(acc)}.
-A run whose p99 send lateness exceeded {MAX_LATENESS_US / 1000:.0f} ms (a quarter of the mean demand: the generator
-fell behind, so the run says nothing about the balancer) was discarded and repeated: {repeated} of
-{len(runs)} runs needed a repeat, {invalid} stayed invalid and are left out of every number above.
-Client errors over all runs: {flag(errors)}.
-
-![CDF at rho 0.88](srlb-cdf-088.png)
-![CDF at rho 0.61](srlb-cdf-061.png)
-![load and fairness over time](srlb-load-fairness.png)
-![acceptance vs rho](srlb-acceptance.png)
-"""
+    return render("srlb-poisson", {
+        "command": "make bench-quick" if quick else "make bench",
+        "machine": data["machine"],
+        "servers": SERVERS,
+        "workers": WORKERS,
+        "cores": f"{CORES:.0f}",
+        "backlog": BACKLOG,
+        "mean_ms": f"{MEAN_MS:.0f}",
+        "probe_queries": PROBE_QUERIES,
+        "via": probe["via"],
+        "lam0": f"{lam0:.0f}",
+        "lam0_of_nominal": f"{lam0 / probe['nominal']:.3f}",
+        "nominal": f"{probe['nominal']:.0f}",
+        "max_s": f"{p['max_s']:.0f}",
+        "own": OWN,
+        "reps": p["reps"],
+        "mid_low": MID_RHOS[0],
+        "mid_high": MID_RHOS[1],
+        "mid_reps": p.get("mid_reps", 1),
+        "headline_rows": "\n".join(lines),
+        "rho_heads": " | ".join(f"ρ {x}" for x in rhos),
+        "rho_aligns": "|".join("---:" for _ in rhos),
+        "mean_rows": "\n".join(table),
+        "acceptance": ", ".join(acc),
+        "max_lateness_ms": f"{MAX_LATENESS_US / 1000:.0f}",
+        "repeated": repeated,
+        "runs": len(runs),
+        "invalid": invalid,
+        "client_errors": flag(errors),
+    })
 
 
 def report_many(data: dict, quick: bool) -> str:
@@ -360,21 +343,15 @@ def report_many(data: dict, quick: bool) -> str:
                                   f"{median([r.p99_ms for r in ok]):.0f}") if ok else "")
             rows.append(f"| {proxy} | {name} | " + " | ".join(cells) + " |")
     reps = max(r.rep for r in runs) + 1
-    return f"""# Many proxies: hunting vs proxy-local least-request
-
-`{'make bench-quick' if quick else 'make bench'}` on {data['machine']}. The SRLB setup at ρ = 0.88, with 1, 2 and 4
-independent instances of each front sharing the same {SERVERS} backends; the generator sends
-requests to the instances in turn. Each least-request instance only counts its own
-requests; hunting asks the backend. {reps} repetition(s); medians.
-
-![many proxies](many-proxies.png)
-
-Mean / p99 response time (ms):
-
-| proxy | policy | {' | '.join(f'{n} instance(s)' for n in ns)} |
-|-------|--------|{'|'.join('---:' for _ in ns)}|
-{chr(10).join(rows)}
-"""
+    return render("many-proxies", {
+        "command": "make bench-quick" if quick else "make bench",
+        "machine": data["machine"],
+        "servers": SERVERS,
+        "reps": reps,
+        "counts_heads": " | ".join(f"{n} instance(s)" for n in ns),
+        "counts_aligns": "|".join("---:" for _ in ns),
+        "rows": "\n".join(rows),
+    })
 
 
 # Scenario 3 (issue 18): hunting against the balancer users run, paired. Per
@@ -431,62 +408,18 @@ def report_vs_least(data: dict) -> str:
                                       f"| {len(xs)} |")
     reps = max(r.rep for r in runs) + 1
     ran_on = "; ".join(f"{p} on {m}" for p, m in sorted(data.get("machines", {}).items())) or data["machine"]
-    return f"""# Hunting against the balancer users run
-
-`make bench-vs-least` ({ran_on}). The SRLB setup ({SERVERS} apps × {WORKERS} workers ×
-{CORES:g} emulated cores, exponential {MEAN_MS:g} ms jobs, each behind a huntlb agent) at ρ = 0.88 of
-λ0 = {lam0:.0f} req/s (the last sweep's), Poisson, 10 s per run (min(20000 queries, 10 s)), with
-1 and 4 independent front instances (Envoy `--concurrency 1` each, HAProxy one thread; the
-generator sends to them in turn; each counts only its own requests). {reps} repetitions; in each,
-one proxy's strategies run back to back (order reversed every other repetition) and ratios pair
-runs of the same repetition. The runs of one repetition and front count share the generator's
-seed, and the generator draws each job's size as well as its arrival (`--work exp:20`, sent as
-`x-work-ms`): paired runs meet the same arrivals and the same jobs (common random numbers), so a
-ratio is the balancers' difference, not two draws of a 10-s run's busy periods. (Before,
-with a seed per run, single four-front ratios spread over 0.74-1.06 and CIs were 5-10 times wider.)
-
-* **LEAST_REQUEST** (Envoy) / **leastconn** (HAProxy): the proxy's own least-request, no
-  hunting: what users run. Envoy's compares two random hosts' active requests; HAProxy's
-  takes the server with the fewest.
-* **LR/full** (Envoy): LEAST_REQUEST with `selection_method: FULL_SCAN`, the fewest of all
-  hosts: Envoy's strongest least-request, a setting users can pick. Hunting over it has one
-  wrinkle: whenever the host that refused is still the unique least-loaded one, every
-  reselection `previous_hosts` asks for returns it again, and Envoy then routes to the last
-  host selected, so that final goes back to the host that refused (which accepts it: finals
-  are never refused).
-* **SR_slack/full** (Envoy, the shipped `front.yaml`): hunting over FULL_SCAN's pick: the
-  offer goes to the least loaded host of all; every try names the front (`hunt-front`), so
-  the agent knows what this front holds there and, on `dynamic:slack=1` (the default),
-  refuses only when it holds more than one request beyond that; the final is FULL_SCAN's
-  pick among the other hosts (`previous_hosts`). The front shipped before it, SR_dyn/LR (the
-  offer to the default LEAST_REQUEST's pick, SR_dyn), measured 0.86× LEAST_REQUEST with one
-  front and 0.79× with four, but 1.20× and 1.15× LR/full (5 pairs, git history of this file).
-* **SR_slack/least** (HAProxy, the shipped `front.cfg`): the offer goes to HAProxy's own
-  least-loaded server with its count (`hunt-seen`); agents on `dynamic:slack=1` (the
-  default) refuse only when they hold more than one request beyond that count; the final is
-  leastconn's pick among the others.
-* **FWD/full** (Envoy), **FWD/least** (HAProxy): the same shipped fronts over agents that
-  form a forwarding tier (`fleet_listen`, every agent a peer of every other, the defaults:
-  docs/agent.md, "Forwarding"): each agent keeps an offer if it holds no more than the
-  front's own count there plus one, or if it is the fleet's least; otherwise it forwards the
-  offer, as a final, to the least peer. Agents send their counts on every change to the peers
-  that decide by them (every agent, with four fronts), and heartbeats only otherwise (one front).
-  Acceptance here is the share of offers the first agent kept (neither refused nor forwarded).
-* **SR_dyn**: hunting over a random pick, as in the paper.
-
-A run the generator flags invalid is repeated (up to {REPEATS} times) and, if still invalid, left
-out of every number below; client errors are counted next to each row, never averaged in.
-
-| proxy | fronts | strategy | mean ms (median) | p99 ms (median) | acceptance | valid runs | client errors |
-|-------|-------:|----------|-----------------:|----------------:|-----------:|-----------:|--------------:|
-{chr(10).join(rows)}
-
-Paired ratios (below 1: hunting is faster), median over repetitions, and mean ± 95% CI:
-
-| proxy | fronts | ratio | of | median | mean ± 95% CI | pairs |
-|-------|-------:|-------|----|-------:|--------------:|------:|
-{chr(10).join(ratios)}
-"""
+    return render("vs-least", {
+        "ran_on": ran_on,
+        "servers": SERVERS,
+        "workers": WORKERS,
+        "cores": f"{CORES:g}",
+        "mean_ms": f"{MEAN_MS:g}",
+        "lam0": f"{lam0:.0f}",
+        "reps": reps,
+        "repeats": REPEATS,
+        "rows": "\n".join(rows),
+        "ratio_rows": "\n".join(ratios),
+    })
 
 
 def main():
