@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from benchlib.plots import pyplot, save
+from benchlib.render import render
 from benchlib import data as rundata
 from benchlib.reports import RESULTS, ROOT, data_path, machine
 from benchlib.runs import select
@@ -298,194 +299,92 @@ def report(d: dict) -> str:
     tried = [(name, get(d, "main", name, cp)) for name in MAIN if name != "JSQ"] + [(name, get(d, "variant", name, cp)) for name in VARIANTS]
     best_name, best_pt = min(tried, key=lambda x: x[1]["mean_ms"])
     least_cp, jsq_cp = get(d, "main", "least", cp)["mean_ms"], get(d, "main", "JSQ", cp)["mean_ms"]
-    ceiling = (f"**At {plural(cp)}** (where the real runs aim at 0.85× least-request's mean), the best mean of every setting "
-               f"tried is {best_name}: {best_pt['mean_ms']:.1f} ms, **{best_pt['mean_ms'] / least_cp:.2f}× least-request's** "
-               f"({least_cp:.1f} ms); the shipped mode ({NEW}) is {get(d, 'main', NEW, cp)['mean_ms'] / least_cp:.2f}×, "
-               f"least-request fed by load feedback {get(d, 'variant', 'least, load feedback', cp)['mean_ms'] / least_cp:.2f}×, "
-               f"and ideal JSQ itself {jsq_cp / least_cp:.2f}×. Of independent fronts, 0.85× is "
-               f"{'within' if best_pt['mean_ms'] <= 0.85 * least_cp else 'beyond'} reach of every dispatcher tried.")
+    ceiling = render("simulation-proxies.ceiling", {
+        "proxies": plural(cp),
+        "best_name": best_name,
+        "best_mean": f"{best_pt['mean_ms']:.1f}",
+        "best_of_least": f"{best_pt['mean_ms'] / least_cp:.2f}",
+        "least_mean": f"{least_cp:.1f}",
+        "shipped": NEW,
+        "shipped_of_least": f"{get(d, 'main', NEW, cp)['mean_ms'] / least_cp:.2f}",
+        "feedback_of_least": f"{get(d, 'variant', 'least, load feedback', cp)['mean_ms'] / least_cp:.2f}",
+        "jsq_of_least": f"{jsq_cp / least_cp:.2f}",
+        "reach": "within" if best_pt["mean_ms"] <= 0.85 * least_cp else "beyond",
+    }, part=True)
     fwd = [x for x in d["points"] if x["section"] == "forward" and x.get("fleet_delay_ms") == 0.2 and x["name"] == SHIPPED_FORWARD
            and x["proxies"] == cp]
     if fwd:
-        ceiling += (f" Agents that share their counts (the forwarding tier, below) reach "
-                    f"**{fwd[0]['mean_ms'] / least_cp:.2f}×** with counts 0.2 ms late.")
+        ceiling += render("simulation-proxies.ceiling-tier", {"tier_of_least": f"{fwd[0]['mean_ms'] / least_cp:.2f}"}, part=True)
+    sr3_note = render("simulation-proxies.sr3", {
+        "closest": tightest(sr3, n),
+        "worst_06": f"{worst(verdicts[0.6]['hunt over least, SR_3']):.1%}",
+        "worst_095": f"{worst(verdicts[0.95]['hunt over least, SR_3']):.1%}",
+    }, part=True) if sr3["holds"] else ""
     png = "![mean and p99 vs proxies](simulation-proxies.png)\n\n" if d.get("plot") else ""
-    return f"""# Simulation: hunting over the proxy's own choice
-
-`python3 bench/sim_proxies.py --seeds {n} --requests {d['requests']}` (after
-`cargo build --release -p huntlb-instruments`; {d['seconds']:.0f} s on {d['machine']},
-one simulator process at a time). Issue 18, step 1, in `huntlb-sim` only: no real
-proxy, agent or network. The simulator is deterministic: the same command gives the
-same numbers.
-
-**Model.** The SRLB setup of [simulation.md](simulation.md): 12 servers × 32 workers ×
-2 cores (processor sharing), backlog {BACKLOG}, exponential demand of {MEAN_MS} ms of one
-core, Poisson arrivals; ρ is relative to the nominal capacity, total cores / mean demand
-(1200 req/s here). Every point is the **median of {n} seeds** ({', '.join(map(str, d['seeds']))}) of
-**{d['requests']} requests** each; cells are **mean / p99 ms** of the served requests. Arrivals
-go to the proxies in turn; each proxy counts only its own outstanding requests.
-
-* **random**, **P2C**, **least**: a proxy's own rule alone (Envoy `RANDOM`; Envoy
-  `LEAST_REQUEST` / HAProxy `random(2)`; HAProxy `leastconn`, ties at random).
-* **hunt, random offer**: SRLB as in the paper and the rest of huntlb (`hunt:dynamic`):
-  a random first candidate, whose agent refuses by its true in-flight count (SR_dyn,
-  acceptance kept in 0.4-0.6), then a random final among the others.
-* **hunt over P2C / least** (`hunt-p2c:dynamic`, `hunt-least:dynamic`): the offer goes
-  to the proxy's own P2C / least pick; the same agent refuses by its true state; the
-  final goes to the same rule's pick among the others.
-* **hunt over least, slack 1** (`hunt-least:dynamic:slack=1`): the same, and the offer
-  carries the proxy's own count at the chosen server (`hunt-seen`); the agent accepts
-  any offer with busy ≤ seen + 1 outside SR_dyn's window (the shipped HAProxy front).
-* **JSQ**: every request to the fewest in flight by the true state, the limit.
-* **load feedback** (variants only, `huntlb-sim --feedback`): every response and
-  refusal tells its proxy the server's true in-flight count; the proxy's view is the
-  last count heard plus its own sends and minus its own completions since. No front
-  does this today (it would need the agents to report load on responses and the
-  proxy to pick by it): it bounds what better information could buy.
-
-random, JSQ and hunting with a random offer use no proxy counts (with arrivals in turn
-the runs are identical at every proxy count), so their rows are flat by construction.
-
-## Verdict
-
-**Hunting over own least with hunt-seen and `slack=1` {'meets' if vn['holds'] else 'does not meet'} the acceptance point at ρ 0.88**
-({'closest: ' + tightest(vn, n) if vn['holds'] else 'fails at: ' + fails(vn)}); with 1 proxy it is {vn['jsq_mean']:.2f}× JSQ on mean and
-{vn['jsq_p99']:.2f}× on p99. At ρ 0.6 it {'holds' if verdicts[0.6][NEW]['holds'] else 'fails at ' + fails(verdicts[0.6][NEW])}; at ρ 0.95 it {'holds' if verdicts[0.95][NEW]['holds'] else 'fails at ' + fails(verdicts[0.95][NEW])}.
-The front sends its own count of requests at the server it chose (`hunt-seen`); the
-agent accepts, outside SR_dyn's window, an offer with busy ≤ seen + 1, and otherwise
-decides by SR_dyn. With one proxy its count is the truth, so it never refuses
-(acceptance {get(d, 'main', NEW, 1)['acceptance']:.2f}) and is least-request, which is JSQ there; with many, the agent
-refuses what the other proxies have loaded the server with (acceptance {get(d, 'main', NEW, 64)['acceptance']:.2f} at 64).
-On the mixed fleet, each agent with `c_min` at its cores (no refusal while a core is
-free): {mixed_new}.
-
-Before hunt-seen: **hunting over own least (SR_dyn defaults) {'meets' if hl['holds'] else 'does not meet'} the acceptance point at ρ 0.88**; it
-fails at: {fails(hl)}{', in every seed at 1 proxy' if hl['rows'][0]['mean_seeds'] == 0 and hl['rows'][0]['p99_seeds'] == 0 else ''}; it is ahead of every baseline
-{f'from {plural(from_hl)} on' if from_hl else 'at no count'}. It is {hl['jsq_mean']:.2f}× JSQ on mean and {hl['jsq_p99']:.2f}× on p99 with 1 proxy ({'within' if max(hl['jsq_mean'], hl['jsq_p99']) <= 1.1 else 'not within'} 1.1×).
-**Hunting over own P2C {'meets' if hp['holds'] else 'does not meet'} it**; fails at: {fails(hp)}; ahead {f'from {plural(from_hp)} on' if from_hp else 'at no count'}.
-{'No other SR_dyn band and no least-of-K meets it at every count.' if not any(v['holds'] for k, v in v88.items() if 'SR_dyn' in k or 'least-of' in k) else ''}
-{'Of all settings tried it holds only for: ' + ', '.join(holders) + '.' if holders else 'No setting tried meets it at every count.'}
-{f"SR_3 (refuse at 3 in flight on 2-core servers) holds as a tie at 1 proxy ({tightest(sr3, n)}), is tuned to this fleet, misses the same test at ρ 0.6 and 0.95 by up to {worst(verdicts[0.6]['hunt over least, SR_3']):.1%} and {worst(verdicts[0.95]['hunt over least, SR_3']):.1%}, and starves servers on the mixed fleet: a pointer, not an answer." if sr3['holds'] else ''}
-
-{ceiling}
-
-{png}## ρ = 0.88, mean / p99 ms by number of proxies
-
-{table(0.88)}
-
-## ρ = 0.6
-
-{table(0.6)}
-
-## ρ = 0.95
-
-{table(0.95)}
-
-## The acceptance point
-
-"Mean and p99 ≤ the best of least-request, P2C and random-offer hunting at every proxy
-count 1-64 at ρ 0.88, and within 1.1× of JSQ with 1 proxy." Cells: candidate / best
-baseline at that count, mean / p99 (✗: above 1); then the 1-proxy ratio to JSQ. The
-baseline "random-offer hunting" is `hunt:dynamic` (SR_dyn, 0.4-0.6) throughout; SR_4
-with a random offer is better still at this load (below). "Closest" is the count
-where the candidate comes nearest to failing (or fails worst), with in how many of the
-{n} seeds its i-th run is at or below the best baseline's i-th run (runs are not paired:
-a coin-flip count means the medians differ by less than the seed-to-seed spread).
-
-| candidate | {' | '.join(str(p) for p in PROXIES)} | vs JSQ, 1 proxy | holds | closest |
-|---|{'---:|' * len(PROXIES)}---:|:--:|---|
-{chr(10).join(vrows)}
-
-Where the two candidates fail, seeds at or below the baseline: {seeds_note or 'no failures'}.
-
-The same test at the other loads (not part of the acceptance point):
-
-| candidate | ρ = 0.6 | ρ = 0.95 |
-|---|---|---|
-{chr(10).join(other)}
-
-**Why it fails at 1-2 proxies.** With one proxy its own counts *are* the true state,
-so least-request already is JSQ, and a refusal can only move a request from the least
-loaded server to the second least. SR_dyn refuses about half of all offers whatever
-the offer rule (acceptance 0.48-0.50 here), because its band (0.4-0.6) was chosen for
-random offers, where half the candidates are worse than average. With more proxies
-each view misses more of the load, least-request sends to servers the other proxies
-are also filling, and the agent's refusal (by its true state) corrects that: from a
-few proxies on, hunting over own least leads every baseline. P2C's own pick is worse
-than least's while views are good, so hunting over P2C fails at up to 4 proxies.
-
-**Does a different acceptance target fix it?** Not with SR_dyn alone. A higher band
-(0.7-0.9, 0.85-0.95) refuses less and reaches least-request at 1-2 proxies, but then
-corrects too little with many proxies and fails at 16-64, where the correction is what
-hunting is for; a lower band changes little. Picking at random among the 2 or 3 least
-does not help with live views (it only pays with stale ones, below). A threshold on
-absolute load, SR_c with c just above the cores (SR_3 on these 2-core servers), refuses
-only when a server has more jobs than cores: it comes out level with least-request at
-1 proxy and ahead beyond, but it is tuned to the fleet and starves a mixed one (next
-section), where a c at or above every server's cores (SR_8) is the only hunting clearly
-ahead of least-request. A c per server from each agent's own cores, or an SR_dyn whose
-band depends on the offer rule, is the next thing to try.
-
-## Other acceptance policies and rules (ρ = 0.88, mean / p99 ms)
-
-The last column is the first candidate's acceptance (median over seeds), lowest to
-highest over the proxy counts.
-
-| dispatch | {' | '.join(str(p) for p in PROXIES)} | acceptance |
-|---|{'---:|' * len(PROXIES)}---:|
-{chr(10).join(var_rows)}
-
-## Mixed fleet (ρ = 0.88 of 30 cores, 1500 req/s)
-
-Eight servers of {', '.join(map(str, MIXED_CORES))} cores, backlog {BACKLOG}; either 32 workers each or
-16 per core. Rules count requests, unweighted (no per-server `weight`); JSQ counts
-requests in flight too. Cells: mean / p99 ms of the served requests | requests rejected
-at a full backlog (median per run of {d['requests']}), which the response times leave out.
-
-| fleet | dispatch | {' | rejected | '.join(plural(p) for p in MIXED_PROXIES)} | rejected |
-|---|---|{'---:|---:|' * len(MIXED_PROXIES)}
-{chr(10).join(mixed)}
-
-Random picks overload the 1-core servers (a quarter of random picks, offers and finals
-alike, land on the two of them, which hold 1/15 of the cores), hence the rejections;
-offering to the proxy's own pick removes them. But on this fleet hunting over own
-least with SR_dyn does not beat plain least-request at any of these counts. Mean over
-least-request's, at {', '.join(plural(p) for p in MIXED_PROXIES)}:
-
-| fleet | hunt over least, SR_dyn | SR_dyn 0.85-0.95 | SR_8 | slack 1 | slack 1, c_min = cores |
-|---|---:|---:|---:|---:|---:|
-{chr(10).join(mixed_vs)}
-
-SR_dyn keeps every agent's acceptance near one half, the big servers' included, so it
-refuses offers to servers with cores to spare; the higher band refuses fewer and comes
-out level. A fixed c below a server's cores starves it: with SR_3 the server every
-proxy sees as the least is refused at 3 in flight, and the final never goes to the
-refusing server, so an 8-core server stays at 3 busy while the rest overflow
-(`huntlb-sim --sample-every 5` shows it): {pin['mean_ms']:.0f} ms mean and {pin['rejected']:.0f} rejections
-with 1 proxy. With c = 8, at or above every server's cores, no server is refused below
-its cores (SR_8 column). `c_min` at each server's own cores does that per server,
-without a c tuned to the fleet: with `slack=1` it is the last column.
-
-## Stale views (ρ = 0.88, mean / p99 ms by refresh period)
-
-Each proxy picks from a snapshot of its own counts taken every T ms (the proxies'
-refreshes staggered evenly), not updated in between by its own sends: between two
-refreshes every request sees the same counts (a view fed from elsewhere, e.g. load
-reports; a proxy's own live counts are never stale). "least-of-3": at random among the
-3 least in the snapshot.
-
-| proxies | dispatch | {' | '.join('live' if t == 0 else f'T = {t} ms' for t in REFRESH_MS)} |
-|---:|---|{'---:|' * len(REFRESH_MS)}
-{chr(10).join(stale)}
-
-With 1 proxy, least-request herds as soon as the snapshot is older than a few
-arrivals (T = 10 ms: {st('least', 10):.1f} ms against {st('least', 0):.1f} live); hunting corrects part of
-it ({st('hunt over least', 10):.1f} ms) and picking among the 3 least roughly halves what is left
-({st('hunt over least-of-3', 10):.1f} ms at 10 ms, {st('hunt over least-of-3', 50):.1f} against {st('hunt over least', 50):.1f} at 50 ms). P2C draws its two
-candidates at random, so it herds least: hunting over P2C is the most robust here
-({st('hunt over P2C', 100):.1f} ms at 100 ms). For scale, hunting with a random offer, which needs no
-view, is {cell(rr88)} ms.
-{forward_section(d)}"""
+    return render("simulation-proxies", {
+        "n": n,
+        "requests": d["requests"],
+        "seconds": f"{d['seconds']:.0f}",
+        "machine": d["machine"],
+        "backlog": BACKLOG,
+        "mean_ms": MEAN_MS,
+        "seeds": ", ".join(map(str, d["seeds"])),
+        "new_meets": "meets" if vn["holds"] else "does not meet",
+        "new_how": "closest: " + tightest(vn, n) if vn["holds"] else "fails at: " + fails(vn),
+        "new_jsq_mean": f"{vn['jsq_mean']:.2f}",
+        "new_jsq_p99": f"{vn['jsq_p99']:.2f}",
+        "new_at_06": "holds" if verdicts[0.6][NEW]["holds"] else "fails at " + fails(verdicts[0.6][NEW]),
+        "new_at_095": "holds" if verdicts[0.95][NEW]["holds"] else "fails at " + fails(verdicts[0.95][NEW]),
+        "new_acc_1": f"{get(d, 'main', NEW, 1)['acceptance']:.2f}",
+        "new_acc_64": f"{get(d, 'main', NEW, 64)['acceptance']:.2f}",
+        "mixed_new": mixed_new,
+        "hl_meets": "meets" if hl["holds"] else "does not meet",
+        "hl_fails": fails(hl),
+        "hl_every_seed": ", in every seed at 1 proxy" if hl["rows"][0]["mean_seeds"] == 0 and hl["rows"][0]["p99_seeds"] == 0 else "",
+        "hl_ahead": f"from {plural(from_hl)} on" if from_hl else "at no count",
+        "hl_jsq_mean": f"{hl['jsq_mean']:.2f}",
+        "hl_jsq_p99": f"{hl['jsq_p99']:.2f}",
+        "hl_within": "within" if max(hl["jsq_mean"], hl["jsq_p99"]) <= 1.1 else "not within",
+        "hp_meets": "meets" if hp["holds"] else "does not meet",
+        "hp_fails": fails(hp),
+        "hp_ahead": f"from {plural(from_hp)} on" if from_hp else "at no count",
+        "no_band": "No other SR_dyn band and no least-of-K meets it at every count."
+        if not any(v["holds"] for k, v in v88.items() if "SR_dyn" in k or "least-of" in k) else "",
+        "holders": "Of all settings tried it holds only for: " + ", ".join(holders) + "."
+        if holders else "No setting tried meets it at every count.",
+        "sr3": sr3_note,
+        "ceiling": ceiling,
+        "png": png,
+        "table_088": table(0.88),
+        "table_06": table(0.6),
+        "table_095": table(0.95),
+        "proxies_heads": " | ".join(str(p) for p in PROXIES),
+        "proxies_aligns": "---:|" * len(PROXIES),
+        "verdict_rows": "\n".join(vrows),
+        "seeds_note": seeds_note or "no failures",
+        "other_rows": "\n".join(other),
+        "variant_rows": "\n".join(var_rows),
+        "mixed_cores": ", ".join(map(str, MIXED_CORES)),
+        "mixed_heads": " | rejected | ".join(plural(p) for p in MIXED_PROXIES),
+        "mixed_aligns": "---:|---:|" * len(MIXED_PROXIES),
+        "mixed_rows": "\n".join(mixed),
+        "mixed_counts": ", ".join(plural(p) for p in MIXED_PROXIES),
+        "mixed_vs_rows": "\n".join(mixed_vs),
+        "pin_mean": f"{pin['mean_ms']:.0f}",
+        "pin_rejected": f"{pin['rejected']:.0f}",
+        "stale_heads": " | ".join("live" if t == 0 else f"T = {t} ms" for t in REFRESH_MS),
+        "stale_aligns": "---:|" * len(REFRESH_MS),
+        "stale_rows": "\n".join(stale),
+        "least_10": f"{st('least', 10):.1f}",
+        "least_live": f"{st('least', 0):.1f}",
+        "hl_10": f"{st('hunt over least', 10):.1f}",
+        "hl3_10": f"{st('hunt over least-of-3', 10):.1f}",
+        "hl3_50": f"{st('hunt over least-of-3', 50):.1f}",
+        "hl_50": f"{st('hunt over least', 50):.1f}",
+        "hp_100": f"{st('hunt over P2C', 100):.1f}",
+        "random_offer": cell(rr88),
+        "forward_section": forward_section(d),
+    })
 
 
 def forward_section(d: dict) -> str:
@@ -501,37 +400,20 @@ def forward_section(d: dict) -> str:
         get(d, "main", "least", CEILING_PROXIES)["mean_ms"]  # noqa: E731
     one = lambda t: get(d, "forward", SHIPPED_FORWARD, 1, fleet_delay_ms=t)["mean_ms"] / \
         get(d, "main", "least", 1)["mean_ms"]  # noqa: E731
-    return f"""
-## The forwarding tier (ρ = 0.88)
-
-What the agent's `fleet_listen` does (docs/agent.md, "Forwarding"), modelled:
-`huntlb-sim --dispatch forward-least:SLACK[:seen=K] --fleet-delay-ms D`. The offer goes to
-the proxy's own least, as in hunting; every change of a server's in-flight count reaches
-every agent D ms later (0: at once); the first agent keeps the offer if its count is at
-most the least other's plus SLACK (by what it heard, plus what it forwarded since), or at
-most the front's own count there plus K, and otherwise forwards it, as a final, to the
-least. A front counts a forwarded request where it sent it, as a real front does. Cells:
-mean over least-request's mean at that many proxies (in parentheses, the share of offers
-the first agent kept).
-
-```text
- front ──offer──► agent 1 ──(count <= least other + SLACK, or <= the front's count + K)──► app 1
-                     │ else, by the counts it heard, D ms late
-                     └──final──► agent k (the least) ──► app k
- every agent ──its count, on each change──► every other agent
-```
-
-| proxies | dispatch | {' | '.join('D = 0' if t == 0 else f'D = {t:g} ms' for t in FORWARD_DELAY_MS)} |
-|---:|---|{'---:|' * len(FORWARD_DELAY_MS)}
-{chr(10).join(rows)}
-
-With the agent's defaults, {plural(CEILING_PROXIES)} reach {at(0.2):.2f}× least-request's mean with counts
-0.2 ms late ({at(0):.2f}× at once, {at(1):.2f}× at 1 ms, {at(5):.2f}× at 5 ms: late counts herd forwards onto
-a stale least). With one proxy its count is the truth, `seen 1` keeps every offer, and it
-is least-request exactly ({one(0.2):.2f}×; without `seen`, {get(d, "forward", "forward to the least, slack 0", 1, fleet_delay_ms=1)["mean_ms"] / get(d, "main", "least", 1)["mean_ms"]:.2f}× at 1 ms).
-The real agents' counts take one UDP datagram to each peer (their delay under load is not measured
-apart; `vs-least` measures the whole).
-"""
+    unseen = lambda t: get(d, "forward", "forward to the least, slack 0", 1, fleet_delay_ms=t)["mean_ms"] / \
+        get(d, "main", "least", 1)["mean_ms"]  # noqa: E731
+    return render("simulation-proxies.forward", {
+        "delay_heads": " | ".join("D = 0" if t == 0 else f"D = {t:g} ms" for t in FORWARD_DELAY_MS),
+        "delay_aligns": "---:|" * len(FORWARD_DELAY_MS),
+        "rows": "\n".join(rows),
+        "proxies": plural(CEILING_PROXIES),
+        "at_02": f"{at(0.2):.2f}",
+        "at_0": f"{at(0):.2f}",
+        "at_1": f"{at(1):.2f}",
+        "at_5": f"{at(5):.2f}",
+        "one_02": f"{one(0.2):.2f}",
+        "unseen_1": f"{unseen(1):.2f}",
+    }, part=True)
 
 
 def plot(d: dict) -> bool:
