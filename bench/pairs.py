@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Two strategies of `bench/srlb.py`, paired, and nothing else running: a check
-of one ratio of `vs-least` (which keeps every strategy's fronts up at once).
+"""Strategies of `bench/srlb.py`, each paired with a baseline, and nothing else
+running: a check of one ratio of `vs-least` (which keeps every strategy's
+fronts up at once).
 
 Usage (after `make release`):
   PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/pairs.py envoy LR/full FWD/full --fronts 4 --reps 10
 
 ρ 0.88 of the last sweep's λ0, 10 s per run, the order reversed every other
 repetition as in vs-least; prints every run, then candidate / baseline for mean
-and p99: median over repetitions, and mean ± 95% CI. Writes nothing. A run
-with client errors or flagged invalid is reported, never averaged in quietly.
+and p99: median over repetitions, and mean ± 95% CI; with a tier, the agents'
+CPU and the datagrams they sent per request. Writes its runs only with --json.
+A run with client errors or flagged invalid is reported, never averaged in
+quietly.
 """
 
 import argparse
@@ -25,9 +28,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("proxy", choices=["envoy", "haproxy"])
     ap.add_argument("baseline")
-    ap.add_argument("candidate")
+    ap.add_argument("candidate", nargs="+", help="one or more, each paired with the baseline")
     ap.add_argument("--fronts", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--json", type=Path, help="write every run here (one JSON object per line)")
     a = ap.parse_args()
     lam0 = srlb.last_lambda0()
     rate = 0.88 * lam0
@@ -35,28 +39,35 @@ def main() -> int:
     runs = []
     try:
         for rep in range(a.reps):
-            names = [a.baseline, a.candidate] if rep % 2 == 0 else [a.candidate, a.baseline]
+            names = [a.baseline, *a.candidate] if rep % 2 == 0 else [*reversed(a.candidate), a.baseline]
             for name in names:
                 runs.append(b.run(a.proxy, name, rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=a.fronts,
                                   keep_cdf=False))
     finally:
         b.close()
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text("".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in runs))
     bad = [r for r in runs if r.errors or not r.valid]
     if bad:
         print(f"FLAGGED: {len(bad)} runs with client errors or invalid; their pairs are left out", file=sys.stderr)
-    for key in ("mean_ms", "p99_ms"):
-        xs = []
-        for rep in range(a.reps):
-            pair = {r.policy: r for r in runs if r.rep == rep and r not in bad}
-            if len(pair) == 2:
-                xs.append(getattr(pair[a.candidate], key) / getattr(pair[a.baseline], key))
-        m, h = ci95(xs)
-        print(f"{a.candidate} / {a.baseline}, {a.fronts} fronts, {key[:-3]}: median {statistics.median(xs):.3f}, "
-              f"mean {m:.3f} ± {h:.3f} ({len(xs)} pairs)")
-    for name in (a.baseline, a.candidate):
+    for cand in a.candidate:
+        for key in ("mean_ms", "p99_ms"):
+            xs = []
+            for rep in range(a.reps):
+                pair = {r.policy: r for r in runs if r.rep == rep and r not in bad}
+                if a.baseline in pair and cand in pair:
+                    xs.append(getattr(pair[cand], key) / getattr(pair[a.baseline], key))
+            m, h = ci95(xs)
+            print(f"{cand} / {a.baseline}, {a.fronts} fronts, {key[:-3]}: median {statistics.median(xs):.3f}, "
+                  f"mean {m:.3f} ± {h:.3f} ({len(xs)} pairs)")
+    for name in (a.baseline, *a.candidate):
         cpu = [r.agents_cpu for r in runs if r.policy == name and r.agents_cpu is not None]
         if cpu:
             print(f"{name}: the {srlb.SERVERS} agents' CPU, cores: median {statistics.median(cpu):.3f} (range {min(cpu):.3f}-{max(cpu):.3f})")
+        dg = [r.datagrams / r.achieved_rate for r in runs if r.policy == name and r.datagrams is not None and r.achieved_rate]
+        if dg:
+            print(f"{name}: the tier's datagrams per request: median {statistics.median(dg):.2f} (range {min(dg):.2f}-{max(dg):.2f})")
     return 0
 
 

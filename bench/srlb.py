@@ -128,12 +128,12 @@ class Bench:
         # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
         # from c0), as a separate experiment would, and as the simulator does.
         if strategy.startswith("hunt"):
-            self.fleet.set_policy(policy, forward=forward)
+            self.fleet.set_policy(policy, forward=forward, sample=FORWARDING.get(name.partition("/")[0], 0))
         fronts = [self.front(proxy, strategy, i) for i in range(instances)]
         for f in fronts:
             wait_all_up(f, SERVERS)
         before = self.fleet.stats()
-        refused0, forwarded0 = self.fleet.refused(), self.fleet.forwarded()
+        refused0, forwarded0, datagrams0 = self.fleet.refused(), self.fleet.forwarded(), self.fleet.datagrams()
         self.seq += 1
         out = self.work / f"run-{self.seq}.json"
         cpu0 = self.fleet.agents_cpu_seconds()
@@ -141,6 +141,7 @@ class Bench:
             report = drive([f.url for f in fronts], rate, seconds, out, seed=common_seed(rate, rep, instances),
                            max_lateness_us=MAX_LATENESS_US, work=f"exp:{MEAN_MS}")
         agents_cpu = (self.fleet.agents_cpu_seconds() - cpu0) / seconds
+        datagrams = (self.fleet.datagrams() - datagrams0) / seconds if forward else None
         after = self.fleet.stats()
         refused = self.fleet.refused() - refused0
         # With a forwarding tier, an offer the first agent did not keep went to a peer.
@@ -150,11 +151,12 @@ class Bench:
                   backlog_rejected=sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before)),
                   load_per_server=[(a["busy_integral_s"] - b["busy_integral_s"]) / seconds for a, b in zip(after, before)],
                   fairness=s.fairness(), cdf=cdf(report), samples=[(t, busy) for t, busy, _ in s.rows] if sample else None,
-                  rho=rho, rep=rep, agents_cpu=agents_cpu)
+                  rho=rho, rep=rep, agents_cpu=agents_cpu, datagrams=datagrams)
         invalid = "" if res.valid else f"  INVALID: {res.invalid_reason}"
         acc = f" acc {res.acceptance:.2f}" if res.acceptance is not None else ""
         print(f"  {proxy:7s} {name:13s} x{instances} rate {rate:7.1f}: mean {res.mean_ms:7.1f} ms p99 {res.p99_ms:8.1f} ms"
-              f" errors {flag(res.errors)}{acc} agents {agents_cpu:.2f} cores{invalid}", flush=True)
+              f" errors {flag(res.errors)}{acc} agents {agents_cpu:.2f} cores"
+              f"{f' {datagrams:.0f} datagrams/s' if datagrams is not None else ''}{invalid}", flush=True)
         return res
 
     def probe_lambda0(self, steps: list[float]) -> dict:

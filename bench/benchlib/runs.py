@@ -18,7 +18,7 @@ from benchlib import data as rundata
 
 # Written only when present: the CDF is kept for the runs the CDF plots draw,
 # samples for the load-over-time plot, attempts by runs since repeats began.
-_OPTIONAL = ("cdf", "samples", "attempts", "agents_cpu")
+_OPTIONAL = ("cdf", "samples", "attempts", "agents_cpu", "datagrams")
 
 
 @dataclass(kw_only=True)
@@ -57,6 +57,8 @@ class Run:
     attempts: int | None = None
     # every agent's CPU over the run, in cores summed over the fleet
     agents_cpu: float | None = None
+    # the tier's reports sent per second, summed over the fleet (forwarding only)
+    datagrams: float | None = None
     # where it sits in the experiment
     rho: float
     rep: int
