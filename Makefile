@@ -51,8 +51,10 @@ TESTS ?= tests
 test-integration: build
 	$(PYTEST) -q $(TESTS)
 
-demo: setup build
-	$(PYTHON) scripts/demo.py
+# the demo runs the vs-least bench's fleet and fronts (bench/srlb.py) at its
+# load, 1100 req/s: release builds, as the bench (a debug generator falls behind)
+demo: setup release
+	PYTHONPATH=$(CURDIR):$(CURDIR)/bench HUNTLB_PROFILE=release $(PYTHON) scripts/demo.py
 
 # Benchmarks are never part of `make test`. They use release builds and write
 # docs/results/ (docs/bench.md says what each measures and how long it takes).

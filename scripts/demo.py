@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""huntlb demo: hunting vs the proxies' own least-request, through real Envoy and HAProxy.
+"""huntlb demo: hunting vs the proxies' own least-request, several fronts over shared backends.
 
-Starts 4 workload apps (8 workers, 2 emulated cores, exponential 20 ms jobs),
-each behind a huntlb agent (dynamic:slack=1), and four fronts over the same backends:
-Envoy hunting (the shipped front: offers to FULL_SCAN's pick), Envoy
-LEAST_REQUEST with FULL_SCAN (its strongest least-request: the least loaded of
-all hosts), HAProxy hunting (offers to its least-loaded server), HAProxy
-leastconn: the strongest each proxy offers without huntlb. Drives each front
-in turn with the same open-loop Poisson load at about 85% of capacity, prints a
-table, and stops everything it started. Takes about a minute.
+The case hunting exists for: independent fronts (4 per strategy, each counting
+only its own requests) over one fleet, the load spread over them in turn as
+clients spread over a service's proxies. The fleet and fronts are the vs-least
+bench's (bench/srlb.py): 12 workload apps (32 workers, 2 emulated cores,
+exponential 20 ms jobs), each behind a huntlb agent, at the bench's load
+(rho 0.92 of the apps' capacity). Per proxy, its strongest least-request (Envoy LEAST_REQUEST with
+FULL_SCAN; HAProxy leastconn) against the shipped hunting front over agents
+that form the forwarding tier (FWD/full, FWD/least in the bench). Every
+strategy meets the same arrivals and the same job sizes (the generator's
+--seed and --work, as the bench pairs its runs). Then, briefly, one front of
+each: there hunting ties by construction (its offer is least-request's own
+pick, which no agent refuses). Prints mean / p50 / p99 / client errors and the
+agents' refusals and forwards per strategy, the ratios with what one run can
+and cannot say, and stops everything it started. About 2 minutes.
 
 It also starts Prometheus on loopback over the same agents and fronts, with the
 compose demo's rules and dashboard (compose/config/huntlb.rules.yml,
@@ -16,14 +22,13 @@ compose/dashboard/), and prints where the dashboard is; --hold keeps everything
 up that many seconds after the table. The Prometheus is the one on PATH, else
 the binary `make setup` unpacks from Debian's package into .cache/prometheus/.
 
-Usage: make demo   (or: PYTHONPATH=. .venv/bin/python scripts/demo.py [--seconds 15] [--rho 0.85] [--hold 0])
+Usage: make demo   (or: PYTHONPATH=.:bench .venv/bin/python scripts/demo.py [--seconds 10] [--hold 0] [--json out.json])
 """
 
 import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,83 +38,141 @@ from pathlib import Path
 
 import yaml
 
-from harness.envoy import FULL_SCAN
-from harness import (ROOT, Addrs, HaproxyRoot, Procs, binary, front_config, haproxy_front_text,
-                     haproxy_server_states, start_backends, start_envoy, start_haproxy, wait_http, wait_tcp, wait_until)
+import srlb
+from benchlib.fleet import FORWARDING, drive, summary
+from benchlib.fronts import wait_all_up
+from harness import ROOT, Addrs, Procs, wait_http
 
-BACKENDS, WORKERS, CORES, MEAN_MS = 4, 8, 2, 20.0
 # make setup's Prometheus when none is on PATH (scripts/setup.sh: Debian's
 # binary alone, not installed, so no service of its own on :9090)
 SETUP_PROMETHEUS = ROOT / ".cache" / "prometheus" / "prometheus"
+# Per proxy: its strongest least-request, then the shipped hunting front over
+# agents with the forwarding tier (bench/srlb.py's names, as in vs-least).
+PAIRS = {"envoy": ("LR/full", "FWD/full"), "haproxy": ("leastconn", "FWD/least")}
+LABELS = {"LR/full": "least-request", "leastconn": "leastconn", "FWD/full": "hunting", "FWD/least": "hunting"}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=15.0, help="load per front (4 fronts)")
-    ap.add_argument("--rho", type=float, default=0.85, help="offered load / capacity")
+    ap.add_argument("--seconds", type=float, default=10.0, help="load per strategy with several fronts")
+    ap.add_argument("--one-seconds", type=float, default=5.0, help="load per strategy with one front")
+    ap.add_argument("--fronts", type=int, default=4, help="fronts per strategy")
+    # 0.92 of the nominal capacity: the vs-least bench's load (0.88 of the
+    # lambda0 it measured here, 1260 req/s, against 1200 nominal)
+    ap.add_argument("--rho", type=float, default=0.92, help="offered load / the apps' capacity")
     ap.add_argument("--hold", type=float, default=0, help="seconds to keep everything (and the dashboard) up after the table")
+    ap.add_argument("--json", type=Path, help="also write every run (seed, schedule digest, numbers) here")
     a = ap.parse_args()
     # each line as it comes, also into a pipe or a log: the dashboard's address
     # is worth having while the demo runs, not after it
     sys.stdout.reconfigure(line_buffering=True)
-    capacity = BACKENDS * CORES / (MEAN_MS / 1000)  # requests/s the apps can serve
+    t0 = time.monotonic()
+    capacity = srlb.SERVERS * srlb.CORES / (srlb.MEAN_MS / 1000)  # requests/s the apps can serve
     rate = a.rho * capacity
     work = Path(tempfile.mkdtemp(prefix="huntlb-demo-"))
-    procs, addrs = Procs(work), Addrs()
-    hr = None
+    print(f"huntlb demo: {srlb.SERVERS} backends x {srlb.WORKERS} workers x {srlb.CORES:g} emulated cores, "
+          f"exp({srlb.MEAN_MS:g} ms) jobs, capacity {capacity:.0f} req/s;\n"
+          f"  load {rate:.0f} req/s Poisson (rho {a.rho}), spread over the fronts in turn;\n"
+          f"  {a.fronts} fronts per strategy for {a.seconds:g} s, then 1 front for {a.one_seconds:g} s; "
+          f"every strategy meets the same arrivals and jobs")
+    b = srlb.Bench(work, list(PAIRS), quick=False)
     try:
-        print(f"huntlb demo: {BACKENDS} backends x {WORKERS} workers x {CORES} emulated cores, exp({MEAN_MS:.0f} ms) jobs; "
-              f"capacity {capacity:.0f} req/s; load {rate:.0f} req/s Poisson (rho {a.rho}) for {a.seconds:.0f} s per front")
-        bs = start_backends(procs, addrs, BACKENDS, "dynamic:slack=1",
-                            app_opts={"workers": WORKERS, "cores": CORES, "demand": f"exp:{MEAN_MS}", "backlog": 1024},
-                            agent_opts={"workers": WORKERS})
-        fronts, scrape = [], {"agents": [b.admin for b in bs], "envoy": [], "haproxy": []}
-        for name, kw in (("envoy hunting", {}), ("envoy least-req", {"hunting": False, "lb_policy": FULL_SCAN})):
-            host = addrs.host()
-            listen, admin = f"{host}:10000", f"{host}:9902"
-            start_envoy(procs, name.replace(" ", "-"), front_config(listen, admin, [b.agent for b in bs], **kw))
-            fronts.append((name, listen))
-            scrape["envoy"].append(admin)
-        hr = HaproxyRoot("2.6")
-        for name, kw in (("haproxy hunting", {}), ("haproxy leastconn", {"hunting": False, "balance": "leastconn"})):
-            host = addrs.host()
-            listen, stats = f"{host}:10000", f"{host}:9999"
-            # weight 100: HAProxy's random hashes onto a ring of 16 points per unit of
-            # weight, visibly uneven over a few weight-1 servers (docs/bench.md).
-            text = haproxy_front_text(hr, listen, stats, bs, server_opts="weight 100", **kw)
-            # HAProxy's own Prometheus exporter, for the dashboard
-            text += f"\nfrontend metrics\n    bind {host}:8404\n    http-request use-service prometheus-exporter if {{ path /metrics }}\n"
-            scrape["haproxy"].append(f"{host}:8404")
-            p = start_haproxy(procs, hr, name.replace(" ", "-"), text)
-            wait_tcp(stats, p)
-            wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
-            fronts.append((name, listen))
+        for proxy, names in PAIRS.items():
+            for name in names:
+                for i in range(a.fronts):
+                    b.front(proxy, b.policy_for(name)[0], i)
+        print(f"  {len(b.fleet.backends)} backends and {len(b.fronts)} fronts up ({time.monotonic() - t0:.0f} s)")
         clients = Clients()
-        dashboard = start_dashboard(procs, addrs, work, scrape, clients)
+        envoy_admins = [f.url.removeprefix("http://").split(":")[0] + ":9902" for (p, _, _), f in b.fronts.items() if p == "envoy"]
+        dashboard = start_dashboard(b.procs, b.addrs, work, {"agents": [x.admin for x in b.fleet.backends],
+                                                             "envoy": envoy_admins, "haproxy": []}, clients)
         print(f"  dashboard: {dashboard}" if dashboard.startswith("http") else f"  ({dashboard})")
-        time.sleep(0.5)
-        rows = []
-        for name, listen in fronts:
-            refused0 = sum(b.refused() for b in bs)
-            out = work / f"{name.replace(' ', '-')}.json"
-            subprocess.run([binary("huntlb-loadgen"), "--target", f"http://{listen}/", "--rate", f"{rate:.1f}",
-                                "--duration", str(a.seconds), "--arrival", "poisson", "--json", str(out)],
-                               capture_output=True, text=True, timeout=a.seconds + 120)
-            rep = json.loads(out.read_text())
-            clients.add(name.replace(" ", "-"), rep)
-            refused = sum(b.refused() for b in bs) - refused0
-            rows.append((name, rep, refused))
-            print(f"  {name:17s} done: {rep['completed']} requests" + ("" if rep["valid"] else f" (INVALID: {rep['invalid_reason']})"))
+        runs = []
+        for n, seconds in ((a.fronts, a.seconds), (1, a.one_seconds)):
+            for proxy, names in PAIRS.items():
+                for name in names:
+                    r = run(b, proxy, name, n, rate, seconds, work)
+                    clients.add(f"{proxy}-{LABELS[name]}-x{n}", r.pop("report"))
+                    runs.append(r)
+                    print(f"  {proxy:7s} {LABELS[name]:13s} x{n}: {r['completed']} requests"
+                          + ("" if r["valid"] else f" (INVALID: {r['invalid_reason']})"))
         print()
-        print_table(rows, bs)
+        print_table(runs, a.fronts, a.seconds)
+        print(f"\n(the demo took {time.monotonic() - t0:.0f} s)")
+        if a.json:
+            a.json.write_text(json.dumps({"rate": rate, "fronts": a.fronts, "runs": runs}, indent=1))
         if a.hold > 0:
             print(f"\nholding {a.hold:.0f} s: {dashboard}")
             time.sleep(a.hold)
         return 0
     finally:
-        procs.stop_all()
-        if hr:
-            hr.cleanup()
+        b.close()
+
+
+def run(b: "srlb.Bench", proxy: str, name: str, n: int, rate: float, seconds: float, work: Path) -> dict:
+    """One strategy through n fronts, as srlb.Bench runs it (fresh agents for a
+    hunting run, the seed every strategy shares at this rate and front count,
+    job sizes drawn by the generator), with the agents' refusals and forwards
+    counted apart. A run the generator flags is reported, not repeated."""
+    strategy, policy = b.policy_for(name)
+    if strategy.startswith("hunt"):
+        tier = name.partition("/")[0]  # FWD: the tier as shipped, each agent hearing a sample of its peers
+        b.fleet.set_policy(policy, forward=tier in FORWARDING, sample=FORWARDING.get(tier, 0))
+    fronts = [b.front(proxy, strategy, i) for i in range(n)]
+    for f in fronts:
+        wait_all_up(f, srlb.SERVERS)
+    refused0, forwarded0 = b.fleet.refused(), b.fleet.forwarded()
+    seed, jobs = srlb.common_seed(rate, 0, n), f"exp:{srlb.MEAN_MS:g}"
+    out = work / f"{proxy}-{name.replace('/', '-')}-x{n}.json"
+    report = drive([f.url for f in fronts], rate, seconds, out, seed=seed, max_lateness_us=srlb.MAX_LATENESS_US, work=jobs)
+    s = summary(report)
+    return {"proxy": proxy, "strategy": name, "label": LABELS[name], "fronts": n, "hunting": strategy.startswith("hunt"),
+            "seed": report["seed"], "work": jobs, "scheduled": report["scheduled"], "schedule_digest": report["schedule_digest"],
+            "seconds": seconds, "rate": rate, "refused": round(b.fleet.refused() - refused0),
+            "forwarded": round(b.fleet.forwarded() - forwarded0), "report": report,
+            **{k: s[k] for k in ("completed", "errors", "mean_ms", "p50_ms", "p99_ms", "valid", "invalid_reason")}}
+
+
+def paired(runs: list[dict]) -> str:
+    """Whether these runs met the same arrivals and jobs, by the generator's own
+    digest of what it was to send."""
+    digests = {(r["seed"], r["schedule_digest"]) for r in runs}
+    if len(digests) == 1:
+        seed, digest = digests.pop()
+        return f"same {runs[0]['scheduled']} arrivals and job sizes for all {len(runs)} (seed {seed}, schedule {digest})"
+    return f"NOT PAIRED: {len(digests)} different schedules"
+
+
+def print_table(runs: list[dict], fronts: int, seconds: float) -> None:
+    head = (f"{'fronts':>6s}  {'proxy':7s} {'strategy':13s} {'mean ms':>8s} {'p50 ms':>7s} {'p99 ms':>7s} "
+            f"{'errors':>6s} {'refused':>8s} {'forwarded':>10s}")
+    print(head)
+    print("-" * len(head))
+    pct = lambda x, r: f"{100 * x / max(r['completed'], 1):.0f}%" if r["hunting"] else "-"  # noqa: E731
+    for r in runs:
+        print(f"{r['fronts']:6d}  {r['proxy']:7s} {r['label']:13s} {r['mean_ms']:8.1f} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f} "
+              f"{r['errors']:6d} {pct(r['refused'], r):>8s} {pct(r['forwarded'], r):>10s}"
+              + ("" if r["valid"] else "  INVALID") + ("  <- client errors" if r["errors"] else ""))
+    print()
+    for n in (fronts, 1):
+        print(f"{n} front{'s' if n > 1 else ''}: {paired([r for r in runs if r['fronts'] == n])}")
+    for n in (fronts, 1):
+        for proxy, (base, hunt) in PAIRS.items():
+            rb, rh = [next(r for r in runs if r["proxy"] == proxy and r["strategy"] == s and r["fronts"] == n) for s in (base, hunt)]
+            line = (f"{proxy}, {n} front{'s' if n > 1 else ''}: hunting/{LABELS[base]} mean {rh['mean_ms'] / rb['mean_ms']:.2f}x, "
+                    f"p99 {rh['p99_ms'] / rb['p99_ms']:.2f}x")
+            if n == 1:
+                line += f"  (a tie by construction: the offer is {LABELS[base]}'s own pick; refused {rh['refused']}, forwarded {rh['forwarded']})"
+            if rb["errors"] or rh["errors"] or not (rb["valid"] and rh["valid"]):
+                line += "  FLAGGED: client errors or an invalid run, not a comparison"
+            print(line)
+    print(f"""
+What one run shows: with {fronts} fronts each counts only its own requests; the agents refuse or
+forward what the fronts' picks got wrong (the refused and forwarded columns), and every strategy
+met the same arrivals and job sizes. What it cannot show: how large the gain is. One {seconds:g}-s run
+moves by several percent with the machine; with one front the ratio is that noise alone. The
+bench repeats these pairs for medians with 95% CIs: docs/results/vs-least.md (make bench-vs-least),
+or bench/pairs.py for one pair of strategies.""")
 
 
 class Clients:
@@ -181,25 +244,6 @@ def start_dashboard(procs: Procs, addrs: Addrs, work: Path, scrape: dict, client
     procs.cleanups.append(lambda: shutil.rmtree(work / "tsdb", ignore_errors=True))  # its data goes with it
     wait_http(f"{host}:9090", "/-/ready", proc=p, timeout=20)
     return f"http://{host}:9090/user/index.html"
-
-
-def print_table(rows, bs):
-    pct = lambda rep, p: dict((q, v) for q, v in rep["latency"]["percentiles"])[p] / 1000
-    ids = [b.id for b in bs]
-    head = f"{'front':17s} {'mean ms':>8s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>6s} {'refused':>8s}  requests per backend"
-    print(head)
-    print("-" * len(head))
-    for name, rep, refused in rows:
-        non2xx = sum(n for s, n in rep["status"].items() if not 200 <= int(s) < 300) + rep["errors"]
-        per = " ".join(f"{rep['served_by'].get(i, 0):5d}" for i in ids)
-        ref = f"{100 * refused / max(rep['completed'], 1):.0f}%"
-        print(f"{name:17s} {rep['latency']['mean_us'] / 1000:8.1f} {pct(rep, 50.0):8.1f} {pct(rep, 99.0):8.1f} {non2xx:6d} {ref:>8s}  {per}")
-    by = {n: r for n, r, _ in rows}
-    for proxy, base in (("envoy", "least-req"), ("haproxy", "leastconn")):
-        h, r = by[f"{proxy} hunting"], by[f"{proxy} {base}"]
-        print(f"{proxy}: hunting/{base} mean {h['latency']['mean_us'] / r['latency']['mean_us']:.2f}x, "
-              f"p99 {pct(h, 99.0) / pct(r, 99.0):.2f}x (below 1: hunting is faster)")
-    print("(one run each, not a benchmark: see docs/results/ for repeated runs with confidence intervals)")
 
 
 if __name__ == "__main__":

@@ -82,3 +82,45 @@ def test_dashboard_page_and_every_panel_query(procs, addrs, tmp_path):
                 api(base, "query_range", query=expr, start=now - 300, end=now, step=2)
     # the clients' panels have data already; the agents' and proxies' need the demo's load
     assert 'huntlb_demo_latency_ms{quantile="0.99"}' in with_data and "huntlb_demo_latency_mean_ms" in with_data, with_data
+
+
+def test_demo_is_paired_and_shows_the_mechanism(tmp_path):
+    """`make demo`, shortened: every strategy of one front count met the same
+    arrivals and job sizes (the generator's own digest of what it was to send,
+    not the demo's word for it), and with several fronts the agents refused or
+    forwarded offers; the one-front rows are called a tie by construction.
+    Latencies are not asserted: they are what the demo is for."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "demo.json"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'bench'}")
+    # rho 0.6: a debug build's generator keeps its schedule at that rate
+    p = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "demo.py"), "--seconds", "2", "--one-seconds", "1",
+                          "--rho", "0.6", "--json", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        text, _ = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)  # benchlib unwinds on SIGTERM: the demo stops what it started
+        text, _ = p.communicate(timeout=60)
+        pytest.fail(f"the demo took over 240 s:\n{text}")
+    assert p.returncode == 0, text
+    runs = json.loads(out.read_text())["runs"]
+    assert {(r["proxy"], r["fronts"]) for r in runs} == {(x, n) for x in ("envoy", "haproxy") for n in (4, 1)}, runs
+    for n in (4, 1):
+        group = [r for r in runs if r["fronts"] == n]
+        assert len(group) == 4, group
+        # one schedule (arrivals and job sizes) for the four strategies
+        assert len({(r["seed"], r["work"], r["scheduled"], r["schedule_digest"]) for r in group}) == 1, group
+        assert all(r["scheduled"] > 0 and r["work"].startswith("exp:") for r in group), group
+    # each front count its own schedule
+    assert {r["schedule_digest"] for r in runs if r["fronts"] == 4} != {r["schedule_digest"] for r in runs if r["fronts"] == 1}
+    for r in runs:
+        if r["hunting"] and r["fronts"] == 4:
+            assert r["refused"] + r["forwarded"] > 0, r  # the agents corrected the fronts' picks
+        if not r["hunting"]:
+            assert r["refused"] == r["forwarded"] == 0, r  # no offer, nothing to refuse
+    assert "4 fronts: same" in text and "1 front: same" in text, text
+    assert text.count("a tie by construction") == 2, text
