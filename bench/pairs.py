@@ -15,6 +15,7 @@ quietly.
 """
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -28,7 +29,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("proxy", choices=["envoy", "haproxy"])
     ap.add_argument("baseline")
-    ap.add_argument("candidate", nargs="+", help="one or more, each paired with the baseline")
+    ap.add_argument("candidate", nargs="+", help="one or more, each paired with the baseline; NAME@F runs NAME through "
+                    "F fronts (same arrivals and jobs), e.g. leastconn@1, the one front whose least is the fleet's (JSQ)")
     ap.add_argument("--fronts", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", type=Path, help="write every run here (one JSON object per line)")
@@ -41,8 +43,11 @@ def main() -> int:
         for rep in range(a.reps):
             names = [a.baseline, *a.candidate] if rep % 2 == 0 else [*reversed(a.candidate), a.baseline]
             for name in names:
-                runs.append(b.run(a.proxy, name, rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=a.fronts,
-                                  keep_cdf=False))
+                policy, _, fronts = name.partition("@")
+                r = b.run(a.proxy, policy, rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=int(fronts or a.fronts),
+                          keep_cdf=False, seed=srlb.common_seed(rate, rep, a.fronts))
+                r.policy = name
+                runs.append(r)
     finally:
         b.close()
     if a.json:
