@@ -108,12 +108,14 @@ class Bench:
         return name, "always"
 
     def run(self, proxy: str, name: str, rate: float, seconds: float, *, rho: float, rep: int, instances: int = 1,
-            sample: bool = False, keep_cdf: bool = True) -> Run:
+            sample: bool = False, keep_cdf: bool = True, seed: int | None = None) -> Run:
         """One measured run. A run the generator flags invalid is discarded and
         repeated (up to REPEATS times): it says nothing about the balancer.
-        keep_cdf: keep its latency CDF (the CDF plots draw repetition 0)."""
+        keep_cdf: keep its latency CDF (the CDF plots draw repetition 0).
+        seed: the generator's, instead of common_seed's (a run paired with
+        runs through another number of fronts)."""
         for attempt in range(1, REPEATS + 2):
-            res = self._run_once(proxy, name, rate, seconds, instances, sample, rho, rep)
+            res = self._run_once(proxy, name, rate, seconds, instances, sample, rho, rep, seed)
             res.attempts = attempt
             if res.valid:
                 break
@@ -122,7 +124,7 @@ class Bench:
         return res
 
     def _run_once(self, proxy: str, name: str, rate: float, seconds: float, instances: int, sample: bool,
-                  rho: float, rep: int) -> Run:
+                  rho: float, rep: int, seed: int | None = None) -> Run:
         strategy, policy = self.policy_for(name)
         forward = name.partition("/")[0] in FORWARDING
         # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
@@ -138,7 +140,7 @@ class Bench:
         out = self.work / f"run-{self.seq}.json"
         cpu0 = self.fleet.agents_cpu_seconds()
         with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
-            report = drive([f.url for f in fronts], rate, seconds, out, seed=common_seed(rate, rep, instances),
+            report = drive([f.url for f in fronts], rate, seconds, out, seed=seed if seed is not None else common_seed(rate, rep, instances),
                            max_lateness_us=MAX_LATENESS_US, work=f"exp:{MEAN_MS}")
         agents_cpu = (self.fleet.agents_cpu_seconds() - cpu0) / seconds
         datagrams = (self.fleet.datagrams() - datagrams0) / seconds if forward else None
