@@ -42,8 +42,9 @@ struct Args {
     requests: u64,
     /// random, p2c, least, least-of-K, jsq, or hunting over a rule: hunt:SPEC (random
     /// offer), hunt-p2c:SPEC, hunt-least:SPEC, hunt-least-of-K:SPEC, with SPEC the
-    /// policy grammar (static:4, dynamic, dynamic:low=0.7,high=0.9); forward-RULE:SLACK,
-    /// agents that share the fleet's counts (see --fleet-view-ms).
+    /// policy grammar (static:4, dynamic, dynamic:low=0.7,high=0.9); forward-RULE:SLACK[:seen=K],
+    /// agents that share the fleet's counts (see --fleet-delay-ms, --fleet-sample); prequal[:pool=16,
+    /// probes=3,q=0.84,reuse=1,age=MS], probes and a pool at each front.
     #[arg(long)]
     dispatch: String,
     /// Independent proxies (each rule's counts are only its own requests).
@@ -64,6 +65,22 @@ struct Args {
     /// forward-*: instead, every change of a server's count reaches the agents this many ms later.
     #[arg(long, default_value_t = 0.0)]
     fleet_delay_ms: f64,
+    /// A forwarded request (agent to agent) and hunting's final reach their server this many ms
+    /// after the decision; a Prequal probe's answer lands this late too.
+    #[arg(long, default_value_t = 0.0)]
+    hop_ms: f64,
+    /// forward-*: each agent hears only K other servers' counts, a sample it re-draws (0: every peer).
+    #[arg(long, default_value_t = 0)]
+    fleet_sample: usize,
+    /// forward-* with --fleet-sample: each agent re-draws its sample this often, ms (agents staggered).
+    #[arg(long, default_value_t = 100.0)]
+    fleet_resample_ms: f64,
+    /// forward-* with --fleet-sample: a re-draw keeps this many members, those it sees lowest.
+    #[arg(long, default_value_t = 0)]
+    fleet_keep: usize,
+    /// Service demand: exp (exponential) or lognormal:SIGMA, both of mean --mean-ms.
+    #[arg(long, default_value = "exp")]
+    demand: String,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Sample busy workers per server this often, seconds (0: never).
@@ -115,6 +132,15 @@ fn main() -> anyhow::Result<()> {
         a.fleet_delay_ms == 0.0 || (a.fleet_view_ms == 0.0 && matches!(dispatch, Dispatch::Forward(..))),
         "--fleet-delay-ms: only with forward-RULE:SLACK, and not with --fleet-view-ms"
     );
+    anyhow::ensure!(a.hop_ms >= 0.0 && a.hop_ms.is_finite(), "--hop-ms: must be 0 or positive");
+    let demand: sim::Demand = a.demand.parse().map_err(anyhow::Error::msg).context("--demand")?;
+    let forward = matches!(dispatch, Dispatch::Forward(..));
+    anyhow::ensure!(a.fleet_sample == 0 || forward, "--fleet-sample: only forward-RULE:SLACK has agents that hear their peers");
+    anyhow::ensure!(a.fleet_sample == 0 || a.fleet_view_ms == 0.0, "--fleet-sample: counts are pushed to subscribers (--fleet-delay-ms), not --fleet-view-ms snapshots");
+    anyhow::ensure!(a.hop_ms == 0.0 || a.fleet_view_ms == 0.0, "--hop-ms: not with --fleet-view-ms (use --fleet-delay-ms)");
+    anyhow::ensure!(a.fleet_resample_ms > 0.0 && a.fleet_resample_ms.is_finite(), "--fleet-resample-ms: must be positive");
+    anyhow::ensure!(a.fleet_keep <= a.fleet_sample, "--fleet-keep: {} is more than --fleet-sample {}", a.fleet_keep, a.fleet_sample);
+    anyhow::ensure!(a.fleet_sample < cores.len(), "--fleet-sample: {} peers, but there are only {} other servers", a.fleet_sample, cores.len() - 1);
     anyhow::ensure!(a.rate.iter().all(|r| *r > 0.0 && r.is_finite()), "--rate: every rate must be positive");
     anyhow::ensure!(a.rho.iter().all(|r| *r > 0.0 && r.is_finite()), "--rho: every load must be positive");
     let mut cfg = sim::Config {
@@ -130,6 +156,11 @@ fn main() -> anyhow::Result<()> {
         feedback: a.feedback,
         fleet_view_s: a.fleet_view_ms / 1e3,
         fleet_delay_s: a.fleet_delay_ms / 1e3,
+        hop_s: a.hop_ms / 1e3,
+        fleet_sample: a.fleet_sample,
+        fleet_resample_s: a.fleet_resample_ms / 1e3,
+        fleet_keep: a.fleet_keep,
+        demand,
         seed: a.seed,
         sample_every_s: a.sample_every,
     };

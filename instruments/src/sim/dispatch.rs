@@ -1,7 +1,7 @@
 //! What decides where a request goes: [`Dispatch`], and how arrivals reach the
 //! proxies, [`Assign`].
 
-use super::Rule;
+use super::{PrequalSpec, Rule};
 use huntlb_policy::Policy;
 use std::fmt;
 use std::str::FromStr;
@@ -20,6 +20,9 @@ pub enum Dispatch {
     /// `seen=K`, keep any offer whose server holds at most the front's own
     /// count there plus K (the front's count is the truth with one front).
     Forward(Rule, u32, Option<u32>),
+    /// Prequal at each front: probes, a pool of their answers and the
+    /// hot-cold rule (see [`super::prequal`]).
+    Prequal(PrequalSpec),
 }
 
 impl Dispatch {
@@ -27,7 +30,7 @@ impl Dispatch {
     pub fn rule(&self) -> Option<Rule> {
         match *self {
             Dispatch::Local(r) | Dispatch::Hunt(r, _) | Dispatch::Forward(r, ..) => Some(r),
-            Dispatch::Jsq => None,
+            Dispatch::Jsq | Dispatch::Prequal(_) => None,
         }
     }
 
@@ -44,6 +47,12 @@ impl FromStr for Dispatch {
         let fail = |e: String| format!("dispatch `{s}`: {e}");
         if s == "jsq" {
             return Ok(Dispatch::Jsq);
+        }
+        if s == "prequal" {
+            return Ok(Dispatch::Prequal(PrequalSpec::default()));
+        }
+        if let Some(spec) = s.strip_prefix("prequal:") {
+            return spec.parse().map(Dispatch::Prequal).map_err(fail);
         }
         if let Some(rest) = s.strip_prefix("forward-") {
             let (rule, slack) = rest.split_once(':').ok_or_else(|| fail("expected forward-RULE:SLACK[:seen=K]".into()))?;
@@ -89,6 +98,7 @@ impl fmt::Display for Dispatch {
             Dispatch::Jsq => write!(f, "jsq"),
             Dispatch::Forward(r, slack, None) => write!(f, "forward-{r}:{slack}"),
             Dispatch::Forward(r, slack, Some(k)) => write!(f, "forward-{r}:{slack}:seen={k}"),
+            Dispatch::Prequal(p) => write!(f, "prequal:{p}"),
         }
     }
 }

@@ -1,22 +1,156 @@
-//! The event loop: arrivals, dispatch, completions.
+//! The event loop: arrivals, requests on a second hop, the agents' re-draws,
+//! completions.
 
+use super::demand::exp;
+use super::prequal::{Latencies, Pool};
 use super::server::{reschedule, with_c_min, Event, Job, Server};
-use super::{jain, pick, Assign, Config, Dispatch, Report, Rule};
-use huntlb_policy::{Load, Policy, Try};
+use super::tier::{Tier, TierSpec};
+use super::{jain, Assign, Config, Dispatch, Messages, Report};
+use huntlb_policy::Policy;
 use rand::Rng;
+use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-/// Run `cfg` drawing every random number (arrivals, demands, picks) from `rng`.
+/// A request on its second hop: it reaches `server` at `t`.
+struct Transit {
+    t: f64,
+    server: usize,
+    id: u64,
+    demand: f64,
+}
+
+impl PartialEq for Transit {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Transit {}
+impl Ord for Transit {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // A max-heap: earliest first, then the older request.
+        o.t.total_cmp(&self.t).then_with(|| o.id.cmp(&self.id))
+    }
+}
+impl PartialOrd for Transit {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// The state of one run (the dispatchers' part is in `decide`).
+pub(super) struct Sim<'a> {
+    pub(super) cfg: &'a Config,
+    pub(super) servers: Vec<Server>,
+    /// Own view per proxy: outstanding requests it sent to each server.
+    pub(super) view: Vec<Vec<u32>>,
+    /// Feedback: per proxy and server, (true count heard, own count then).
+    pub(super) heard: Vec<Vec<(u32, u32)>>,
+    pub(super) tier: Option<Tier>,
+    /// Prequal: each front's pool, and the servers' latency estimates.
+    pub(super) pools: Vec<Pool>,
+    pub(super) latencies: Option<Latencies>,
+    pub(super) offers: u64,
+    pub(super) accepted: u64,
+    pub(super) msgs: Messages,
+    /// (proxy, server it counts the request at) per request: a forwarded
+    /// request counts at the server its front sent it to, as a real front's does.
+    owner: Vec<(usize, usize)>,
+    arrived_at: Vec<f64>,
+    /// Prequal: each request's RIF at its server when it arrived (itself included).
+    rif_at: Vec<u32>,
+    times: Vec<f64>,
+    heap: BinaryHeap<Event>,
+    transit: BinaryHeap<Transit>,
+    rejected: u64,
+}
+
+impl Sim<'_> {
+    /// Request `id` reaches server `s` at `now`: served, queued or rejected.
+    fn admit(&mut self, s: usize, id: u64, demand: f64, now: f64) -> bool {
+        let srv = &mut self.servers[s];
+        srv.advance(now);
+        let admitted = if srv.in_service.len() < srv.workers as usize {
+            srv.in_service.push((srv.v + demand, id));
+            reschedule(srv, s, &mut self.heap);
+            true
+        } else if srv.queue.len() < self.cfg.backlog as usize {
+            srv.queue.push_back(Job { id, demand });
+            true
+        } else {
+            false
+        };
+        if admitted {
+            let count = self.servers[s].inflight();
+            if let Some(t) = self.tier.as_mut() {
+                t.changed(s, now, count);
+            }
+            if self.latencies.is_some() {
+                self.rif_at[id as usize] = count;
+            }
+        }
+        admitted
+    }
+
+    /// Server `s`'s next completion event.
+    fn complete(&mut self, ev: Event, now: f64) {
+        let feedback = self.cfg.feedback;
+        let srv = &mut self.servers[ev.server];
+        if ev.version != srv.version {
+            return; // superseded by a later reschedule
+        }
+        srv.advance(now);
+        // Finish every job whose virtual deadline has come.
+        let mut i = 0;
+        while i < srv.in_service.len() {
+            if srv.in_service[i].0 <= srv.v + 1e-12 {
+                let (_, rid) = srv.in_service.swap_remove(i);
+                let took = now - self.arrived_at[rid as usize];
+                self.times.push(took);
+                srv.served += 1;
+                let (p, at) = self.owner[rid as usize];
+                self.view[p][at] -= 1;
+                if feedback {
+                    self.heard[p][ev.server] = (u32::MAX, self.view[p][ev.server]); // count filled in below
+                }
+                if let Some(l) = self.latencies.as_mut() {
+                    l.record(ev.server, self.rif_at[rid as usize], took);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        while srv.in_service.len() < srv.workers as usize {
+            let Some(job) = srv.queue.pop_front() else { break };
+            srv.in_service.push((srv.v + job.demand, job.id));
+        }
+        let now_in = srv.inflight();
+        if feedback {
+            for h in self.heard.iter_mut() {
+                if h[ev.server].0 == u32::MAX {
+                    h[ev.server].0 = now_in;
+                }
+            }
+        }
+        if let Some(t) = self.tier.as_mut() {
+            t.changed(ev.server, now, now_in);
+        }
+        reschedule(&mut self.servers[ev.server], ev.server, &mut self.heap);
+    }
+}
+
+/// Run `cfg` drawing every random number (arrivals, demands, picks) from `rng`
+/// (the agents' sample draws come from a stream of their own, seeded by
+/// `cfg.seed`, so the size of the sample changes no other draw).
 pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
     let n = cfg.fleet.len();
     assert!(n >= 2 && cfg.proxies >= 1 && cfg.rate > 0.0 && cfg.mean_s > 0.0);
-    assert!(cfg.refresh_s >= 0.0 && cfg.refresh_s.is_finite());
+    assert!(cfg.refresh_s >= 0.0 && cfg.refresh_s.is_finite() && cfg.hop_s >= 0.0 && cfg.hop_s.is_finite());
     assert!(cfg.fleet.iter().all(|s| s.cores > 0.0 && s.workers >= 1));
     let policy = match cfg.dispatch {
         Dispatch::Hunt(_, p) => p,
         _ => Policy::Always,
     };
-    let mut servers: Vec<Server> = cfg
+    let servers: Vec<Server> = cfg
         .fleet
         .iter()
         .map(|f| Server {
@@ -32,51 +166,64 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             served: 0,
         })
         .collect();
-    // Own view per proxy: outstanding requests it sent to each server.
-    let mut view = vec![vec![0u32; n]; cfg.proxies];
+    let prequal = matches!(cfg.dispatch, Dispatch::Prequal(_));
+    let tier = matches!(cfg.dispatch, Dispatch::Forward(..)).then(|| {
+        let spec = TierSpec {
+            delay_s: cfg.fleet_delay_s,
+            hop_s: cfg.hop_s,
+            view_s: cfg.fleet_view_s,
+            sample: cfg.fleet_sample,
+            resample_s: cfg.fleet_resample_s,
+            keep: cfg.fleet_keep,
+            seed: cfg.seed,
+        };
+        Tier::new(spec, n)
+    });
+    let mut sim = Sim {
+        cfg,
+        servers,
+        view: vec![vec![0u32; n]; cfg.proxies],
+        heard: vec![vec![(0u32, 0u32); n]; cfg.proxies],
+        tier,
+        pools: if prequal { (0..cfg.proxies).map(|_| Pool::default()).collect() } else { Vec::new() },
+        latencies: prequal.then(|| Latencies::new(n)),
+        offers: 0,
+        accepted: 0,
+        msgs: Messages::default(),
+        owner: Vec::with_capacity(cfg.requests as usize),
+        arrived_at: Vec::with_capacity(cfg.requests as usize),
+        rif_at: if prequal { vec![0; cfg.requests as usize] } else { Vec::new() },
+        times: Vec::with_capacity(cfg.requests as usize),
+        heap: BinaryHeap::new(),
+        transit: BinaryHeap::new(),
+        rejected: 0,
+    };
     // Stale views: proxy p refreshes its snapshot at (j + p/proxies) * refresh_s.
     let stale = cfg.refresh_s > 0.0;
-    let mut snap = if stale { view.clone() } else { Vec::new() };
+    let mut snap = if stale { sim.view.clone() } else { Vec::new() };
     let refresh_step = cfg.refresh_s / cfg.proxies as f64;
     let mut refreshes = 0u64;
     let mut next_refresh = if stale { 0.0 } else { f64::INFINITY };
-    // Feedback: per proxy and server, (true count heard, own count then).
-    let mut heard = vec![vec![(0u32, 0u32); n]; cfg.proxies];
-    let mut est = vec![0u32; n];
-    // Forward: the agents' fleet snapshot, when it was taken, and what each
-    // agent forwarded to each server since.
-    let mut fleet_snap = vec![0u32; n];
-    let mut fleet_snap_t = f64::NEG_INFINITY;
-    let mut forwarded = if matches!(cfg.dispatch, Dispatch::Forward(..)) { vec![vec![0u32; n]; n] } else { Vec::new() };
-    // Delayed pushes: each server's count changes, (time, count), kept back to
-    // the one in force `fleet_delay_s` ago; and each agent's own forwards that
-    // recent (not yet in what it heard).
-    let delayed = cfg.fleet_delay_s > 0.0;
-    let mut history: Vec<VecDeque<(f64, u32)>> = if delayed { vec![VecDeque::from([(f64::NEG_INFINITY, 0)]); n] } else { Vec::new() };
-    let mut recent: Vec<VecDeque<(f64, usize)>> = if delayed { vec![VecDeque::new(); n] } else { Vec::new() };
-    // (proxy, server it counts the request at) per request: a forwarded
-    // request counts at the server its front sent it to, as a real front's does.
-    let mut owner: Vec<(usize, usize)> = Vec::with_capacity(cfg.requests as usize);
-    let mut arrived_at: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
-    let mut times: Vec<f64> = Vec::with_capacity(cfg.requests as usize);
-    let mut heap = BinaryHeap::new();
-    let (mut offers, mut accepted, mut rejected) = (0u64, 0u64, 0u64);
+    let mut own = vec![0u32; n];
     let mut samples = Vec::new();
     let mut next_sample = if cfg.sample_every_s > 0.0 { 0.0 } else { f64::INFINITY };
     let mut fair_sum = (0.0, 0u64);
-
-    let exp = |rng: &mut R, mean: f64| -mean * (1.0 - rng.gen::<f64>()).ln();
     let mut next_arrival = exp(rng, 1.0 / cfg.rate);
     let mut id = 0u64;
+    let mut end = 0.0;
 
     loop {
-        let next_done = heap.peek().map_or(f64::INFINITY, |e: &Event| e.t);
-        let now = next_arrival.min(next_done);
-        if !now.is_finite() {
-            break;
+        let next_done = sim.heap.peek().map_or(f64::INFINITY, |e: &Event| e.t);
+        let next_transit = sim.transit.peek().map_or(f64::INFINITY, |t| t.t);
+        let work = next_arrival.min(next_done).min(next_transit);
+        if !work.is_finite() {
+            break; // every request served: re-draws alone go on forever
         }
+        let next_redraw = sim.tier.as_ref().map_or(f64::INFINITY, Tier::next_redraw);
+        let now = work.min(next_redraw);
+        end = now;
         while next_sample <= now {
-            let busy: Vec<u32> = servers.iter().map(|s| s.in_service.len() as u32).collect();
+            let busy: Vec<u32> = sim.servers.iter().map(|s| s.in_service.len() as u32).collect();
             if let Some(f) = jain(&busy.iter().map(|&b| f64::from(b)).collect::<Vec<_>>()) {
                 fair_sum = (fair_sum.0 + f, fair_sum.1 + 1);
             }
@@ -85,172 +232,59 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
         }
         while next_refresh <= now {
             let p = (refreshes % cfg.proxies as u64) as usize;
-            snap[p].copy_from_slice(&view[p]);
+            snap[p].copy_from_slice(&sim.view[p]);
             refreshes += 1;
             next_refresh = refreshes as f64 * refresh_step;
         }
-        if next_arrival <= next_done {
+        if next_redraw < work {
+            sim.tier.as_mut().expect("a re-draw is due").redraw(now);
+        } else if next_transit < next_arrival.min(next_done) {
+            let t = sim.transit.pop().expect("peeked");
+            if !sim.admit(t.server, t.id, t.demand, now) {
+                let (p, at) = sim.owner[t.id as usize];
+                sim.view[p][at] -= 1;
+                sim.rejected += 1;
+            }
+        } else if next_arrival <= next_done {
             // An arrival: its proxy chooses a server.
             let proxy = match cfg.assign {
                 Assign::Turn => (id as usize) % cfg.proxies,
                 Assign::Random => rng.gen_range(0..cfg.proxies),
             };
             if cfg.feedback {
-                for (k, e) in est.iter_mut().enumerate() {
-                    let (t, at) = heard[proxy][k];
-                    *e = (i64::from(t) + i64::from(view[proxy][k]) - i64::from(at)).max(0) as u32;
+                for (k, e) in own.iter_mut().enumerate() {
+                    let (t, at) = sim.heard[proxy][k];
+                    *e = (i64::from(t) + i64::from(sim.view[proxy][k]) - i64::from(at)).max(0) as u32;
                 }
-            }
-            let own: &[u32] = if cfg.feedback { &est } else if stale { &snap[proxy] } else { &view[proxy] };
-            let mut counted = usize::MAX; // the server chosen, unless forwarded
-            let s = match cfg.dispatch {
-                Dispatch::Local(rule) => pick(rule, own, None, rng),
-                Dispatch::Hunt(rule, p) => {
-                    let first = pick(rule, own, None, rng);
-                    offers += 1;
-                    let srv = &mut servers[first];
-                    // The front sends its own count with the offer (hunt-seen), as
-                    // the HAProxy front does; a policy without `slack` ignores it.
-                    let load = Load { busy: srv.inflight(), workers: srv.workers, seen: Some(own[first]) };
-                    let out = srv.policy.unwrap_or(p).decide(srv.state, Try::Offer, load);
-                    srv.state = out.state;
-                    if out.decision.is_accept() {
-                        accepted += 1;
-                        first
-                    } else {
-                        if cfg.feedback {
-                            heard[proxy][first] = (load.busy, view[proxy][first]);
-                        }
-                        pick(rule, own, Some(first), rng)
-                    }
-                }
-                Dispatch::Jsq => {
-                    let true_load: Vec<u32> = servers.iter().map(Server::inflight).collect();
-                    pick(Rule::Least { k: 1 }, &true_load, None, rng)
-                }
-                Dispatch::Forward(rule, slack, seen_slack) => {
-                    let first = pick(rule, own, None, rng);
-                    counted = first;
-                    offers += 1;
-                    let seen: Vec<u32> = if delayed {
-                        let at = now - cfg.fleet_delay_s;
-                        let r = &mut recent[first];
-                        while r.front().is_some_and(|&(t, _)| t <= at) {
-                            r.pop_front();
-                        }
-                        let mut v: Vec<u32> = history
-                            .iter_mut()
-                            .map(|h| {
-                                while h.len() >= 2 && h[1].0 <= at {
-                                    h.pop_front();
-                                }
-                                h[0].1
-                            })
-                            .collect();
-                        for &(_, to) in r.iter() {
-                            v[to] += 1;
-                        }
-                        v
-                    } else {
-                        if cfg.fleet_view_s == 0.0 || now >= fleet_snap_t + cfg.fleet_view_s {
-                            for (v, srv) in fleet_snap.iter_mut().zip(&servers) {
-                                *v = srv.inflight();
-                            }
-                            fleet_snap_t = now;
-                            forwarded.iter_mut().for_each(|f| f.fill(0));
-                        }
-                        // The snapshot plus the agent's own forwards since.
-                        fleet_snap.iter().zip(&forwarded[first]).map(|(a, b)| a + b).collect()
-                    };
-                    // Its own count it knows live. The decision is the agent's
-                    // own, `huntlb_policy::forward::route` (ties drawn from this
-                    // run's stream), over every other server's count as seen.
-                    let busy = servers[first].inflight();
-                    let others: Vec<u32> = seen.iter().enumerate().filter(|&(i, _)| i != first).map(|(_, &v)| v).collect();
-                    let rule = huntlb_policy::forward::Forwarding { slack, seen_slack };
-                    match huntlb_policy::forward::route_with(rule, busy, Some(own[first]), &others, |ties| rng.gen_range(0..ties)) {
-                        huntlb_policy::forward::Route::Keep => {
-                            accepted += 1;
-                            first
-                        }
-                        huntlb_policy::forward::Route::Forward(j) => {
-                            // The j-th other server, skipping the first.
-                            let to = if j >= first { j + 1 } else { j };
-                            if delayed {
-                                recent[first].push_back((now, to));
-                            } else {
-                                forwarded[first][to] += 1;
-                            }
-                            to
-                        }
-                    }
-                }
-            };
-            if counted == usize::MAX {
-                counted = s;
-            }
-            let demand = exp(rng, cfg.mean_s);
-            owner.push((proxy, counted));
-            arrived_at.push(now);
-            let srv = &mut servers[s];
-            srv.advance(now);
-            if srv.in_service.len() < srv.workers as usize {
-                srv.in_service.push((srv.v + demand, id));
-                view[proxy][counted] += 1;
-                reschedule(srv, s, &mut heap);
-            } else if srv.queue.len() < cfg.backlog as usize {
-                srv.queue.push_back(Job { id, demand });
-                view[proxy][counted] += 1;
             } else {
-                rejected += 1;
+                own.copy_from_slice(if stale { &snap[proxy] } else { &sim.view[proxy] });
             }
-            if delayed {
-                history[s].push_back((now, servers[s].inflight()));
+            let c = sim.choose(proxy, &own, now, rng);
+            let demand = cfg.demand.draw(rng, cfg.mean_s);
+            sim.owner.push((proxy, c.counted));
+            sim.arrived_at.push(now);
+            if c.second_hop && cfg.hop_s > 0.0 {
+                // Its front counts it now; the server, when it gets there.
+                sim.view[proxy][c.counted] += 1;
+                sim.transit.push(Transit { t: now + cfg.hop_s, server: c.server, id, demand });
+            } else if sim.admit(c.server, id, demand, now) {
+                sim.view[proxy][c.counted] += 1;
+            } else {
+                sim.rejected += 1;
             }
             id += 1;
             next_arrival = if id < cfg.requests { now + exp(rng, 1.0 / cfg.rate) } else { f64::INFINITY };
         } else {
-            let ev = heap.pop().expect("peeked");
-            let srv = &mut servers[ev.server];
-            if ev.version != srv.version {
-                continue; // superseded by a later reschedule
-            }
-            srv.advance(now);
-            // Finish every job whose virtual deadline has come.
-            let mut i = 0;
-            while i < srv.in_service.len() {
-                if srv.in_service[i].0 <= srv.v + 1e-12 {
-                    let (_, rid) = srv.in_service.swap_remove(i);
-                    times.push(now - arrived_at[rid as usize]);
-                    srv.served += 1;
-                    let (p, at) = owner[rid as usize];
-                    view[p][at] -= 1;
-                    if cfg.feedback {
-                        heard[p][ev.server] = (u32::MAX, view[p][ev.server]); // count filled in below
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-            while srv.in_service.len() < srv.workers as usize {
-                let Some(job) = srv.queue.pop_front() else { break };
-                srv.in_service.push((srv.v + job.demand, job.id));
-            }
-            if cfg.feedback {
-                let now_in = srv.inflight();
-                for h in heard.iter_mut() {
-                    if h[ev.server].0 == u32::MAX {
-                        h[ev.server].0 = now_in;
-                    }
-                }
-            }
-            if delayed {
-                history[ev.server].push_back((now, srv.inflight()));
-            }
-            reschedule(srv, ev.server, &mut heap);
+            let ev = sim.heap.pop().expect("peeked");
+            sim.complete(ev, now);
         }
     }
+    if let Some(t) = sim.tier.as_mut() {
+        t.finish(end);
+        sim.msgs.datagrams = t.sent.clone();
+    }
 
+    let Sim { mut times, servers, offers, accepted, rejected, msgs, .. } = sim;
     times.sort_by(f64::total_cmp);
     let q = |p: f64| times.get(((times.len() as f64 * p) as usize).min(times.len().saturating_sub(1))).copied().unwrap_or(0.0) * 1e3;
     Report {
@@ -268,5 +302,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
         served_per_server: servers.iter().map(|s| s.served).collect(),
         fairness: (fair_sum.1 > 0).then(|| fair_sum.0 / fair_sum.1 as f64),
         samples,
+        demand: cfg.demand.to_string(),
+        messages: msgs.close(cfg.requests),
     }
 }

@@ -5,8 +5,11 @@
 //! backlog of `backlog` requests waiting for a slot (full: the request is
 //! rejected), and processor sharing of `cores` among the jobs in service (each
 //! progresses at `min(1, cores/b)`). Servers may differ in cores and workers (a
-//! mixed fleet). Arrivals are Poisson, demands exponential. There is no network
-//! and no proxy cost: what is left is the dispatch policy.
+//! mixed fleet). Arrivals are Poisson, demands exponential or lognormal
+//! ([`Demand`]). There is no network and no proxy cost, except one `hop_s`
+//! for a request that takes a second hop (a forward, hunting's final) and a
+//! `fleet_delay_s` for a datagram between agents: what is left is the dispatch
+//! policy, and the messages it costs ([`Messages`]).
 //!
 //! A proxy's own choice is a [`Rule`] applied by [`pick`] to what it alone sees,
 //! the requests it has outstanding at each server:
@@ -23,18 +26,19 @@
 //!   `SPEC` (the policy crate's grammar: `static:4`, `dynamic`,
 //!   `dynamic:low=0.7,high=0.9`). The offer goes to the rule's pick (`hunt:` is
 //!   `hunt-random:`, the paper's random first candidate); that server's agent
-//!   decides with [`Policy::decide`] on its true in-flight count, as the real
+//!   decides with [`huntlb_policy::Policy::decide`] on its true in-flight count, as the real
 //!   agent does; a refused request goes, as a final, to the same rule's pick
 //!   among the other servers.
 //! * `jsq`: ideal join-shortest-queue on the true in-flight counts, the limit
 //!   no distributed balancer reaches.
-//! * `forward-RULE:SLACK`: what it would take to come near JSQ with several
-//!   proxies (no host does this). The offer goes to the rule's pick as in
-//!   hunting, but the agents share a view of the whole fleet's in-flight counts,
-//!   refreshed every `fleet_view_s` (0: live): the first agent keeps the
-//!   request if its own count is at most the fleet's least plus `SLACK`, else
-//!   it forwards it, as a final, to the least loaded other server by its view
-//!   (the snapshot plus what it forwarded since).
+//! * `prequal:...`: Prequal at each front ([`prequal`]), probes instead of counts.
+//! * `forward-RULE:SLACK[:seen=K]`: the agents' forwarding tier. The offer goes
+//!   to the rule's pick as in hunting; the agents hear their peers' counts
+//!   ([`tier`]: every peer's, or a re-drawn sample's; pushed on change
+//!   `fleet_delay_s` late, or a snapshot every `fleet_view_s`), and the first
+//!   agent decides with `huntlb_policy::forward::route_with`: keep, or forward
+//!   as a final to the least loaded peer it knows (what it heard, plus what it
+//!   forwarded since).
 //!
 //! With `proxies > 1`, arrivals go to the proxies in turn (or at random, see
 //! [`Assign`]) and each counts only the requests it sent itself. With
@@ -45,17 +49,23 @@
 //! heard plus its own sends minus its own completions since: an upper bound on
 //! what load reports from the backends could buy (no front does this).
 
-
+mod decide;
+mod demand;
 mod dispatch;
 mod engine;
+pub mod prequal;
 mod rule;
 mod server;
+mod tier;
 #[cfg(test)]
 mod tests;
 
+pub use demand::Demand;
 pub use dispatch::{Assign, Dispatch};
 pub use engine::run_with;
+pub use prequal::PrequalSpec;
 pub use rule::{pick, Rule};
+pub use tier::{HEARTBEAT_S, WANT_FOR_S};
 
 use rand::{rngs::SmallRng, SeedableRng};
 use serde::Serialize;
@@ -104,6 +114,18 @@ pub struct Config {
     /// count reaches every agent this many seconds later (pushed on change,
     /// as a gossip of counts would); 0: use `fleet_view_s`.
     pub fleet_delay_s: f64,
+    /// A request passed on by an agent (a forward) or re-sent by its front
+    /// (hunting's final) reaches its server this many seconds later (the
+    /// server's count rises then); a probe's answer lands this late too.
+    pub hop_s: f64,
+    /// `forward-*`: each agent hears the counts of this many other servers
+    /// only (a sample, re-drawn; see [`tier`]); 0: every peer.
+    pub fleet_sample: usize,
+    /// `forward-*` with a sample: each agent re-draws it this often (staggered).
+    pub fleet_resample_s: f64,
+    /// `forward-*` with a sample: members a re-draw keeps (the lowest seen).
+    pub fleet_keep: usize,
+    pub demand: Demand,
     pub seed: u64,
     /// Sample per-server busy workers this often (seconds); 0: never.
     pub sample_every_s: f64,
@@ -139,6 +161,48 @@ pub struct Report {
     /// (t seconds, busy workers per server), if sampled.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<(f64, Vec<u32>)>,
+    pub demand: String,
+    /// Messages beyond the requests themselves.
+    pub messages: Messages,
+}
+
+/// Messages a dispatcher costs beyond each request itself: what a
+/// distributed balancer pays for what it knows.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Messages {
+    /// Hunting: offers refused (a `425 hunt: busy` each; the final is the request).
+    pub refusals: u64,
+    /// The tier: offers an agent passed on to a peer.
+    pub forwards: u64,
+    /// Prequal: probes and their answers (2 per probe).
+    pub probes: u64,
+    /// The tier: datagrams between agents.
+    pub datagrams: Datagrams,
+    pub total: u64,
+    /// `total` over the requests.
+    pub per_request: f64,
+}
+
+/// The tier's datagrams, by kind (see [`tier`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Datagrams {
+    /// Counts on change, and a new member's first count.
+    pub counts: u64,
+    pub subscribes: u64,
+    pub renewals: u64,
+    pub unsubscribes: u64,
+    pub heartbeats: u64,
+    pub total: u64,
+}
+
+impl Messages {
+    fn close(mut self, requests: u64) -> Messages {
+        let d = &mut self.datagrams;
+        d.total = d.counts + d.subscribes + d.renewals + d.unsubscribes + d.heartbeats;
+        self.total = self.refusals + self.forwards + self.probes + d.total;
+        self.per_request = self.total as f64 / requests.max(1) as f64;
+        self
+    }
 }
 
 /// Jain's index `(sum x)^2 / (n sum x^2)`; `None` when every x is 0.

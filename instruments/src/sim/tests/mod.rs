@@ -1,5 +1,8 @@
 use super::*;
 
+mod prequal;
+mod tier;
+
 fn cfg(dispatch: &str, rho: f64) -> Config {
     let (servers, cores, mean_s) = (12, 2.0, 0.01);
     Config {
@@ -15,6 +18,11 @@ fn cfg(dispatch: &str, rho: f64) -> Config {
         feedback: false,
         fleet_view_s: 0.0,
         fleet_delay_s: 0.0,
+        hop_s: 0.0,
+        fleet_sample: 0,
+        fleet_resample_s: 0.1,
+        fleet_keep: 0,
+        demand: Demand::Exp,
         seed: 7,
         sample_every_s: 0.0,
     }
@@ -150,7 +158,8 @@ fn counts_pushed_on_change_and_the_fronts_own_count_keep_forwarding_near_jsq() {
 #[test]
 fn dispatch_specs_round_trip_and_old_ones_still_parse() {
     for s in ["random", "p2c", "least", "least-of-3", "jsq", "hunt:static:4", "hunt-p2c:static:4", "hunt-least:static:0",
-        "hunt-least-of-3:static:8", "hunt-random:static:4", "forward-least:0", "forward-p2c:2", "forward-least:0:seen=1"]
+        "hunt-least-of-3:static:8", "hunt-random:static:4", "forward-least:0", "forward-p2c:2", "forward-least:0:seen=1",
+        "prequal", "prequal:pool=8,probes=2,q=0.5,reuse=2,age=20"]
     {
         let d: Dispatch = s.parse().unwrap();
         assert_eq!(d.to_string().parse::<Dispatch>().unwrap(), d, "{s}");
@@ -162,7 +171,7 @@ fn dispatch_specs_round_trip_and_old_ones_still_parse() {
     assert_eq!((p.low, p.high), (0.7, 0.9));
     for bad in ["fastest", "hunt", "hunt-least", "least-of-0", "least-of-x", "least-of-+2", "hunt-fast:static:4",
         "jsq:static:4", "hunt:static:x", "hunt-least:dynamic:low=0.9,high=0.7", "forward-least", "forward-least:x", "forward-least:0:seen", "forward-least:0:k=1",
-        "forward-fast:0"]
+        "forward-fast:0", "prequal:q=2", "prequal:pool=0", "prequal:size=3", "prequal:age=-1"]
     {
         let e = bad.parse::<Dispatch>().unwrap_err();
         assert!(e.starts_with(&format!("dispatch `{bad}`")), "{bad}: {e}");

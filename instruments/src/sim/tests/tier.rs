@@ -1,0 +1,97 @@
+//! The forwarding tier with a bounded sample of peers, its messages, and the
+//! second hop.
+
+use super::*;
+use crate::sim::tier::{Tier, TierSpec};
+
+fn tier_cfg(proxies: usize, servers: usize, sample: usize, keep: usize) -> Config {
+    let mut c = cfg("forward-least:0:seen=1", 0.88);
+    c.fleet = uniform(servers, 32, 2.0);
+    c.rate = 0.88 * c.capacity();
+    c.proxies = proxies;
+    c.requests = 40_000;
+    c.fleet_sample = sample;
+    c.fleet_keep = keep;
+    c
+}
+
+#[test]
+fn a_sample_of_every_other_server_is_the_all_peers_tier() {
+    // With counts live (no delay) a sample of N-1 is every peer: the same
+    // peers in the same order, so the same choices, draw for draw.
+    let (all, sample) = (run(&tier_cfg(4, 12, 0, 0)), run(&tier_cfg(4, 12, 11, 0)));
+    assert_eq!(all.served_per_server, sample.served_per_server);
+    assert_eq!(all.mean_ms, sample.mean_ms);
+    assert_eq!(all.acceptance, sample.acceptance);
+    assert_eq!(all.messages.forwards, sample.messages.forwards);
+    // Counts 0.2 ms late: the sample's first counts come a round trip after
+    // subscribing, the rest is the same tier.
+    let late = |k| run(&Config { fleet_delay_s: 0.0002, ..tier_cfg(4, 12, k, 0) });
+    let (all, sample) = (late(0), late(11));
+    assert!((sample.mean_ms / all.mean_ms - 1.0).abs() < 0.05, "{} vs {}", sample.mean_ms, all.mean_ms);
+}
+
+#[test]
+fn messages_per_request_with_a_sample_do_not_grow_with_the_fleet() {
+    let per_request = |servers, k| {
+        let r = run(&Config { fleet_delay_s: 0.0002, hop_s: 0.0002, ..tier_cfg(16, servers, k, 0) });
+        (r.messages.datagrams.total as f64 / r.requests as f64, r.messages.per_request)
+    };
+    let (small, large) = (per_request(12, 4), per_request(48, 4));
+    // Two changes a request, each to about K subscribers, plus re-draws.
+    assert!(small.0 < 2.0 * 4.0 + 3.0 && large.0 < 2.0 * 4.0 + 3.0, "{small:?} {large:?}");
+    assert!(large.1 < 1.1 * small.1, "K=4: {} a request on 48 servers vs {} on 12", large.1, small.1);
+    // Every peer: 2 (N-1) a request.
+    let (all_small, all_large) = (per_request(12, 0), per_request(48, 0));
+    assert!((all_small.0 / 22.0 - 1.0).abs() < 0.1 && (all_large.0 / 94.0 - 1.0).abs() < 0.1, "{all_small:?} {all_large:?}");
+}
+
+#[test]
+fn with_one_front_nobody_subscribes() {
+    let one = run(&Config { fleet_delay_s: 0.0002, ..tier_cfg(1, 12, 4, 2) });
+    let d = &one.messages.datagrams;
+    assert_eq!((d.counts, d.subscribes, d.renewals, d.unsubscribes, d.heartbeats), (0, 0, 0, 0, 0), "{d:?}");
+    assert_eq!(one.acceptance, Some(1.0));
+    // Every peer, one front: heartbeats only, every 50 ms to the 11 others.
+    let all = run(&Config { fleet_delay_s: 0.0002, ..tier_cfg(1, 12, 0, 0) });
+    let beats = all.messages.datagrams.heartbeats as f64;
+    let expected = 12.0 * 11.0 * (40_000.0 / all.rate) / HEARTBEAT_S;
+    assert!((beats / expected - 1.0).abs() < 0.05, "{beats} heartbeats, about {expected} expected");
+    assert_eq!(all.messages.datagrams.counts, 0);
+}
+
+#[test]
+fn a_redraw_keeps_the_lowest_members_and_pays_for_the_changes() {
+    let spec = TierSpec { delay_s: 0.0, hop_s: 0.0, view_s: 0.0, sample: 4, resample_s: 0.1, keep: 2, seed: 5 };
+    let mut t = Tier::new(spec, 10);
+    t.consult(0, 0.0);
+    assert_eq!((t.sent.subscribes, t.sent.counts), (4, 4), "a subscribe and a first count per member");
+    let before = t.sample(0).to_vec();
+    // Agent 0's members hold 9, 1, 5, 0 (in sample order): 0 and 1 are kept.
+    for (&m, c) in before.iter().zip([9, 1, 5, 0]) {
+        t.changed(m, 0.001, c);
+    }
+    let low = [before[1], before[3]];
+    let sent = t.sent.clone();
+    t.redraw(0.1); // agent 0's turn comes first
+    let after = t.sample(0).to_vec();
+    assert_eq!(after.len(), 4);
+    assert!(!after.contains(&0), "{after:?}");
+    assert!(low.iter().all(|m| after.contains(m)), "kept {low:?}, got {after:?}");
+    let added = after.iter().filter(|m| !before.contains(m)).count() as u64;
+    assert_eq!(t.sent.subscribes - sent.subscribes, added);
+    assert_eq!(t.sent.unsubscribes - sent.unsubscribes, added);
+    assert_eq!(t.sent.renewals - sent.renewals, 4 - added);
+}
+
+#[test]
+fn a_second_hop_costs_its_latency() {
+    // Forwarded requests reach their server a hop later: the mean pays about
+    // the hop times the share forwarded.
+    let at = |hop_ms: f64| run(&Config { hop_s: hop_ms / 1e3, fleet_delay_s: 0.0002, ..tier_cfg(4, 12, 0, 0) });
+    let (near, far) = (at(0.0), at(2.0));
+    let forwarded = far.messages.forwards as f64 / far.requests as f64;
+    assert!(forwarded > 0.3, "{forwarded}");
+    assert!(far.mean_ms > near.mean_ms + 0.5 * 2.0 * forwarded, "{} vs {}", far.mean_ms, near.mean_ms);
+    assert_eq!(far.served_per_server.iter().sum::<u64>() + far.rejected, far.requests);
+}
