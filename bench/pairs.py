@@ -33,11 +33,15 @@ def main() -> int:
                     "F fronts (same arrivals and jobs), e.g. leastconn@1, the one front whose least is the fleet's (JSQ)")
     ap.add_argument("--fronts", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--servers", type=int, default=srlb.SERVERS,
+                    help="backends; their jobs are as much longer (mean_ms x servers / 12), so the capacity and rate stay")
+    ap.add_argument("--demand", default="exp", help="the jobs' sizes: exp, or lognormal:SIGMA (heavy-tailed)")
     ap.add_argument("--json", type=Path, help="write every run here (one JSON object per line)")
     a = ap.parse_args()
     lam0 = srlb.last_lambda0()
     rate = 0.88 * lam0
-    b = srlb.Bench(Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), [a.proxy], False)
+    b = srlb.Bench(Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), [a.proxy], False, servers=a.servers,
+                   mean_ms=srlb.MEAN_MS * a.servers / srlb.SERVERS, demand=a.demand)
     runs = []
     try:
         for rep in range(a.reps):
@@ -52,7 +56,8 @@ def main() -> int:
         b.close()
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text("".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in runs))
+        setup = {"baseline": a.baseline, "fronts": a.fronts, "servers": a.servers, "demand": a.demand}
+        a.json.write_text("".join(json.dumps({**r.to_json(), **setup}, sort_keys=True) + "\n" for r in runs))
     bad = [r for r in runs if r.errors or not r.valid]
     if bad:
         print(f"FLAGGED: {len(bad)} runs with client errors or invalid; their pairs are left out", file=sys.stderr)
@@ -69,7 +74,7 @@ def main() -> int:
     for name in (a.baseline, *a.candidate):
         cpu = [r.agents_cpu for r in runs if r.policy == name and r.agents_cpu is not None]
         if cpu:
-            print(f"{name}: the {srlb.SERVERS} agents' CPU, cores: median {statistics.median(cpu):.3f} (range {min(cpu):.3f}-{max(cpu):.3f})")
+            print(f"{name}: the {a.servers} agents' CPU, cores: median {statistics.median(cpu):.3f} (range {min(cpu):.3f}-{max(cpu):.3f})")
         dg = [r.datagrams / r.achieved_rate for r in runs if r.policy == name and r.datagrams is not None and r.achieved_rate]
         if dg:
             print(f"{name}: the tier's datagrams per request: median {statistics.median(dg):.2f} (range {min(dg):.2f}-{max(dg):.2f})")

@@ -80,11 +80,23 @@ def seconds_for(rate: float, max_s: float) -> float:
 
 
 class Bench:
-    def __init__(self, work: Path, proxies: list[str], quick: bool):
+    def __init__(self, work: Path, proxies: list[str], quick: bool, servers: int = SERVERS, mean_ms: float = MEAN_MS,
+                 demand: str = "exp"):
+        """servers, mean_ms: a bigger fleet with jobs as much longer keeps the
+        capacity, so the same rates (and λ0) hold. demand: the jobs' sizes,
+        `exp` or `lognormal:SIGMA` (heavy-tailed), of mean mean_ms."""
         self.work, self.proxies, self.quick = work, proxies, quick
+        self.servers, self.mean_ms = servers, mean_ms
+        kind, _, sigma = demand.partition(":")
+        if kind == "exp" and not sigma:
+            self.demand = f"exp:{mean_ms:g}"
+        elif kind == "lognormal" and sigma:
+            self.demand = f"lognormal:{mean_ms:g}:{float(sigma):g}"
+        else:
+            raise ValueError(f"demand `{demand}`: expected exp or lognormal:SIGMA")
         self.procs, self.addrs = Procs(work), Addrs()
         self.hr = HaproxyRoot("2.6") if "haproxy" in proxies else None
-        self.fleet = Fleet(self.procs, self.addrs, [CORES] * SERVERS, WORKERS, BACKLOG, MEAN_MS).start()
+        self.fleet = Fleet(self.procs, self.addrs, [CORES] * servers, WORKERS, BACKLOG, mean_ms).start()
         self.fronts: dict[tuple[str, str, int], Front] = {}  # (proxy, strategy, instance) -> Front
         self.seq = 0
 
@@ -133,7 +145,7 @@ class Bench:
             self.fleet.set_policy(policy, forward=forward, sample=FORWARDING.get(name.partition("/")[0], 0))
         fronts = [self.front(proxy, strategy, i) for i in range(instances)]
         for f in fronts:
-            wait_all_up(f, SERVERS)
+            wait_all_up(f, self.servers)
         before = self.fleet.stats()
         refused0, forwarded0, datagrams0 = self.fleet.refused(), self.fleet.forwarded(), self.fleet.datagrams()
         self.seq += 1
@@ -141,7 +153,7 @@ class Bench:
         cpu0 = self.fleet.agents_cpu_seconds()
         with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
             report = drive([f.url for f in fronts], rate, seconds, out, seed=seed if seed is not None else common_seed(rate, rep, instances),
-                           max_lateness_us=MAX_LATENESS_US, work=f"exp:{MEAN_MS}")
+                           max_lateness_us=int(self.mean_ms * 1000 / 4), work=self.demand)
         agents_cpu = (self.fleet.agents_cpu_seconds() - cpu0) / seconds
         datagrams = (self.fleet.datagrams() - datagrams0) / seconds if forward else None
         after = self.fleet.stats()

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Many fronts, for real: what the forwarding tier buys over each proxy's
+strongest least-request at 1, 4, 8 and 16 fronts, and what it costs (issue 31).
+
+Each configuration is one `bench/pairs.py` run (paired repetitions, shared
+seeds): the baseline (HAProxy leastconn, Envoy LEAST_REQUEST with a full scan),
+the shipped tier (FWD: each agent hears 8 peers), the tier with every member
+(FWDall), and the baseline through one front (`@1`: one front's least is the
+fleet's, the ideal this testbed can reach, on the same arrivals and jobs).
+
+  # one configuration (about 9 minutes), then file its runs and render:
+  PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/pairs.py haproxy leastconn \\
+      FWD/least FWDall/least leastconn@1 --fronts 8 --reps 10 --json bench/out/many-fronts/haproxy-8.jsonl
+  PYTHONPATH=.:bench .venv/bin/python bench/many_fronts.py collect bench/out/many-fronts/haproxy-8.jsonl
+  PYTHONPATH=.:bench .venv/bin/python bench/many_fronts.py report
+
+`collect` replaces the configuration's runs in bench/data/many-fronts.json
+(one run per line); `report` writes docs/results/many-fronts.md from them
+alone, through bench/reports/many-fronts.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from benchlib.render import render
+from benchlib.stats import ci95
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "data" / "many-fronts.json"
+REPORT = ROOT / "docs" / "results" / "many-fronts.md"
+SETUP = ("proxy", "baseline", "fronts", "servers", "demand")
+
+
+def load() -> list[dict]:
+    return [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()] if DATA.exists() else []
+
+
+def collect(files: list[Path]) -> None:
+    runs = load()
+    for f in files:
+        new = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        if not new:
+            raise SystemExit(f"{f}: no runs")
+        keys = {tuple(r.get(k) for k in SETUP) for r in new}
+        if len(keys) != 1 or None in next(iter(keys)):
+            raise SystemExit(f"{f}: runs of one configuration, each naming {', '.join(SETUP)} (bench/pairs.py --json)")
+        runs = [r for r in runs if tuple(r.get(k) for k in SETUP) not in keys] + new
+        print(f"{f}: {len(new)} runs of {dict(zip(SETUP, next(iter(keys))))}")
+    runs.sort(key=lambda r: (r["proxy"], r["demand"], r["servers"], r["fronts"], r["rep"], r["policy"]))
+    DATA.parent.mkdir(parents=True, exist_ok=True)
+    DATA.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in runs))
+
+
+def ratio(runs: list[dict], cand: str, base: str, key: str) -> tuple[float, float, float, int] | None:
+    """Median, mean and 95% CI half-width of cand/base over the repetitions
+    where both ran without client errors and valid; and how many."""
+    xs = []
+    for rep in sorted({r["rep"] for r in runs}):
+        pair = {r["policy"]: r for r in runs if r["rep"] == rep and not r["errors"] and r["valid"]}
+        if cand in pair and base in pair:
+            xs.append(pair[cand][key] / pair[base][key])
+    if not xs:
+        return None
+    m, h = ci95(xs) if len(xs) > 1 else (xs[0], float("nan"))
+    return statistics.median(xs), m, h, len(xs)
+
+
+def rows(runs: list[dict]) -> str:
+    out = ["| proxy | demand | backends | fronts | strategy | mean / baseline | p99 / baseline | pairs | "
+           "agents' CPU (cores, all agents) | tier datagrams per request | client errors |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    configs = sorted({tuple(r[k] for k in SETUP) for r in runs}, key=lambda c: (c[0], c[4], c[3], c[2]))
+    for proxy, base, fronts, servers, demand in configs:
+        mine = [r for r in runs if (r["proxy"], r["baseline"], r["fronts"], r["servers"], r["demand"]) == (proxy, base, fronts, servers, demand)]
+        for name in sorted({r["policy"] for r in mine}, key=lambda n: (n != base, n.endswith("@1"), n)):
+            these = [r for r in mine if r["policy"] == name]
+            errors = sum(r["errors"] for r in these)
+            cpu = statistics.median(r["agents_cpu"] for r in these if r.get("agents_cpu") is not None)
+            dg = [r["datagrams"] / r["achieved_rate"] for r in these if r.get("datagrams") is not None and r["achieved_rate"]]
+            if name == base:
+                mean_cell = f"1 ({statistics.median(r['mean_ms'] for r in these):.1f} ms)"
+                p99_cell = f"1 ({statistics.median(r['p99_ms'] for r in these):.0f} ms)"
+                n = len(these)
+            else:
+                cells = [ratio(mine, name, base, k) for k in ("mean_ms", "p99_ms")]
+                mean_cell, p99_cell = (f"**{c[0]:.3f}** ({c[1]:.3f} ± {c[2]:.3f})" if c else "-" for c in cells)
+                n = cells[0][3] if cells[0] else 0
+            out.append(f"| {proxy} | {demand} | {servers} | {fronts} | {name} | {mean_cell} | {p99_cell} | {n} | {cpu:.2f} | "
+                       f"{statistics.median(dg):.1f} | {errors}{' (FLAGGED)' if errors else ''} |" if dg else
+                       f"| {proxy} | {demand} | {servers} | {fronts} | {name} | {mean_cell} | {p99_cell} | {n} | {cpu:.2f} | - | "
+                       f"{errors}{' (FLAGGED)' if errors else ''} |")
+    return "\n".join(out)
+
+
+def findings(runs: list[dict]) -> str:
+    """One line per configuration: the tier's mean ratio, as sampled and with
+    every member, beside the one-front ideal's; and the datagrams each cost."""
+    out = []
+    configs = sorted({tuple(r[k] for k in SETUP) for r in runs}, key=lambda c: (c[0], c[4], c[3], c[2]))
+    for proxy, base, fronts, servers, demand in configs:
+        mine = [r for r in runs if (r["proxy"], r["baseline"], r["fronts"], r["servers"], r["demand"]) == (proxy, base, fronts, servers, demand)]
+        names = {r["policy"] for r in mine}
+        fwd = next((n for n in names if n.startswith("FWD/")), None)
+        every = next((n for n in names if n.startswith("FWDall/")), None)
+        ideal = f"{base}@1" if f"{base}@1" in names else None
+        parts = []
+        for name, what in ((fwd, "the tier as shipped"), (every, "with every member"), (ideal, "the one-front ideal")):
+            c = ratio(mine, name, base, "mean_ms") if name else None
+            if c:
+                parts.append(f"{what} {c[0]:.3f}x")
+        dg = {n: statistics.median(r["datagrams"] / r["achieved_rate"] for r in mine if r["policy"] == n and r.get("datagrams") is not None)
+              for n in (fwd, every) if n}
+        cost = ", ".join(f"{n.split('/')[0]} {v:.1f} datagrams per request" for n, v in dg.items())
+        out.append(f"* {proxy}, {fronts} front{'s' if fronts > 1 else ''}, {servers} backends, {demand}: mean over {base}'s: "
+                   f"{'; '.join(parts)}{f' ({cost})' if cost else ''}.")
+    return "\n".join(out)
+
+
+def report() -> None:
+    runs = load()
+    if not runs:
+        raise SystemExit(f"{DATA}: no runs yet (collect some)")
+    REPORT.write_text(render("many-fronts", {"table": rows(runs), "findings": findings(runs), "runs": str(len(runs))}))
+    print(f"wrote {REPORT}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect", help="file bench/pairs.py --json runs into bench/data/many-fronts.json")
+    c.add_argument("files", nargs="+", type=Path)
+    sub.add_parser("report", help="write docs/results/many-fronts.md from bench/data/many-fronts.json")
+    a = ap.parse_args()
+    if a.cmd == "collect":
+        collect(a.files)
+    else:
+        report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
