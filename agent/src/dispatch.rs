@@ -13,14 +13,14 @@
 
 use crate::config::{Config, LoadSource};
 use crate::fleet::{Fleet, Pick};
-use crate::headers::{field, forwardable};
+use crate::headers::{forwardable, read_try, Hunt};
 use crate::load::{Inflight, PerFront, Progress, Relaying, Scoreboard};
 use crate::metrics::{Fate, Gauges, Metrics};
 use crate::respond::{busy_response, leaves_rotation, plain, AgentBody};
 use crate::body::Lent;
 use crate::upstream::Watched;
 use http::{HeaderValue, Request, Response, StatusCode};
-use huntlb_policy::protocol::{self, Field, Mark};
+use huntlb_policy::protocol::{self, Mark};
 use huntlb_policy::{Gates, Load, Policy, SharedPolicy, Verdict};
 use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -163,16 +163,11 @@ impl Agent {
         if req.uri().path() == self.cfg.health_path {
             return Ok(self.health().await);
         }
-        let target = field(req.headers(), protocol::TARGET);
-        let attempt = field(req.headers(), protocol::ENVOY_ATTEMPT);
-        let named_by_target = target != Field::Absent;
-        // An Envoy front names its tries by its own attempt count, never by hunt-target.
-        let from_envoy = !named_by_target && attempt != Field::Absent;
-        let mark = protocol::classify(field(req.headers(), protocol::OFFER), protocol::per_try_mark(target, attempt));
+        let Hunt { mark, named_by_target, from_envoy, front, seen } = read_try(req.headers());
         // A front that cannot say what it counts here names itself instead:
         // what it counts is what this agent holds from it.
-        let front = protocol::parse_front(field(req.headers(), protocol::FRONT)).map(Box::<[u8]>::from);
-        let seen = protocol::parse_seen(field(req.headers(), protocol::SEEN)).or_else(|| front.as_deref().map(|f| self.per_front.get(f)));
+        let front = front.map(Box::<[u8]>::from);
+        let seen = seen.or_else(|| front.as_deref().map(|f| self.per_front.get(f)));
         // The forwarding tier decides an offer when peers are heard and no gate
         // is shut (a shut gate refuses as without it); the acceptance policy
         // decides when no peer is.

@@ -4,7 +4,7 @@
 //! framing. Pure functions over a `HeaderMap`, reachable by the fuzz targets.
 
 use http::{header, HeaderMap, HeaderValue, Request};
-use huntlb_policy::protocol::{self, Field};
+use huntlb_policy::protocol::{self, Field, Mark};
 use hyper::body::{Body, Incoming};
 
 /// `hunt-target` on a forwarded try: a final at the peer.
@@ -35,6 +35,55 @@ pub fn keep_body_framing(h: &mut HeaderMap, body: &impl Body) {
 /// gRPC servers require of every call: that one value is passed on.
 pub fn takes_trailers(h: &HeaderMap) -> bool {
     h.get_all(header::TE).iter().any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers"))))
+}
+
+/// A try's hunt headers, as the agent reads them (`dispatch`): what it is,
+/// who named it, and what its front said it counts at this backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hunt<'a> {
+    /// Offer, final, plain or malformed: `protocol::classify` of `hunt-offer`
+    /// against the try's own mark (`hunt-target`, else Envoy's attempt count).
+    pub mark: Mark,
+    /// The try carries `hunt-target` (HAProxy names its tries so; a peer's forward).
+    pub named_by_target: bool,
+    /// An Envoy front: no `hunt-target`, an `x-envoy-attempt-count`.
+    pub from_envoy: bool,
+    /// `hunt-front`, when well formed: the front to count this try for.
+    pub front: Option<&'a [u8]>,
+    /// `hunt-seen`, when well formed: the front's own count here.
+    pub seen: Option<u32>,
+}
+
+/// Read a try's hunt headers. Pure: nothing here depends on the agent's state
+/// (what a named front holds is looked up by the caller).
+pub fn read_try(h: &HeaderMap) -> Hunt<'_> {
+    let target = field(h, protocol::TARGET);
+    let attempt = field(h, protocol::ENVOY_ATTEMPT);
+    let named_by_target = target != Field::Absent;
+    Hunt {
+        mark: protocol::classify(field(h, protocol::OFFER), protocol::per_try_mark(target, attempt)),
+        named_by_target,
+        // An Envoy front names its tries by its own attempt count, never by hunt-target.
+        from_envoy: !named_by_target && attempt != Field::Absent,
+        front: protocol::parse_front(field(h, protocol::FRONT)),
+        seen: protocol::parse_seen(field(h, protocol::SEEN)),
+    }
+}
+
+/// The head of an offer passed on to a peer (`relay`): every hop-by-hop and
+/// `hunt-*` header of the front's try removed, `te: trailers` kept if the
+/// client takes trailers, marked a final (`hunt-target: forwarded`), and
+/// `hunt-via` naming this agent (`fleet_advertise`) when it is a header value.
+pub fn to_peer(h: &mut HeaderMap, via: Option<&str>) {
+    let trailers = takes_trailers(h);
+    strip_request_headers(h);
+    if trailers {
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    h.insert(protocol::TARGET, HeaderValue::from_static(FORWARDED_MARK));
+    if let Some(Ok(v)) = via.map(HeaderValue::from_str) {
+        h.insert(protocol::VIA, v);
+    }
 }
 
 pub fn field<'a>(h: &'a HeaderMap, name: &str) -> Field<'a> {

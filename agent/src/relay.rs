@@ -4,13 +4,13 @@
 use crate::dispatch::Agent;
 use crate::metrics::Fate;
 use crate::fleet::Target;
-use crate::headers::{keep_body_framing, strip_hop_by_hop, strip_request_headers, strip_reserved_response_headers, takes_trailers, FORWARDED_MARK};
+use crate::headers::{keep_body_framing, strip_hop_by_hop, strip_reserved_response_headers, to_peer};
 use crate::load::PerFrontGuard;
 use crate::respond::{busy_response, plain, source_chain, AgentBody};
 use crate::app::Guarded;
 use crate::body::{Lent, Returned};
 use crate::upstream::closed_before_write;
-use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
+use http::{HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use huntlb_policy::protocol;
 use hyper::body::{Body, Incoming};
@@ -37,23 +37,13 @@ impl Agent {
         let m = &self.metrics;
         let h1 = req.version() < http::Version::HTTP_2;
         let has_body = !req.body().is_end_stream();
-        let trailers = takes_trailers(req.headers());
         let (mut parts, body) = req.into_parts();
         // What it takes to serve the offer here instead, should the peer not
         // take the connection: the head as it came, and the body, lent.
         let here = (parts.method.clone(), parts.uri.clone(), parts.version, parts.headers.clone());
         let (back_tx, back) = tokio::sync::oneshot::channel();
         let body = Lent::new(VecDeque::new(), body, Some(back_tx));
-        strip_request_headers(&mut parts.headers);
-        if trailers {
-            parts.headers.insert(header::TE, HeaderValue::from_static("trailers"));
-        }
-        parts.headers.insert(protocol::TARGET, HeaderValue::from_static(FORWARDED_MARK));
-        if let Some(f) = &self.fleet {
-            if let Ok(v) = HeaderValue::from_str(f.advertise()) {
-                parts.headers.insert(protocol::VIA, v);
-            }
-        }
+        to_peer(&mut parts.headers, self.fleet.as_ref().map(|f| f.advertise()));
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         parts.uri = match Uri::builder().scheme("http").authority(to).path_and_query(path).build() {
             Ok(u) => u,
