@@ -92,7 +92,7 @@ def main() -> int:
             for proxy, names in PAIRS.items():
                 for name in names:
                     r = run(b, proxy, name, n, rate, seconds, work)
-                    clients.add(f"{proxy}-{LABELS[name]}-x{n}", r.pop("report"))
+                    clients.add(f"{proxy}-x{n}-{LABELS[name]}", r.pop("report"))  # -hunting last: the table marks it
                     runs.append(r)
                     print(f"  {proxy:7s} {LABELS[name]:13s} x{n}: {r['completed']} requests"
                           + ("" if r["valid"] else f" (INVALID: {r['invalid_reason']})"))
@@ -192,6 +192,7 @@ class Clients:
         lines = [f"huntlb_demo_windows_total {len(reports)}"]
         for front, rep in reports.items():
             bad = rep["errors"] + sum(n for st, n in rep["status"].items() if not 200 <= int(st) < 300)
+            lines.append(f'huntlb_demo_fronts{{front="{front}"}} {len(rep["targets"])}')
             lines.append(f'huntlb_demo_requests_total{{front="{front}"}} {rep["completed"]}')
             lines.append(f'huntlb_demo_errors_total{{front="{front}"}} {bad}')
             lines.append(f'huntlb_demo_latency_mean_ms{{front="{front}"}} {rep["latency"]["mean_us"] / 1000}')

@@ -52,7 +52,7 @@ def test_dashboard_page_and_every_panel_query(procs, addrs, tmp_path):
     clients = demo.Clients()
     pct = [[50.0, 21000.0], [90.0, 48000.0], [99.0, 95000.0]]
     for front in ("envoy-hunting", "envoy-least-req"):
-        clients.add(front, {"completed": 100, "errors": 0, "status": {"200": 100}, "served_by": {"b1": 60, "b2": 40},
+        clients.add(front, {"targets": ["http://127.0.0.1:1/"] * 4, "completed": 100, "errors": 0, "status": {"200": 100}, "served_by": {"b1": 60, "b2": 40},
                             "latency": {"mean_us": 26000.0, "percentiles": pct}})
     url = demo.start_dashboard(procs, addrs, tmp_path, {"agents": [], "envoy": [], "haproxy": []}, clients)
     assert url.startswith("http://") and url.endswith("/user/index.html"), url
