@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo fuzz \
-	bench bench-quick bench-wiki-setup bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-wiki-setup bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -82,6 +82,10 @@ bench-elb: bench-setup release
 
 bench-throughput: bench-setup release
 	$(BENCH) bench/throughput.py
+
+# Issue 31: the forwarding tier over 1 to 16 real fronts, both proxies (~100 min).
+bench-many-fronts: bench-setup release
+	$(BENCH) bench/many_fronts.py run
 
 # Hunting vs the proxy's own least-request, 1 and 4 fronts, 5 paired repetitions
 # (about 9 minutes; uses the last sweep's lambda0).

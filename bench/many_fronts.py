@@ -8,7 +8,9 @@ the shipped tier (FWD: each agent hears 8 peers), the tier with every member
 (FWDall), and the baseline through one front (`@1`: one front's least is the
 fleet's, the ideal this testbed can reach, on the same arrivals and jobs).
 
-  # one configuration (about 9 minutes), then file its runs and render:
+  # every configuration below (about 100 minutes), filed and rendered:
+  PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/many_fronts.py run   # make bench-many-fronts
+  # or one configuration (about 9 minutes), then file its runs and render:
   PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/pairs.py haproxy leastconn \\
       FWD/least FWDall/least leastconn@1 --fronts 8 --reps 10 --json bench/out/many-fronts/haproxy-8.jsonl
   PYTHONPATH=.:bench .venv/bin/python bench/many_fronts.py collect bench/out/many-fronts/haproxy-8.jsonl
@@ -34,6 +36,34 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "many-fronts.json"
 REPORT = ROOT / "docs" / "results" / "many-fronts.md"
 SETUP = ("proxy", "baseline", "fronts", "servers", "demand")
+OUT = ROOT / "bench" / "out" / "many-fronts"
+# name -> bench/pairs.py arguments: 10 paired repetitions each.
+GRID = {
+    **{f"haproxy-{n}": ["haproxy", "leastconn", "FWD/least", "FWDall/least", "leastconn@1", "--fronts", str(n)] for n in (4, 8, 16)},
+    **{f"envoy-{n}": ["envoy", "LR/full", "FWD/full", "FWDall/full", "LR/full@1", "--fronts", str(n)] for n in (4, 8, 16)},
+    "haproxy-1": ["haproxy", "leastconn", "FWD/least", "--fronts", "1"],
+    "envoy-1": ["envoy", "LR/full", "FWD/full", "--fronts", "1"],
+    "haproxy-16-lognormal": ["haproxy", "leastconn", "FWD/least", "FWDall/least", "leastconn@1", "--fronts", "16",
+                             "--demand", "lognormal:1.5"],
+    "haproxy-16-48": ["haproxy", "leastconn", "FWD/least", "leastconn@1", "--fronts", "16", "--servers", "48"],
+}
+
+
+def run(only: list[str], reps: int) -> None:
+    """Each configuration of GRID (or `only`) through bench/pairs.py, one at a
+    time, its runs filed as it ends; then the report."""
+    import subprocess
+    unknown = [n for n in only if n not in GRID]
+    if unknown:
+        raise SystemExit(f"unknown configuration {', '.join(unknown)}: expected some of {', '.join(GRID)}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in only or GRID:
+        out = OUT / f"{name}.jsonl"
+        argv = [sys.executable, str(ROOT / "bench" / "pairs.py"), *GRID[name], "--reps", str(reps), "--json", str(out)]
+        print(f"{name}: {' '.join(argv[2:])}", flush=True)
+        subprocess.run(argv, check=True, timeout=3 * 3600)
+        collect([out])
+    report()
 
 
 def load() -> list[dict]:
@@ -132,11 +162,16 @@ def report() -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="measure GRID's configurations (bench/pairs.py), file them and render")
+    r.add_argument("only", nargs="*", help=f"these configurations only, of: {', '.join(GRID)}")
+    r.add_argument("--reps", type=int, default=10)
     c = sub.add_parser("collect", help="file bench/pairs.py --json runs into bench/data/many-fronts.json")
     c.add_argument("files", nargs="+", type=Path)
     sub.add_parser("report", help="write docs/results/many-fronts.md from bench/data/many-fronts.json")
     a = ap.parse_args()
-    if a.cmd == "collect":
+    if a.cmd == "run":
+        run(a.only, a.reps)
+    elif a.cmd == "collect":
         collect(a.files)
     else:
         report()
