@@ -20,6 +20,7 @@ import statistics
 import sys
 
 from benchlib import plots
+from benchlib.render import render
 from benchlib.reports import RESULTS, data_path, machine, read_data, write_result
 from benchlib.runs import load, select
 from benchlib.stats import ci95, median
@@ -155,55 +156,36 @@ def report(d: dict) -> str:
         big.append(f"| {n} | {rr['mean_ms']:.1f} | {dyn['mean_ms']:.1f} ({rr['mean_ms'] / dyn['mean_ms']:.2f}×) | "
                    f"{best['mean_ms']:.1f} {best['policy']} ({rr['mean_ms'] / best['mean_ms']:.2f}×) | {jsq['mean_ms']:.1f} "
                    f"({rr['mean_ms'] / jsq['mean_ms']:.2f}×) |")
-    return f"""# Simulation: the ideal dispatcher next to the real runs
-
-`python3 bench/simulate.py` ({d['machine']}). `huntlb-sim` runs the SRLB model with no
-network and no proxy: {n0} servers × {d['setup']['workers']} workers × {d['setup']['cores']:.0f} cores (processor
-sharing), backlog {d['setup']['backlog']}, exp({d['setup']['mean_ms']:.0f} ms) demand, Poisson arrivals at ρ·λ0 with the λ0
-measured by the real sweep ({d['lambda0']:.0f} req/s for {n0} servers; per server the same for 100 and
-1000). Hunting calls the same `Policy::decide` as the agent. LEAST_REQUEST is one proxy's
-power-of-two-choices on its own outstanding requests; JSQ sends each request to the
-server with the fewest in flight, the limit no distributed balancer reaches.
-SR_slack/own is the shipped fronts' mode (the offer to the proxy's own least-loaded
-pick, decided with its count and slack 1: `hunt-least:dynamic:slack=1`), simulated at
-{n0} servers only (`python3 bench/simulate.py --own-only` redoes it alone). Mean of
-{d['reps']} seeds per point (2 for 1000 servers), 20000 requests for {n0} servers and the same
-simulated duration (requests in proportion) for 100 and 1000.
-
-![simulation](simulation.png)
-
-## Does the simulator agree with the real runs? (mean response time, ρ <= 0.9)
-
-Each real point is the median of its runs ({runs_note}); the sim point is the mean of
-{d['reps']} seeds of 20000 requests. **{within} of {len(agree)} points are within 15%** (median gap
-{100 * statistics.median(x['rel'] for x in agree):+.0f}%, {sum(x['rel'] > 0 for x in agree)} of {len(agree)} on the slow side); the largest gap is
-{100 * worst['rel']:+.1f}% ({worst['proxy']} {worst['policy']} at ρ {worst['rho']}).
-Nothing is fitted: the model knows only the setup and λ0. What it leaves out is a
-fixed cost per request of proxy, agent and loopback on this machine (the gap at ρ 0.1)
-and stalls of the shared 2-core VM that hit proxies and apps. A 10-s run of the model
-itself varies by {', '.join(f"{x['policy']} ρ {x['rho']} {100 * x['cv']:.0f}%" for x in d['spread'])} (coefficient
-of variation over 10 seeds): one real run can be off by that much from bad luck alone,
-which is why the points are medians of repeated runs.
-
-| proxy | policy | ρ | runs | real ms (median) | sim ms | real vs sim |
-|-------|--------|--:|-----:|--------:|-------:|-----------:|
-{rows}
-
-## Many proxies at ρ = 0.88 (simulated mean ms ± 95% CI over seeds)
-
-What scenario 2 should see: a proxy that counts only its own requests loses information as
-the proxies multiply; random and hunting do not depend on how many proxies there are.
-
-| policy | {' | '.join(f"{n} prox{'y' if n == 1 else 'ies'}" for n in sorted({m['proxies'] for m in d['many']}))} |
-|--------|{'|'.join('---:' for _ in sorted({m['proxies'] for m in d['many']}))}|
-{chr(10).join(f"| {p} | " + " | ".join(f"{m['mean_ms']:.1f} ± {m['ci95']:.1f}" for m in d['many'] if m['policy'] == p) + " |" for p in dict.fromkeys(m['policy'] for m in d['many']))}
-
-## At ρ = 0.88, by fleet size (simulated mean ms; RR over each in brackets)
-
-| servers | RR | SR_dyn | best SR_c | JSQ |
-|--------:|---:|-------:|----------:|----:|
-{chr(10).join(big)}
-""" if worst else "no real runs to compare with\n"
+    if not worst:
+        return "no real runs to compare with\n"
+    proxies = sorted({m["proxies"] for m in d["many"]})
+    many_rows = [f"| {p} | " + " | ".join(f"{m['mean_ms']:.1f} ± {m['ci95']:.1f}" for m in d["many"] if m["policy"] == p) + " |"
+                 for p in dict.fromkeys(m["policy"] for m in d["many"])]
+    return render("simulation", {
+        "machine": d["machine"],
+        "n0": n0,
+        "workers": d["setup"]["workers"],
+        "cores": f"{d['setup']['cores']:.0f}",
+        "backlog": d["setup"]["backlog"],
+        "mean_ms": f"{d['setup']['mean_ms']:.0f}",
+        "lambda0": f"{d['lambda0']:.0f}",
+        "reps": d["reps"],
+        "runs_note": runs_note,
+        "within": within,
+        "points": len(agree),
+        "gap_median": f"{100 * statistics.median(x['rel'] for x in agree):+.0f}",
+        "slow_side": sum(x["rel"] > 0 for x in agree),
+        "worst_gap": f"{100 * worst['rel']:+.1f}",
+        "worst_proxy": worst["proxy"],
+        "worst_policy": worst["policy"],
+        "worst_rho": worst["rho"],
+        "spread": ", ".join(f"{x['policy']} ρ {x['rho']} {100 * x['cv']:.0f}%" for x in d["spread"]),
+        "rows": rows,
+        "many_heads": " | ".join(f"{n} prox{'y' if n == 1 else 'ies'}" for n in proxies),
+        "many_aligns": "|".join("---:" for _ in proxies),
+        "many_rows": "\n".join(many_rows),
+        "big_rows": "\n".join(big),
+    })
 
 
 def rewrite_report() -> None:
