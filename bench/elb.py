@@ -29,6 +29,7 @@ from pathlib import Path
 from benchlib import plots
 from benchlib.fleet import STRATEGIES, Fleet, Sampler, drive, summary
 from benchlib.fronts import wait_all_up
+from benchlib.render import render
 from benchlib.reports import RESULTS, data_path, flag, machine, read_data, write_result
 from benchlib.runs import load, select
 from benchlib.stats import jain, paired_ratio
@@ -166,20 +167,7 @@ def agility_paired_report(p: dict) -> str:
             lo, hi = s["median_ci95"]
             rows.append(f"| {proxy} | {own} / {base} | {key[:-3]} | **{s['median']:.3f}** ({lo:.3f}-{hi:.3f}) | "
                         f"{s['mean']:.3f} ± {s['ci95']:.3f} | {len(pairs)} | {rej[own]} / {rej[base]} | {refused:.0f} | {flag(errs)} |")
-    return f"""## Agility, paired: the shipped hunting front against the strongest least-request
-
-`python3 bench/elb.py --only agility-paired --reps N [--append]` ({p['reps']} in all): the same fleet and rate as above,
-{p['reps']} repetitions; in each, per proxy, the strongest least-request (Envoy FULL_SCAN, HAProxy
-leastconn) and the shipped hunting front (SR_cores/own) run back to back, order reversed every
-other repetition, fresh fronts, the same seed for arrivals and job sizes (the generator draws
-both: common random numbers). Ratios are hunting / least-request per
-pair: the median with its distribution-free 95% CI, and the mean ± 95% CI. A pair with a client
-error is left out (the errors column says how many there were).
-
-| proxy | ratio | of | median (95% CI) | mean ± CI | pairs | backlog rejected (hunting / least) | offers refused | client errors |
-|-------|-------|----|----------------:|----------:|------:|-----------------------------------:|---------------:|--------------:|
-{chr(10).join(rows)}
-"""
+    return render("elb.agility-paired", {"reps": p["reps"], "rows": "\n".join(rows)})
 
 
 def fairness() -> dict | None:
@@ -282,64 +270,19 @@ def report(d: dict, quick: bool) -> str:
     cv = "\n".join(f"| {p} | {c['runs'][p]['completed']} | {flag(c['runs'][p]['errors'])} | "
                    + " | ".join("—" if x["seen_after_s"] is None else f"{x['seen_after_s']:.2f}" for x in c["detect"][p]) + " |"
                    for p in c["detect"])
-    return f"""# ELB benchmark categories (seed 001) through the real proxies
-
-`python3 bench/elb.py{' --quick' if quick else ''}` on {d['machine']}. Every process on loopback on one
-2-core machine; the hunting fronts are the committed example configs.
-
-![ELB categories](elb.png)
-
-## Gain/loss: throughput with and without the proxy
-
-Tiny page (zero-demand apps, 4 backends with agents), open-loop Poisson for 3 s per rate.
-"Direct" spreads requests over the 4 agents itself. A point the generator could not keep
-up with is not a result.
-
-| offered req/s | path | served req/s | p50 ms | p99 ms | errors | valid |
-|--------------:|------|-------------:|-------:|-------:|-------:|-------|
-{gl}
-
-## Agility: does traffic follow capacity?
-
-8 backends with {', '.join(str(x) for x in a['cores'])} emulated cores (32 workers, backlog 128, exp(10 ms)),
-Poisson at {a['rate']:.0f} req/s = 70% of their total capacity, {a['seconds']:.0f} s per run. Capacity shares:
-{cap}.
-
-| proxy | policy | mean ms | p99 ms | client errors | backlog rejected | request share per backend |
-|-------|--------|--------:|-------:|--------------:|-----------------:|---------------------------|
-{ag}
-
-SR_cores/own: hunting over the proxy's own pick (Envoy: FULL_SCAN with hunt-front, the shipped front; HAProxy's
-least-loaded server, with hunt-seen), each agent `dynamic:slack=1,c_min=<its cores>`:
-no refusal while a core is free, so a big backend keeps what it can serve at once.
-LR/full: Envoy's `LEAST_REQUEST` with `selection_method: FULL_SCAN` (the least loaded of
-all hosts, not of two random ones), Envoy's strongest least-request.
-
-## Fairness: Jain's index over homogeneous backends
-
-From the SRLB sweep's runs at ρ = 0.88 (12 identical backends). Busy: the mean over time
-of Jain's index of busy workers (1 = every server equally busy at every instant);
-served: of requests served per backend over the run.
-
-| front | busy workers | requests served | runs |
-|-------|-------------:|----------------:|-----:|
-{fr}
-
-## Convergence: backends killed and restored
-
-4 backends (2 cores, exp(10 ms)), Poisson at 20% of their total capacity (one backend alone
-can serve it), through the hunting front. Backends 0, 1, 2 are killed (SIGKILL of app and
-agent) at 5, 10, 15 s, then restored in reverse at 20, 25, 30 s. Seconds until the front's
-health view changed after each event (checks every 0.5 s, down after 2 failures, up after 2
-successes):
-
-| proxy | requests | client errors | kill 0 | kill 1 | kill 2 | revive 2 | revive 1 | revive 0 |
-|-------|---------:|--------------:|-------:|-------:|-------:|---------:|---------:|---------:|
-{cv}
-
-A client error here is a request that was in flight on a backend when it was killed: the
-proxy cannot know whether the app processed it, so it does not replay it.
-""" + (f"\n{agility_paired_report(d['agility_paired'])}" if d.get("agility_paired") else "")
+    paired = f"\n{agility_paired_report(d['agility_paired'])}" if d.get("agility_paired") else ""
+    return render("elb", {
+        "quick": " --quick" if quick else "",
+        "machine": d["machine"],
+        "gain_loss_rows": gl,
+        "cores": ", ".join(str(x) for x in a["cores"]),
+        "rate": f"{a['rate']:.0f}",
+        "seconds": f"{a['seconds']:.0f}",
+        "capacity_shares": cap,
+        "agility_rows": ag,
+        "fairness_rows": fr,
+        "convergence_rows": cv,
+    }) + paired
 
 
 def main():
