@@ -116,9 +116,11 @@ bench-reliability: bench-setup release
 # fuzz/corpus/<target>/ (shrink with `cargo +nightly fuzz cmin <target>` before
 # committing). Needs nightly Rust and `cargo install cargo-fuzz`; never part of
 # `make test`, which replays the committed corpora on stable
-# (policy/tests/fuzz_replay.rs). No sanitizer: the fuzzed crate has no unsafe.
+# (policy/tests/fuzz_replay.rs; agent_headers: agent/tests/fuzz_replay.rs). No
+# sanitizer: the code the targets reach has no unsafe (the agent's one unsafe block,
+# in fleet/read.rs, is not reached by agent_headers).
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= spec settings policy_fsm headers
+FUZZ_TARGETS ?= spec settings policy_fsm headers fleet_report agent_headers
 fuzz:
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 		nice -n 19 $(CARGO) +nightly fuzz run -s none $$t -- \
