@@ -5,6 +5,7 @@
   the machine line, writing a result, and the rule for client errors (flagged next to
   the numbers, never averaged in quietly);
 * `data`: the data files' compact form (a line per run; CDFs and perf tables gzipped beside);
+* `render`: a report from its template in bench/reports/ and the values a scenario computed;
 * `tools`: the measuring tools: wrk, a process's CPU time, callgrind's instruction
   counts, the simulator;
 * `fronts`: starting a front (Envoy or HAProxy, from the committed example config)
