@@ -19,6 +19,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // once, at start: keys taken under an old name, each line naming the new one
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match rt.block_on(huntlb_agent::server::run(cfg)) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -22,22 +22,26 @@ struct Raw {
     id: Option<String>,
 }
 
-/// Parse and validate; the error names the field.
-pub fn parse(json: &[u8]) -> Result<Sidecar, String> {
+/// Parse and validate; the error names the field. With the settings, the line
+/// to log once at configure, if any: a policy written with an old key name
+/// (`slack` for `seen_margin`), which still means the same policy.
+pub fn parse(json: &[u8]) -> Result<(Sidecar, Option<String>), String> {
     let raw: Raw = serde_json::from_slice(json).map_err(|e| format!("huntlb filter config: {e}"))?;
-    let bad = |field: &str, why: String| Err(format!("huntlb filter config field `{field}`: {why}"));
+    let bad = |field: &str, why: String| format!("huntlb filter config field `{field}`: {why}");
     match raw.role.as_deref() {
         Some("sidecar") => {}
         // The front was this filter's other role; it is native config now.
         Some("front") => {
-            return bad("role", "\"front\" is native Envoy config now, no filter: see envoy-filter/examples/front.yaml".into())
+            return Err(bad("role", "\"front\" is native Envoy config now, no filter: see envoy-filter/examples/front.yaml".into()))
         }
-        Some(other) => return bad("role", format!("`{other}` is not a role (expected sidecar)")),
-        None => return bad("role", "missing (expected sidecar)".into()),
+        Some(other) => return Err(bad("role", format!("`{other}` is not a role (expected sidecar)"))),
+        None => return Err(bad("role", "missing (expected sidecar)".into())),
     }
-    RawSettings { policy: raw.policy.as_deref(), workers: raw.workers, id: raw.id.as_deref() }
+    let settings = RawSettings { policy: raw.policy.as_deref(), workers: raw.workers, id: raw.id.as_deref() }
         .validate("sidecar")
-        .or_else(|e| bad(e.key, e.reason))
+        .map_err(|e| bad(e.key, e.reason))?;
+    let warning = raw.policy.as_deref().and_then(huntlb_policy::spec_warning).map(|w| format!("huntlb filter config field `policy`: {w}"));
+    Ok((settings, warning))
 }
 
 #[cfg(test)]
@@ -48,7 +52,18 @@ mod tests {
     #[test]
     fn sidecar() {
         let s = parse(br#"{"role":"sidecar","policy":"static:4","workers":8,"id":"web-1"}"#).unwrap();
-        assert_eq!(s, Sidecar { policy: Policy::Static { c: 4 }, workers: 8, id: "web-1".into() });
+        assert_eq!(s, (Sidecar { policy: Policy::Static { c: 4 }, workers: 8, id: "web-1".into() }, None));
+    }
+
+    #[test]
+    fn an_old_policy_key_is_taken_with_a_warning() {
+        let (old, warning) = parse(br#"{"role":"sidecar","policy":"dynamic:slack=1"}"#).unwrap();
+        let (new, none) = parse(br#"{"role":"sidecar","policy":"dynamic:seen_margin=1"}"#).unwrap();
+        assert_eq!((old, none), (new, None));
+        assert_eq!(
+            warning.as_deref(),
+            Some("huntlb filter config field `policy`: policy key `slack` is deprecated: write `seen_margin` (same meaning)")
+        );
     }
 
     #[test]

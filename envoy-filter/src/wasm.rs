@@ -76,7 +76,13 @@ impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         let bytes = self.get_plugin_configuration().unwrap_or_default();
         let settings = match config::parse(&bytes) {
-            Ok(s) => s,
+            Ok((s, warning)) => {
+                // once, at configure: a key taken under its old name
+                if let Some(w) = warning {
+                    proxy_wasm::hostcalls::log(LogLevel::Warn, &w).ok();
+                }
+                s
+            }
             Err(e) => {
                 proxy_wasm::hostcalls::log(LogLevel::Error, &e).ok();
                 return false;

@@ -99,7 +99,7 @@ fn check_spec(text: &str) -> Option<Policy> {
                     assert!((1..=MAX_WINDOW).contains(&d.window), "{text:?}: window {}", d.window);
                     assert!(0.0 <= d.low && d.low < d.high && d.high <= 1.0, "{text:?}: low {} high {}", d.low, d.high);
                     assert!(d.c0 <= MAX_C && d.c_min <= MAX_C, "{text:?}: c0 {} c_min {}", d.c0, d.c_min);
-                    assert!(d.slack.map_or(true, |k| k <= MAX_C), "{text:?}: slack {:?}", d.slack);
+                    assert!(d.seen_margin.map_or(true, |k| k <= MAX_C), "{text:?}: seen_margin {:?}", d.seen_margin);
                     if let Some(m) = d.c_max {
                         assert!(m <= MAX_C && d.c0 <= m && d.c_min <= m, "{text:?}: c0 {} c_min {} c_max {m}", d.c0, d.c_min);
                     }
@@ -108,8 +108,10 @@ fn check_spec(text: &str) -> Option<Policy> {
             Some(p)
         }
         Err(e) => {
-            // Named: a key of the grammar, or an unknown key as the spec wrote it.
+            // Named: a key of the grammar, an old name of one the crate still
+            // takes (it warns about it: `slack`), or an unknown key as written.
             let named = spec_keys().contains(&e.key)
+                || huntlb_policy::spec_warning(&format!("dynamic:{}=0", e.key)).is_some()
                 || (e.reason.starts_with("unknown key") && text.contains(e.key.as_str()));
             assert!(named, "{text:?}: error names no key: {e:?}");
             assert!(!e.reason.is_empty(), "{text:?}: error without a reason");
@@ -202,7 +204,7 @@ fn policy_from(input: &mut Input) -> Option<Policy> {
                 s += &format!(",c_min={}", input.byte() % 80);
             }
             if kind & 32 != 0 {
-                s += &format!(",slack={}", input.byte() % 8);
+                s += &format!(",seen_margin={}", input.byte() % 8);
             }
             s
         }
@@ -273,10 +275,10 @@ pub fn policy_fsm(data: &[u8]) {
             b => Some(u32::from(b & 0x3f)),
         };
         let load = Load { busy, workers, seen };
-        // SR_dyn's slack: the front's count is right, so the offer is accepted
+        // SR_dyn's seen_margin: the front's count is right, so the offer is accepted
         // outside the window.
-        let slack_accepts = match (policy, seen) {
-            (Policy::Dynamic(p), Some(s)) => p.slack.is_some_and(|k| busy <= s.saturating_add(k)),
+        let margin_accepts = match (policy, seen) {
+            (Policy::Dynamic(p), Some(s)) => p.seen_margin.is_some_and(|k| busy <= s.saturating_add(k)),
             _ => false,
         };
 
@@ -288,8 +290,8 @@ pub fn policy_fsm(data: &[u8]) {
 
         let out = policy.decide(state, try_, load);
         assert_eq!(policy.decide(state, try_, load), out, "decide is pure");
-        if try_ == Try::Final || slack_accepts {
-            assert_eq!(out, huntlb_policy::Outcome { decision: Decision::Accept, state }, "{try_:?} (slack {slack_accepts})");
+        if try_ == Try::Final || margin_accepts {
+            assert_eq!(out, huntlb_policy::Outcome { decision: Decision::Accept, state }, "{try_:?} (seen_margin {margin_accepts})");
         }
 
         let before = state;
@@ -368,7 +370,7 @@ pub fn policy_fsm(data: &[u8]) {
                 assert!(state.c <= bound, "c {} above every bound (c0 {}, ceilings <= {bound})", state.c, p.c0);
             }
         }
-        if decided && try_ == Try::Offer && !slack_accepts && !matches!(policy, Policy::Always) {
+        if decided && try_ == Try::Offer && !margin_accepts && !matches!(policy, Policy::Always) {
             assert_eq!(out.decision.is_accept(), busy < state.c, "not SR_c on the c in effect: {state:?} busy {busy}");
         }
     }

@@ -17,6 +17,7 @@ local error = error
 local str_match = string.match
 local str_gmatch = string.gmatch
 local str_format = string.format
+local table_concat = table.concat
 
 local _M = { _VERSION = "1" }
 local mt = { __index = _M }
@@ -61,9 +62,15 @@ local function fail(key, reason)
     return nil, str_format("policy key `%s`: %s", key, reason), key
 end
 
+-- Keys renamed since specs were first written (old -> new), as in the Rust
+-- crate: the old name parses to the same policy, and _M.warning gives the line
+-- the host logs once at load about it.
+local RENAMED = { slack = "seen_margin" }
+
 local function parse_dynamic(args)
-    local p = { kind = "dynamic", window = 50, low = 0.4, high = 0.6, c0 = 1, c_max = nil, c_min = 0, slack = nil }
-    local seen = {}
+    local p = { kind = "dynamic", window = 50, low = 0.4, high = 0.6, c0 = 1, c_max = nil, c_min = 0, seen_margin = nil }
+    -- each key by its current name -> the name it was written under
+    local given = {}
     -- split on commas, keeping empty pieces so "a=1," is an error like in Rust
     for kv in str_gmatch(args .. ",", "([^,]*),") do
         local k, v = str_match(kv, "^([^=]*)=(.*)$")
@@ -75,24 +82,29 @@ local function parse_dynamic(args)
             -- an error must name a key: the whole spec's, as for a piece without "="
             return fail("policy", "`" .. kv .. "` has no key before `=`")
         end
-        if seen[k] then
+        -- an old name and its new one are one key: given both, it is given twice
+        local name = RENAMED[k] or k
+        local first = given[name]
+        if first == k then
             return fail(k, "given twice")
+        elseif first then
+            return fail(k, str_format("given twice, as `%s` and as `%s` (one key, renamed)", first, k))
         end
-        seen[k] = true
+        given[name] = k
         local val, err
-        if k == "window" then
+        if name == "window" then
             val, err = parse_window(k, v)
-        elseif k == "low" or k == "high" then
+        elseif name == "low" or name == "high" then
             val, err = parse_ratio(k, v)
-        elseif k == "c0" or k == "c_max" or k == "c_min" or k == "slack" then
+        elseif name == "c0" or name == "c_max" or name == "c_min" or name == "seen_margin" then
             val, err = parse_c(k, v)
         else
-            return fail(k, "unknown key (expected window, low, high, c0, c_max, c_min, slack)")
+            return fail(k, "unknown key (expected window, low, high, c0, c_max, c_min, seen_margin)")
         end
         if err then
             return nil, err, k
         end
-        p[k] = val
+        p[name] = val
     end
     if p.low >= p.high then
         return fail("low", str_format("low (%s) must be below high (%s)", tostring(p.low), tostring(p.high)))
@@ -140,6 +152,31 @@ function _M.parse(spec)
     return fail("policy", "unknown policy `" .. name .. "` (expected always, static:C or dynamic[:k=v,...])")
 end
 
+--- The line a host logs once at load about a spec that uses an old key name
+-- (`slack` for `seen_margin`), or nil: the same text as the Rust crate's
+-- `spec_warning` (policy/vectors/specs.json holds both to it).
+function _M.warning(spec)
+    if type(spec) ~= "string" then
+        return nil
+    end
+    local args = str_match(trim(spec), "^dynamic:(.*)$")
+    if not args then
+        return nil
+    end
+    local out = {}
+    for kv in str_gmatch(args .. ",", "([^,]*),") do
+        local k = str_match(kv, "^([^=]*)=")
+        local new = k and RENAMED[trim(k)]
+        if new then
+            out[#out + 1] = str_format("policy key `%s` is deprecated: write `%s` (same meaning)", trim(k), new)
+        end
+    end
+    if #out == 0 then
+        return nil
+    end
+    return table_concat(out, "; ")
+end
+
 --- A policy instance with its own state. Raises an error naming the bad key.
 function _M.new(spec)
     local p, err = _M.parse(spec)
@@ -156,7 +193,7 @@ function _M.new(spec)
 end
 
 --- Decide on one try. `try` is "offer" or "final"; busy and workers are integers;
--- seen (optional) is the front's hunt-seen on an offer (see slack in the Rust crate).
+-- seen (optional) is the front's hunt-seen on an offer (see seen_margin in the Rust crate).
 -- Returns true to accept, false to refuse. Finals are always accepted.
 function _M.decide(self, try, busy, workers, seen)
     if try ~= "offer" then
@@ -170,7 +207,7 @@ function _M.decide(self, try, busy, workers, seen)
         return busy < self.c
     end
     -- an offer the front counted right is accepted outside the window
-    if p.slack and seen and busy <= seen + p.slack then
+    if p.seen_margin and seen and busy <= seen + p.seen_margin then
         return true
     end
     -- SR_dyn, Algorithm 2 step for step (see the Rust crate for the window note)
@@ -297,13 +334,14 @@ end
 
 -- settings every host shares (policy/src/settings.rs) ------------------------
 
-local DEFAULT_POLICY = "dynamic:slack=1"
+local DEFAULT_POLICY = "dynamic:seen_margin=1"
 local DEFAULT_WORKERS = 32
 local MAX_WORKERS = 65535
 
 --- Validate the shared settings from text args (policy, workers, id; absent
 -- take the defaults, the id `default_id`). Returns { policy = instance,
--- workers = n, id = s }, or nil, a message and the offending key.
+-- workers = n, id = s, warning = line to log once at load or nil (a policy
+-- key under its old name) }, or nil, a message and the offending key.
 function _M.settings(args, default_id)
     local spec = args.policy or DEFAULT_POLICY
     local _, perr = _M.parse(spec)
@@ -325,7 +363,11 @@ function _M.settings(args, default_id)
     if not is_token(id) then
         return nil, str_format("`id`: `%s` must be 1-64 token characters", id), "id"
     end
-    return { policy = _M.new(spec), workers = workers, id = id }
+    local warning = _M.warning(args.policy)
+    if warning then
+        warning = "`policy`: " .. warning
+    end
+    return { policy = _M.new(spec), workers = workers, id = id, warning = warning }
 end
 
 return _M

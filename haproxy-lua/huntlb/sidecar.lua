@@ -27,6 +27,10 @@ function _M.samples(counts, p, workers, busy)
 end
 
 function _M.start(args)
+    -- once, at load: a policy key taken under its old name
+    if args.settings.warning then
+        core.Warning("huntlb: arg " .. args.settings.warning)
+    end
     local p = args.settings.policy
     local workers = args.settings.workers
     local counts = { offers_accept = 0, offers_refuse = 0, finals = 0, finals_busy = 0, plain = 0, malformed = 0 }

@@ -59,11 +59,25 @@ for _, v in ipairs(specs.valid) do
     local p, err = policy.parse(v.spec)
     local ok = p ~= nil and p.kind == v.kind
     if ok then
-        for _, k in ipairs({ "c", "window", "low", "high", "c0", "c_max", "c_min", "slack" }) do
+        for _, k in ipairs({ "c", "window", "low", "high", "c0", "c_max", "c_min", "seen_margin" }) do
             if v[k] ~= nil and p[k] ~= v[k] then ok = false end
         end
     end
     check(ok, "valid spec `" .. v.spec .. "`: " .. tostring(err))
+    -- an old key name parses, and the host is given the line to log about it
+    local warning = policy.warning(v.spec)
+    check(warning == v.warning, "spec `" .. v.spec .. "` warning: got " .. tostring(warning) .. ", want " .. tostring(v.warning))
+end
+-- the old name is the same policy, key for key, under the new name only
+do
+    local old, new = policy.parse("dynamic:c0=2,slack=1"), policy.parse("dynamic:c0=2,seen_margin=1")
+    local same = old ~= nil and new ~= nil and old.slack == nil
+    for _, k in ipairs({ "kind", "window", "low", "high", "c0", "c_max", "c_min", "seen_margin" }) do
+        same = same and old[k] == new[k]
+    end
+    check(same, "dynamic:slack=1 parses to dynamic:seen_margin=1")
+    check(policy.warning("dynamic:seen_margin=1") == nil and policy.warning("static:4") == nil and policy.warning(nil) == nil,
+        "no warning for a spec in current names")
 end
 for _, v in ipairs(specs.invalid) do
     local p, err, key = policy.parse(v.spec)
@@ -97,8 +111,10 @@ local settings = load("settings.json")
 for _, v in ipairs(settings.valid) do
     local st, err = policy.settings(v.args, settings.default_id)
     local ok = st ~= nil and st.policy.p.kind == v.kind and st.workers == v.workers and st.id == v.id
-        and (v.c == nil or st.policy:threshold() == v.c) and st.policy.p.slack == v.slack
+        and (v.c == nil or st.policy:threshold() == v.c) and st.policy.p.seen_margin == v.seen_margin
     check(ok, "valid settings " .. show(v.args) .. ": " .. tostring(err))
+    local want = v.warning and ("`policy`: " .. v.warning)
+    check(st ~= nil and st.warning == want, "settings " .. show(v.args) .. " warning: got " .. tostring(st and st.warning) .. ", want " .. tostring(want))
 end
 for _, v in ipairs(settings.invalid) do
     local st, err, key = policy.settings(v.args, settings.default_id)

@@ -3,7 +3,7 @@
 //! as a final, to the least loaded peer they know of.
 //!
 //! ```text
-//!  front ──offer──► agent A ── busy <= seen + seen_slack, or busy <= least peer + slack ──► app A
+//!  front ──offer──► agent A ── busy <= seen + seen_margin, or busy <= least peer + peer_margin ──► app A
 //!                      │ else
 //!                      └──final──► agent B (the least peer, ties at random) ──► app B
 //!  agent A ──"hunt-fleet/2 <from> <seq> <busy> <ready> <sub> <mac>"──► the K peers A samples (sub: 1 changes, 0 beats, 2 leave)
@@ -23,23 +23,24 @@
 
 use std::fmt;
 
-/// The forwarding knobs, validated by the host's config (`forward_slack`,
-/// `forward_seen_slack`).
+/// The forwarding knobs, validated by the host's config (`forward_peer_margin`,
+/// `forward_seen_margin`; once `forward_slack`, `forward_seen_slack`). Both are
+/// margins over a count: over the least peer's, and over the front's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Forwarding {
     /// Keep an offer when this backend's count is at most the least peer's
-    /// plus `slack`. 0 is JSQ's rule; more keeps more at home, fewer hops.
-    pub slack: u32,
+    /// plus this. 0 is JSQ's rule; more keeps more at home, fewer hops.
+    pub peer_margin: u32,
     /// Keep an offer when this backend's count is at most the front's own
     /// count here (`hunt-seen`, or what its `hunt-front` holds here) plus this:
     /// the front then knew this backend's load, and with one front its least
     /// is the fleet's. None: the front's count is not consulted.
-    pub seen_slack: Option<u32>,
+    pub seen_margin: Option<u32>,
 }
 
 impl Default for Forwarding {
     fn default() -> Self {
-        Forwarding { slack: 0, seen_slack: Some(1) }
+        Forwarding { peer_margin: 0, seen_margin: Some(1) }
     }
 }
 
@@ -53,10 +54,10 @@ pub enum Route {
 }
 
 /// Is an offer kept whatever the peers hold? The front knew this backend's
-/// load (`seen` within `seen_slack`). A host may decide on this alone, before
+/// load (`seen` within `seen_margin`). A host may decide on this alone, before
 /// it brings its view of the peers up to date.
 pub fn kept_by_seen(f: Forwarding, busy: u32, seen: Option<u32>) -> bool {
-    f.seen_slack.zip(seen).is_some_and(|(k, s)| busy <= s.saturating_add(k))
+    f.seen_margin.zip(seen).is_some_and(|(k, s)| busy <= s.saturating_add(k))
 }
 
 /// Decide one offer. `busy`: this backend's count now; `seen`: the front's own
@@ -75,7 +76,7 @@ pub fn route(f: Forwarding, busy: u32, seen: Option<u32>, peers: &[u32], draw: u
 /// its own random stream, so its runs keep their draws.
 pub fn route_with(f: Forwarding, busy: u32, seen: Option<u32>, peers: &[u32], tie: impl FnOnce(usize) -> usize) -> Route {
     let Some(&least) = peers.iter().min() else { return Route::Keep };
-    if kept_by_seen(f, busy, seen) || busy <= least.saturating_add(f.slack) {
+    if kept_by_seen(f, busy, seen) || busy <= least.saturating_add(f.peer_margin) {
         return Route::Keep;
     }
     let ties = peers.iter().filter(|&&c| c == least).count();
@@ -276,7 +277,7 @@ mod tests {
 
     #[test]
     fn ties_are_drawn_among_the_least_only() {
-        let f = Forwarding { slack: 0, seen_slack: None };
+        let f = Forwarding { peer_margin: 0, seen_margin: None };
         let peers = [5, 2, 9, 2, 2];
         let picked: Vec<Route> = (0..6).map(|d| route(f, 4, None, &peers, d)).collect();
         assert_eq!(picked, [1, 3, 4, 1, 3, 4].map(Route::Forward));

@@ -31,7 +31,7 @@ pub mod settings;
 mod spec;
 pub use admission::{admit, Gates, Reason, Verdict};
 pub use settings::{RawSettings, Settings, SettingsError};
-pub use spec::SpecError;
+pub use spec::{spec_warning, SpecError};
 
 /// Which try of a request the agent is looking at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +50,7 @@ pub struct Load {
     /// Worker count `n`. SR_dyn never raises `c` above `n` (Algorithm 2: `c < n`).
     pub workers: u32,
     /// On an offer, the front's own count of its requests at this backend when
-    /// it chose it (`hunt-seen`), if it sent one: see [`DynamicParams::slack`].
+    /// it chose it (`hunt-seen`), if it sent one: see [`DynamicParams::seen_margin`].
     pub seen: Option<u32>,
 }
 
@@ -92,17 +92,18 @@ pub struct DynamicParams {
     /// offers like a small one (issue 18; `docs/protocol.md`).
     pub c_min: u32,
     /// Accept, outside the window, an offer whose front already counted at
-    /// least `busy - slack` of its requests here (`busy <= seen + slack`): the
+    /// least `busy - seen_margin` of its requests here (`busy <= seen +
+    /// seen_margin`; spec key `seen_margin`, once called `slack`): the
     /// front chose this backend as its least loaded, and its count is right, so
     /// a refusal would only send the request to one it thinks is worse. With one
     /// front every offer is such; with many, the agent refuses what the others
     /// have loaded it with. `None` (or no `hunt-seen`): the paper's SR_dyn.
-    pub slack: Option<u32>,
+    pub seen_margin: Option<u32>,
 }
 
 impl Default for DynamicParams {
     fn default() -> Self {
-        DynamicParams { window: 50, low: 0.4, high: 0.6, c0: 1, c_max: None, c_min: 0, slack: None }
+        DynamicParams { window: 50, low: 0.4, high: 0.6, c0: 1, c_max: None, c_min: 0, seen_margin: None }
     }
 }
 
@@ -189,8 +190,8 @@ fn sr_c(c: u32, busy: u32) -> Decision {
 /// and counts towards the next window, so the very first window holds
 /// `window - 1` decisions and every later one `window`.)
 fn sr_dyn(p: &DynamicParams, mut s: State, load: Load) -> Outcome {
-    if let (Some(slack), Some(seen)) = (p.slack, load.seen) {
-        if load.busy <= seen.saturating_add(slack) {
+    if let (Some(margin), Some(seen)) = (p.seen_margin, load.seen) {
+        if load.busy <= seen.saturating_add(margin) {
             // The front's view of this backend is right: not the window's business.
             return Outcome { decision: Decision::Accept, state: s };
         }
@@ -235,8 +236,8 @@ impl fmt::Display for Policy {
                 if p.c_min > 0 {
                     write!(f, ",c_min={}", p.c_min)?;
                 }
-                if let Some(k) = p.slack {
-                    write!(f, ",slack={k}")?;
+                if let Some(k) = p.seen_margin {
+                    write!(f, ",seen_margin={k}")?;
                 }
                 Ok(())
             }

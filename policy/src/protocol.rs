@@ -14,7 +14,7 @@ pub const TARGET: &str = "hunt-target";
 /// with no upstream filter: see [`per_try_mark`].
 pub const ENVOY_ATTEMPT: &str = "x-envoy-attempt-count";
 /// On an offer, optional: the front's own count of its requests outstanding at
-/// this backend when it chose it (HAProxy: `srv_conn`). The policy's `slack`
+/// this backend when it chose it (HAProxy: `srv_conn`). The policy's `seen_margin`
 /// reads it (`Load::seen`); see [`parse_seen`].
 pub const SEEN: &str = "hunt-seen";
 /// Longest `hunt-seen` value: 9 digits always fit a `u32`.

@@ -9,7 +9,7 @@ use crate::{protocol, Policy};
 use std::fmt;
 
 /// SR_dyn with the paper's parameters: the default everywhere.
-pub const DEFAULT_POLICY: &str = "dynamic:slack=1";
+pub const DEFAULT_POLICY: &str = "dynamic:seen_margin=1";
 pub const DEFAULT_WORKERS: u32 = 32;
 /// The most workers a backend may declare: SR_dyn's `c` and the packed state
 /// hold 32 bits, but a larger count is always a typo.

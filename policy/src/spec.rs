@@ -4,8 +4,11 @@
 //! ```text
 //! always
 //! static:C                      C in 0..=65535
-//! dynamic[:k=v{,k=v}]           k in window, low, high, c0, c_max, c_min, slack
+//! dynamic[:k=v{,k=v}]           k in window, low, high, c0, c_max, c_min, seen_margin
 //! ```
+//!
+//! `slack` is `seen_margin`'s old name: it still parses, to the same policy,
+//! and [`spec_warning`] gives the line a host logs once at load about it.
 
 use crate::{DynamicParams, Policy};
 use std::fmt;
@@ -28,6 +31,34 @@ impl std::error::Error for SpecError {}
 
 fn err(key: &str, reason: impl Into<String>) -> SpecError {
     SpecError { key: key.to_string(), reason: reason.into() }
+}
+
+/// Keys renamed since specs were first written, (old, new). A spec with the
+/// old name parses to the same policy (it names the same idea); the host warns
+/// once at load ([`spec_warning`]) so configs move to the new one.
+const RENAMED: &[(&str, &str)] = &[("slack", "seen_margin")];
+
+/// The key's current name (itself unless it is an old one).
+fn current(k: &str) -> &str {
+    RENAMED.iter().find(|(old, _)| *old == k).map_or(k, |(_, new)| new)
+}
+
+/// What a host logs once, at load, about a spec that parses but uses an old
+/// key name; `None` for a spec in current names. The crate does no I/O: the
+/// agent, the filter and the Lua module each log this text their own way.
+pub fn spec_warning(spec: &str) -> Option<String> {
+    let (name, args) = spec.trim().split_once(':')?;
+    if name != "dynamic" {
+        return None;
+    }
+    let old: Vec<String> = args
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, _)| k.trim())
+        .filter_map(|k| RENAMED.iter().find(|(o, _)| *o == k))
+        .map(|(o, new)| format!("policy key `{o}` is deprecated: write `{new}` (same meaning)"))
+        .collect();
+    (!old.is_empty()).then(|| old.join("; "))
 }
 
 const MAX_C: u32 = 65_535;
@@ -85,7 +116,8 @@ fn parse_ratio(key: &str, v: &str) -> Result<f64, SpecError> {
 
 fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
     let mut p = DynamicParams::default();
-    let mut seen: Vec<&str> = Vec::new();
+    // each key by its current name, with the name it was written under
+    let mut given: Vec<(&str, &str)> = Vec::new();
     for kv in args.split(',') {
         let Some((k, v)) = kv.split_once('=') else {
             return Err(err("policy", format!("`{kv}` is not key=value")));
@@ -95,11 +127,14 @@ fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
             // an error must name a key: the whole spec's, as for a piece without `=`
             return Err(err("policy", format!("`{kv}` has no key before `=`")));
         }
-        if seen.contains(&k) {
-            return Err(err(k, "given twice"));
+        // an old name and its new one are one key: given both, it is given twice
+        let name = current(k);
+        if let Some(&(_, first)) = given.iter().find(|(n, _)| *n == name) {
+            let reason = if first == k { "given twice".to_string() } else { format!("given twice, as `{first}` and as `{k}` (one key, renamed)") };
+            return Err(err(k, reason));
         }
-        seen.push(k);
-        match k {
+        given.push((name, k));
+        match name {
             "window" => {
                 let v = v.trim();
                 p.window = match v.parse::<u16>() {
@@ -112,8 +147,8 @@ fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
             "c0" => p.c0 = parse_c(k, v)?,
             "c_max" => p.c_max = Some(parse_c(k, v)?),
             "c_min" => p.c_min = parse_c(k, v)?,
-            "slack" => p.slack = Some(parse_c(k, v)?),
-            _ => return Err(err(k, "unknown key (expected window, low, high, c0, c_max, c_min, slack)")),
+            "seen_margin" => p.seen_margin = Some(parse_c(k, v)?),
+            _ => return Err(err(k, "unknown key (expected window, low, high, c0, c_max, c_min, seen_margin)")),
         }
     }
     if p.low >= p.high {
@@ -128,4 +163,34 @@ fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
         }
     }
     Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_old_name_is_the_same_policy_and_warns() {
+        let old: Policy = "dynamic:c0=2,slack=1".parse().unwrap();
+        let new: Policy = "dynamic:c0=2,seen_margin=1".parse().unwrap();
+        assert_eq!(old, new);
+        assert_eq!(old.to_string(), "dynamic:window=50,low=0.4,high=0.6,c0=2,seen_margin=1", "Display writes the new name");
+        assert_eq!(
+            spec_warning(" dynamic:c0=2, slack =1").as_deref(),
+            Some("policy key `slack` is deprecated: write `seen_margin` (same meaning)")
+        );
+        for quiet in ["dynamic:seen_margin=1", "dynamic", "static:4", "always", "dynamic:slackness=1", "fastest:slack=1"] {
+            assert_eq!(spec_warning(quiet), None, "{quiet}");
+        }
+    }
+
+    #[test]
+    fn old_and_new_name_together_are_one_key_given_twice() {
+        let e = parse("dynamic:slack=1,seen_margin=2").unwrap_err();
+        assert_eq!(e.key, "seen_margin");
+        assert!(e.reason.contains("`slack`") && e.reason.contains("twice"), "{e}");
+        assert_eq!(parse("dynamic:seen_margin=1,slack=2").unwrap_err().key, "slack");
+        // an error in a value names the key as it was written
+        assert_eq!(parse("dynamic:slack=x").unwrap_err().key, "slack");
+    }
 }

@@ -11,7 +11,7 @@ fn policies() -> impl Strategy<Value = Policy> {
         Just("always".to_string()),
         (0u32..70).prop_map(|c| format!("static:{c}")),
         (1u16..60, 0u32..40, proptest::option::of(0u32..80), 0u8..3, 0u32..10, proptest::option::of(0u32..4)).prop_map(
-            |(w, c0, cmax, band, cmin, slack)| {
+            |(w, c0, cmax, band, cmin, margin)| {
                 let (low, high) = [(0.4, 0.6), (0.1, 0.9), (0.5, 0.5)][band as usize];
                 let mut s = format!("dynamic:window={w},low={low},high={high},c0={c0}");
                 if let Some(m) = cmax {
@@ -20,8 +20,8 @@ fn policies() -> impl Strategy<Value = Policy> {
                 if cmin > 0 {
                     s += &format!(",c_min={cmin}");
                 }
-                if let Some(k) = slack {
-                    s += &format!(",slack={k}");
+                if let Some(k) = margin {
+                    s += &format!(",seen_margin={k}");
                 }
                 s
             }
@@ -57,7 +57,7 @@ proptest! {
                 prop_assert!(out.state.c <= ceiling, "c {} above {}", out.state.c, ceiling);
                 prop_assert!(out.state.c >= p.c_min, "c {} below c_min {}", out.state.c, p.c_min);
                 // an offer the front saw right is accepted and moves nothing
-                if let (true, Some(k), Some(s)) = (offer, p.slack, seen) {
+                if let (true, Some(k), Some(s)) = (offer, p.seen_margin, seen) {
                     if busy <= s.saturating_add(k) {
                         prop_assert_eq!(out.decision, Decision::Accept);
                         prop_assert_eq!(out.state, state);

@@ -106,10 +106,12 @@ fn spec_vectors() {
                 assert_eq!(u64::from(d.c0), v["c0"].as_u64().unwrap(), "{spec}");
                 assert_eq!(d.c_max.map(u64::from), v.get("c_max").and_then(Value::as_u64), "{spec}");
                 assert_eq!(u64::from(d.c_min), v.get("c_min").and_then(Value::as_u64).unwrap_or(0), "{spec}");
-                assert_eq!(d.slack.map(u64::from), v.get("slack").and_then(Value::as_u64), "{spec}");
+                assert_eq!(d.seen_margin.map(u64::from), v.get("seen_margin").and_then(Value::as_u64), "{spec}");
             }
             (kind, p) => panic!("`{spec}`: expected {kind}, got {p:?}"),
         }
+        // an old key name parses, and the host is given the line to log about it
+        assert_eq!(huntlb_policy::spec_warning(spec).as_deref(), v.get("warning").and_then(Value::as_str), "{spec}");
     }
     for v in doc["invalid"].as_array().unwrap() {
         let spec = v["spec"].as_str().unwrap();
@@ -174,11 +176,13 @@ fn settings_vectors() {
         if let Some(c) = v.get("c") {
             assert_eq!(Some(s.policy.initial_state().c as u64), c.as_u64(), "{v}");
         }
-        let slack = match s.policy {
-            Policy::Dynamic(d) => d.slack.map(u64::from),
+        let seen_margin = match s.policy {
+            Policy::Dynamic(d) => d.seen_margin.map(u64::from),
             _ => None,
         };
-        assert_eq!(slack, v.get("slack").and_then(Value::as_u64), "{v}");
+        assert_eq!(seen_margin, v.get("seen_margin").and_then(Value::as_u64), "{v}");
+        let warning = v["args"].get("policy").and_then(Value::as_str).and_then(huntlb_policy::spec_warning);
+        assert_eq!(warning.as_deref(), v.get("warning").and_then(Value::as_str), "{v}");
         assert_eq!(u64::from(s.workers), v["workers"].as_u64().unwrap(), "{v}");
         assert_eq!(s.id, v["id"].as_str().unwrap(), "{v}");
     }
@@ -285,7 +289,7 @@ fn forward_vectors() {
     let cases = doc["route"].as_array().unwrap();
     for c in cases {
         let name = c["name"].as_str().unwrap();
-        let f = Forwarding { slack: c["slack"].as_u64().unwrap() as u32, seen_slack: opt(&c["seen_slack"]) };
+        let f = Forwarding { peer_margin: c["peer_margin"].as_u64().unwrap() as u32, seen_margin: opt(&c["seen_margin"]) };
         let peers: Vec<u32> = c["peers"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as u32).collect();
         let got = route(f, c["busy"].as_u64().unwrap() as u32, opt(&c["seen"]), &peers, c["draw"].as_u64().unwrap());
         let want = match c["expect"].as_u64() {

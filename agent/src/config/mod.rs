@@ -53,6 +53,9 @@ pub struct Config {
     pub tls: Option<crate::tls::Tls>,
     /// The forwarding tier (`fleet_listen` set); None: off.
     pub fleet: Option<FleetConfig>,
+    /// Lines to log once at start: keys taken under an old name (the agent's
+    /// own, or one in the policy spec).
+    pub warnings: Vec<String>,
 }
 
 
@@ -63,7 +66,7 @@ macro_rules! overlay {
 
 impl Raw {
     /// Flags over file over defaults.
-    pub fn load(flags: Raw) -> Result<Config, ConfigError> {
+    pub fn load(mut flags: Raw) -> Result<Config, ConfigError> {
         let mut raw = match &flags.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -73,15 +76,25 @@ impl Raw {
             }
             None => Raw::default(),
         };
+        // old key names become new ones in each source first: a flag's new
+        // name then overrides a file's old one, as any flag overrides the file
+        raw.take_renamed()?;
+        flags.take_renamed()?;
+        raw.warnings.append(&mut flags.warnings);
         overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
-            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_slack, forward_seen_slack, fleet_heartbeat_ms, fleet_dead_after_ms,
+            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms,
             fleet_settle_ms, fleet_resolve_ms, fleet_sample, fleet_resample_ms, fleet_sample_keep);
         raw.validate()
     }
 
     fn validate(mut self) -> Result<Config, ConfigError> {
+        self.take_renamed()?;
+        let mut warnings = std::mem::take(&mut self.warnings);
+        if let Some(w) = self.policy.as_deref().and_then(huntlb_policy::spec_warning) {
+            warnings.push(format!("config key `policy`: {w}"));
+        }
         let knobs = fleet::Knobs::take(&mut self);
         // the settings the sidecars share: validated by the policy crate, once for every host
         let shared = RawSettings { policy: self.policy.as_deref(), workers: self.workers.map(u64::from), id: self.id.as_deref() }
@@ -145,6 +158,7 @@ impl Raw {
         let fleet = fleet::validate(knobs, listen, tls.as_ref(), self.tls_client_ca.as_deref())?;
         Ok(Config {
             fleet,
+            warnings,
             tls,
             app_h2,
             listen,

@@ -33,7 +33,7 @@ pub struct Raw {
     /// Optional address for HAProxy's agent-check: answers `ready up`, `drain` or `down`.
     #[arg(long)]
     pub agent_check: Option<String>,
-    /// Acceptance policy: always | static:C | dynamic[:window=50,low=0.4,high=0.6,c0=1,c_max=N,c_min=M,slack=K] [default: dynamic:slack=1].
+    /// Acceptance policy: always | static:C | dynamic[:window=50,low=0.4,high=0.6,c0=1,c_max=N,c_min=M,seen_margin=K] [default: dynamic:seen_margin=1].
     #[arg(long)]
     pub policy: Option<String>,
     /// The app's worker count n [default: 32].
@@ -140,10 +140,16 @@ pub struct Raw {
     pub fleet_tls_name: Option<String>,
     /// Keep an offer when this backend's count is at most the least peer's plus this [default: 0].
     #[arg(long)]
-    pub forward_slack: Option<u32>,
+    pub forward_peer_margin: Option<u32>,
     /// Keep an offer when this backend's count is at most the front's own count
     /// here (`hunt-seen` or `hunt-front`) plus this: with one front, never forward [default: 1].
     #[arg(long)]
+    pub forward_seen_margin: Option<u32>,
+    /// Old name of `forward_peer_margin`: taken, with a warning at start.
+    #[arg(long, hide = true)]
+    pub forward_slack: Option<u32>,
+    /// Old name of `forward_seen_margin`: taken, with a warning at start.
+    #[arg(long, hide = true)]
     pub forward_seen_slack: Option<u32>,
     /// Send this agent's count at least this often, in ms, changed or not [default: 50].
     #[arg(long)]
@@ -166,4 +172,35 @@ pub struct Raw {
     /// At each draw, keep this many of the sample's least loaded peers [default: 4].
     #[arg(long)]
     pub fleet_sample_keep: Option<u32>,
+    /// What was taken but should be written otherwise (an old key name),
+    /// logged once at start.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+/// Keys renamed since configs were first written, (old, new). The old name is
+/// taken, with a warning naming the new one; both in one file (or both as
+/// flags) is an error naming the new key.
+const RENAMED: [(&str, &str); 2] = [("forward_slack", "forward_peer_margin"), ("forward_seen_slack", "forward_seen_margin")];
+
+impl Raw {
+    /// Move what was given under an old key name to its new one, noting a
+    /// warning; run on the file and on the flags each before one is laid over
+    /// the other, so a flag with the new name overrides a file's old one.
+    pub(super) fn take_renamed(&mut self) -> Result<(), crate::error::ConfigError> {
+        let pairs = [
+            (&mut self.forward_slack, &mut self.forward_peer_margin),
+            (&mut self.forward_seen_slack, &mut self.forward_seen_margin),
+        ];
+        for ((old_v, new_v), (old, new)) in pairs.into_iter().zip(RENAMED) {
+            let Some(v) = old_v.take() else { continue };
+            if new_v.is_some() {
+                return Err(crate::error::invalid(new, format!("given twice, as `{old}` (its old name) and as `{new}`")));
+            }
+            *new_v = Some(v);
+            self.warnings.push(format!("config key `{old}` is deprecated: write `{new}` (same meaning)"));
+        }
+        Ok(())
+    }
 }

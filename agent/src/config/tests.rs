@@ -18,7 +18,8 @@ fn defaults_are_valid() {
     let c = raw(|_| {}).unwrap();
     assert_eq!(c.workers, 32);
     assert_eq!(c.load, LoadSource::Inflight);
-    assert_eq!(c.policy.to_string(), "dynamic:window=50,low=0.4,high=0.6,c0=1,slack=1");
+    assert_eq!(c.policy.to_string(), "dynamic:window=50,low=0.4,high=0.6,c0=1,seen_margin=1");
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
 
 #[test]
@@ -39,7 +40,7 @@ fn bad_values_name_their_key() {
 fn fleet_keys_are_checked_and_named() {
     assert!(raw(|_| {}).unwrap().fleet.is_none());
     assert_eq!(key_of(raw(|r| r.fleet_peers = Some("127.0.0.2:9700".into()))), "fleet_peers");
-    assert_eq!(key_of(raw(|r| r.forward_slack = Some(1))), "forward_slack");
+    assert_eq!(key_of(raw(|r| r.forward_peer_margin = Some(1))), "forward_peer_margin");
     let key = std::env::temp_dir().join(format!("huntlb-config-test-{}.key", std::process::id()));
     std::fs::write(&key, "k".repeat(40)).unwrap();
     let key = key.to_string_lossy().into_owned();
@@ -80,7 +81,7 @@ fn fleet_keys_are_checked_and_named() {
         r.fleet_listen = Some("0.0.0.0:9700".into());
         r.fleet_advertise = Some("backend-1:8080".into());
     })), "fleet_advertise");
-    assert_eq!(c.forwarding, huntlb_policy::forward::Forwarding { slack: 0, seen_slack: Some(1) });
+    assert_eq!(c.forwarding, huntlb_policy::forward::Forwarding { peer_margin: 0, seen_margin: Some(1) });
     assert_eq!(key_of(raw(fleet("127.0.0.1:9700"))), "fleet_peers");
     assert_eq!(key_of(raw(fleet("nowhere"))), "fleet_peers");
     assert_eq!(key_of(raw(fleet("backends:0"))), "fleet_peers");
@@ -179,4 +180,72 @@ fn policy_error_carries_inner_key() {
 fn unknown_file_key_is_named() {
     let e = toml::from_str::<Raw>("polcy = \"static:4\"").unwrap_err();
     assert!(e.message().contains("polcy"), "{}", e.message());
+}
+
+/// The old names of renamed keys are taken, each with a warning naming the new
+/// key; old and new together are refused, naming the new key; a flag's new
+/// name overrides a file's old one.
+#[test]
+fn renamed_keys_are_taken_with_a_warning() {
+    let key = std::env::temp_dir().join(format!("huntlb-config-renamed-{}.key", std::process::id()));
+    std::fs::write(&key, "k".repeat(40)).unwrap();
+    let key = key.to_string_lossy().into_owned();
+    let fleet = |r: &mut Raw| {
+        r.fleet_listen = Some("127.0.0.1:9700".into());
+        r.fleet_peers = Some("127.0.0.2:9700".into());
+        r.fleet_key_file = Some(key.clone());
+    };
+    let c = raw(|r| {
+        fleet(r);
+        r.forward_slack = Some(2);
+        r.forward_seen_slack = Some(3);
+    })
+    .unwrap();
+    assert_eq!(c.fleet.unwrap().forwarding, huntlb_policy::forward::Forwarding { peer_margin: 2, seen_margin: Some(3) });
+    assert_eq!(
+        c.warnings,
+        [
+            "config key `forward_slack` is deprecated: write `forward_peer_margin` (same meaning)",
+            "config key `forward_seen_slack` is deprecated: write `forward_seen_margin` (same meaning)",
+        ]
+    );
+    assert_eq!(key_of(raw(|r| {
+        fleet(r);
+        r.forward_slack = Some(1);
+        r.forward_peer_margin = Some(1);
+    })), "forward_peer_margin");
+    assert_eq!(key_of(raw(|r| {
+        fleet(r);
+        r.forward_seen_slack = Some(1);
+        r.forward_seen_margin = Some(2);
+    })), "forward_seen_margin");
+    // an old name is still only meaningful with the tier, named by its new name
+    assert_eq!(key_of(raw(|r| r.forward_slack = Some(1))), "forward_peer_margin");
+
+    // the policy's old key: the same policy, and a warning
+    let c = raw(|r| r.policy = Some("dynamic:slack=1".into())).unwrap();
+    assert_eq!(c.policy, huntlb_policy::settings::DEFAULT_POLICY.parse().unwrap());
+    assert_eq!(c.warnings, ["config key `policy`: policy key `slack` is deprecated: write `seen_margin` (same meaning)"]);
+
+    // from a file and from flags: each source is read alone first
+    let file = std::env::temp_dir().join(format!("huntlb-config-renamed-{}.toml", std::process::id()));
+    std::fs::write(&file, "forward_slack = 5\nforward_seen_slack = 4\n").unwrap();
+    let flags = |f: &dyn Fn(&mut Raw)| {
+        let mut r = Raw { config: Some(file.clone()), ..Raw::default() };
+        fleet(&mut r);
+        f(&mut r);
+        Raw::load(r)
+    };
+    let c = flags(&|r| r.forward_peer_margin = Some(1)).unwrap();
+    assert_eq!(c.fleet.unwrap().forwarding, huntlb_policy::forward::Forwarding { peer_margin: 1, seen_margin: Some(4) }, "the flag wins");
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    std::fs::write(&file, "forward_slack = 5\nforward_peer_margin = 4\n").unwrap();
+    assert_eq!(key_of(flags(&|_| {})), "forward_peer_margin", "both in one file");
+    std::fs::write(&file, "").unwrap();
+    let file_arg = file.to_string_lossy().into_owned();
+    let argv = ["huntlb-agent", "--config", &file_arg, "--forward-seen-slack", "0", "--fleet-listen", "127.0.0.1:9700", "--fleet-peers", "127.0.0.2:9700", "--fleet-key-file", &key];
+    let c = Raw::load(<Raw as clap::Parser>::try_parse_from(argv).unwrap()).unwrap();
+    assert_eq!(c.fleet.unwrap().forwarding.seen_margin, Some(0), "the old flag is taken");
+    assert_eq!(c.warnings, ["config key `forward_seen_slack` is deprecated: write `forward_seen_margin` (same meaning)"]);
+    std::fs::remove_file(&file).unwrap();
 }

@@ -40,7 +40,7 @@ fn cfg(listen: &str, peers: &[&str]) -> FleetConfig {
         keys: Keys::load(&key_file).unwrap(),
         tls: None,
         key_file,
-        forwarding: huntlb_policy::forward::Forwarding { slack: 0, seen_slack: None },
+        forwarding: huntlb_policy::forward::Forwarding { peer_margin: 0, seen_margin: None },
         heartbeat: Duration::from_secs(60),
         dead_after: Duration::from_secs(120),
         settle: Duration::ZERO,
@@ -126,7 +126,7 @@ async fn an_offer_goes_to_the_least_member_at_its_own_address() {
 #[tokio::test]
 async fn changes_go_to_the_peers_that_want_them() {
     let (a, b) = ("127.77.9.6:9700", "127.77.9.7:9700");
-    let seen = |l| FleetConfig { forwarding: huntlb_policy::forward::Forwarding { slack: 0, seen_slack: Some(1) }, ..cfg(l, &[a, b]) };
+    let seen = |l| FleetConfig { forwarding: huntlb_policy::forward::Forwarding { peer_margin: 0, seen_margin: Some(1) }, ..cfg(l, &[a, b]) };
     let (ca, cb) = (Count::default(), Count::default());
     ca.set(7, true);
     cb.set(3, true);

@@ -30,7 +30,7 @@ impl Sim<'_> {
                 self.offers += 1;
                 let srv = &mut self.servers[first];
                 // The front sends its own count with the offer (hunt-seen), as
-                // the HAProxy front does; a policy without `slack` ignores it.
+                // the HAProxy front does; a policy without `seen_margin` ignores it.
                 let load = Load { busy: srv.inflight(), workers: srv.workers, seen: Some(own[first]) };
                 let out = srv.policy.unwrap_or(p).decide(srv.state, Try::Offer, load);
                 srv.state = out.state;
@@ -68,7 +68,7 @@ impl Sim<'_> {
                 let first = pick(rule, own, None, rng);
                 self.offers += 1;
                 let busy = self.servers[first].inflight();
-                let f = Forwarding { slack, seen_slack };
+                let f = Forwarding { peer_margin: slack, seen_margin: seen_slack };
                 let seen = Some(own[first]);
                 let tier = self.tier.as_mut().expect("forward keeps a tier");
                 // An offer the front's count keeps needs no peers' counts; any
