@@ -37,6 +37,7 @@ from pathlib import Path
 from benchlib.fleet import Fleet, drive, summary
 from benchlib.fronts import Front, wait_all_up
 from benchlib import data as rundata
+from benchlib.render import render
 from benchlib.reports import ROOT, RESULTS, data_path, flag, machine
 from harness import Addrs, HaproxyRoot, Procs, envoy_stats, haproxy_runtime
 
@@ -370,86 +371,31 @@ def label(r: dict) -> str:
 
 
 def report(data: dict) -> str:
-    out = ["# Reliability: faults, overload, soak, exactly once at volume", "",
-           "Through the shipped hunting fronts (Envoy offers to its least-loaded host of all, FULL_SCAN, naming itself",
-           "with `hunt-front`; HAProxy to its least-loaded server with `hunt-seen`; rows marked \"LEAST_REQUEST offer\" ran",
-           "Envoy's earlier front, which offered to the default LEAST_REQUEST's pick, rows marked \"random offer\" HAProxy's",
-           "earlier one, which offered to a random server; agents on their default `dynamic:slack=1`, earlier rows `dynamic`) over",
-           f"{N} workload apps (32 workers, {CORES:g} emulated cores, exp {MEAN_MS:g} ms jobs: capacity {CAPACITY:.0f} req/s),",
-           "each behind an agent, Poisson load from `huntlb-loadgen`, on one 2-core machine (the exactly-once rows",
-           "have their own setup, in their section). Every row is one run of `python3 bench/reliability.py",
-           "EXPERIMENT` (`make bench-reliability`); a run with client errors says so. The short forms are in the",
-           "default tests (`tests/test_exactly_once.py`, `tests/test_fronts.py`).", ""]
-    if "faults" in data:
-        d = data["faults"]
-        out += ["## Faults under load (ρ 0.8)", "", f"{d['machine']}; {d['date']}. Health: interval 0.5 s, fall 2, rise 2",
-                "(so down after about 1-1.5 s, up after about 1 s). \"inside\": requests in flight at the backend when it",
-                "broke: the most a front may fail without replaying a request an app may have processed. When only",
-                "the app is killed, its agent counts them itself (requests that failed inside the app, answered 502);",
-                "when the agent dies with it, they are its in-flight count sampled a few ms before the kill, which",
-                "misses requests that arrive in between (about 80 per second reach each backend).", "",
-                "| proxy | fault | requests | client errors | inside | marked down after | back up after | p99 ms |",
-                "|---|---|---:|---:|---:|---:|---:|---:|"]
-        for r in d["rows"]:
-            fmt = lambda v: "-" if v is None else f"{v} s"  # noqa: E731
-            out.append(f"| {label(r)} | {r['fault']} | {r['requests']} | {flag(r['errors'])} | {r['inside']} | "
-                       f"{fmt(r['down_s'])} | {fmt(r['up_s'])} | {r['p99_ms']} |")
-        out += ["", "An earlier Envoy rolling restart measured a p99 of 607 ms (HAProxy 139 ms in the same run). Re-run",
-                "four times since (2026-11-23, one run with an Envoy access log), its p99 is 127-131 ms, and in the",
-                "logged run 3 of 71701 requests took over 300 ms. What slowed that one run is not known."]
-        out.append("")
-    if "overload" in data:
-        d = data["overload"]
-        out += ["## Overload (ρ 1.2 for 30 s, then ρ 0.5)", "", f"{d['machine']}; {d['date']}.", "",
-                "| proxy | p50 before (ρ 0.5) | requests at ρ 1.2 | served | errors (what) | p99 ms | tries per request (proxy / agents) | p50 after, 0-10 s / 10-20 s | errors after |",
-                "|---|---:|---:|---:|---|---:|---:|---|---|"]
-        for r in d["rows"]:
-            out.append(f"| {label(r)} | {r['base_p50_ms']} ms | {r['over_requests']} | {r['over_served']} | {r['over_errors']} "
-                       f"({', '.join(f'{k}: {v}' for k, v in sorted(r.get('over_error_kinds', {}).items()))}) | "
-                       f"{r['over_p99_ms']} | {r['tries_per_request']} / {r['tries_per_request_at_agents']} | {r['after_p50_ms'][0]} / {r['after_p50_ms'][1]} ms | "
-                       f"{r['after_errors'][0]} / {r['after_errors'][1]} |")
-        out.append("")
-    if "exactly-once" in data:
-        d = data["exactly-once"]
-        out += ["## Exactly once at volume", "", f"{d['machine']}; {d['date']}. Unique POSTs from 8 clients through the",
-                "front over 4 backends (4 workers, agents `dynamic:window=20`, which refuse about a third of the offers);",
-                "one request in 20 each answered 500, 425, 200 with `hunt: busy`, and 503 with `hunt: busy` by the app;",
-                "one app SIGKILLed at 30% of the run, another backend's agent at 60%. Arrivals counted by the apps.",
-                "\"not processed\": no app saw it, and its client got an error (requests in flight on the killed",
-                "backends, and what was sent to them before the fronts marked them down).", "",
-                "| proxy | POSTs | seconds | refusals | processed twice | 200 without processing | answered wrong | not processed |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in d["rows"]:
-            out.append(f"| {r['proxy']} | {r['posts']} | {r['seconds']} | {r['refused']} | **{r['twice']}** | {r['ok_unprocessed']} | "
-                       f"{r['wrong']} | {r['not_processed']} |")
-        out.append("")
-    if "soak" in data:
-        d = data["soak"]
-        out += ["## Soak (ρ 0.9)", "", f"{d['machine']}; {d['date']}. Growth is from the first sample after a",
-                "minute of warm-up to the last.", "", "![RSS and fds over the soak](results/reliability-soak.png)", "",
-                "| proxy | minutes | requests | errors | p99 ms | proxy RSS growth | proxy fds | agents' RSS growth | agents' fds |",
-                "|---|---:|---:|---:|---:|---:|---|---:|---|"]
-        for r in d["rows"]:
-            out.append(f"| {label(r)} | {r['minutes']} | {r['requests']} | {flag(r['errors'])} | {r['p99_ms']} | "
-                       f"{r['proxy_rss_growth_pct']}% | {r['proxy_fds'][0]} → {r['proxy_fds'][1]} | "
-                       f"{r['agents_rss_growth_pct']}% | {r['agents_fds'][0]} → {r['agents_fds'][1]} |")
-        out.append("")
-    out += ["## Runs the machine could not keep up with", "",
-            "A `make bench-quick` this session kept an Envoy SR_4 run at ρ 0.88 with a 1.5 s mean. Its own numbers say",
-            "why: it answered 798 requests/s of the 1109/s it sent. SR_4 refused",
-            "78% of offers there, so about 1.8 tries per request went through a single-worker Envoy and 12 agents on",
-            "two cores that other work was also using (load average about 7): the chain, not the balancer, was the",
-            "bottleneck, and the latency measured its queue. The generator only checked its own send lateness, which",
-            "was fine. Now a run that answers under 90% of the rate it sent is invalid (`benchlib.fleet.summary`),",
-            "repeated like any other invalid run, and never averaged in; runs with client errors are flagged in every",
-            "report (`benchlib.reports.flag`). Overload runs, which cannot keep up by design, say so.", "",
-            "An older report (Envoy SR_4 at ρ 0.3: 115 client errors, one backend at a mean load of 16 while the others",
-            "were under 1) kept no run record to re-read. One part of it is explained: the workload app counted a",
-            "request busy until it completed, so a request its proxy abandoned (the clients' errors) stayed busy",
-            "forever; now a request is counted when a worker takes it and released however it ends",
-            "(`tests/test_workload.py`). Its errors would now be flagged; why they happened is not known.", ""]
+    """docs/reliability.md: bench/reports/reliability.md, then a section per
+    experiment measured (reliability.EXPERIMENT.md), then reliability.tail.md."""
+    out = [render("reliability", {"servers": N, "cores": f"{CORES:g}", "mean_ms": f"{MEAN_MS:g}", "capacity": f"{CAPACITY:.0f}"},
+                  part=True)]
+    fmt = lambda v: "-" if v is None else f"{v} s"  # noqa: E731
+    rows = {
+        "faults": lambda r: f"| {label(r)} | {r['fault']} | {r['requests']} | {flag(r['errors'])} | {r['inside']} | "
+                            f"{fmt(r['down_s'])} | {fmt(r['up_s'])} | {r['p99_ms']} |",
+        "overload": lambda r: f"| {label(r)} | {r['base_p50_ms']} ms | {r['over_requests']} | {r['over_served']} | {r['over_errors']} "
+                              f"({', '.join(f'{k}: {v}' for k, v in sorted(r.get('over_error_kinds', {}).items()))}) | "
+                              f"{r['over_p99_ms']} | {r['tries_per_request']} / {r['tries_per_request_at_agents']} | "
+                              f"{r['after_p50_ms'][0]} / {r['after_p50_ms'][1]} ms | {r['after_errors'][0]} / {r['after_errors'][1]} |",
+        "exactly-once": lambda r: f"| {r['proxy']} | {r['posts']} | {r['seconds']} | {r['refused']} | **{r['twice']}** | "
+                                  f"{r['ok_unprocessed']} | {r['wrong']} | {r['not_processed']} |",
+        "soak": lambda r: f"| {label(r)} | {r['minutes']} | {r['requests']} | {flag(r['errors'])} | {r['p99_ms']} | "
+                          f"{r['proxy_rss_growth_pct']}% | {r['proxy_fds'][0]} → {r['proxy_fds'][1]} | "
+                          f"{r['agents_rss_growth_pct']}% | {r['agents_fds'][0]} → {r['agents_fds'][1]} |",
+    }
+    for experiment, row in rows.items():
+        if experiment in data:
+            d = data[experiment]
+            out.append(render(f"reliability.{experiment}", {"machine": d["machine"], "date": d["date"],
+                                                            "rows": "\n".join(row(r) for r in d["rows"])}, part=True))
+    out.append(render("reliability.tail", {}, part=True))
     return "\n".join(out)
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

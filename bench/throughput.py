@@ -20,7 +20,8 @@ from pathlib import Path
 
 from benchlib import plots
 from benchlib.fleet import Fleet
-from benchlib.reports import RESULTS, flag, machine, write_result
+from benchlib.render import render
+from benchlib.reports import RESULTS, flag, machine, read_data, write_result
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import proc_cpu_seconds, wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs
@@ -42,7 +43,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seconds", type=int, default=3)
+    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report and plot from the committed data")
     a = ap.parse_args()
+    if a.report_only:
+        data = read_data("proxy-throughput")
+        plots.throughput(data, RESULTS)
+        write_result("proxy-throughput", data, report(data))
+        return
     work = Path(tempfile.mkdtemp(prefix="huntlb-tput-"))
     procs, addrs = Procs(work), Addrs()
     hr = HaproxyRoot("2.6")
@@ -101,27 +108,8 @@ def report(d: dict) -> str:
     rows = "\n".join(f"| {n} | {s['rps_median']:.0f} | {s['rps_mean']:.0f} ± {s['rps_ci95']:.0f} | {s['segs_per_req']:.1f} | "
                      f"{cpu(s)} | {flag(s['errors'])} |" for n, s in d["summary"].items())
     rat = "\n".join(f"| {n} | **{r['median']:.3f}** | {r['mean']:.3f} ± {r['ci95']:.3f} |" for n, r in d["ratios"].items())
-    return f"""# Proxy throughput: tiny page, plain vs hunting, keep-alive and smart-connect
-
-`python3 bench/throughput.py` on {d['machine']}. The workload app with zero demand behind
-agents (2 backends); Debian's `wrk`, 32 connections, closed loop, pinned to CPU 1, {d['seconds']:.0f} s a
-run, {d['reps']} repetitions with the variants alternated inside each. Envoy runs one worker, HAProxy
-its default threads. "keep-alive off" sends `Connection: close` from the client (the proxy
-keeps its own pool to the agents either way). Segments per request: the kernel's TCP
-OutSegs over the run / requests, every hop on loopback counted (client↔proxy↔agent↔app).
-
-![throughput](proxy-throughput.png)
-
-| variant | req/s median | req/s mean ± 95% CI | TCP segments / request | proxy CPU us / request | errors |
-|---------|-------------:|--------------------:|-----------------------:|-----------------------:|-------:|
-{rows}
-
-Paired ratios (per repetition), median and mean ± 95% CI:
-
-| ratio | median | mean ± 95% CI |
-|-------|-------:|--------------:|
-{rat}
-"""
+    return render("proxy-throughput", {"machine": d["machine"], "seconds": f"{d['seconds']:.0f}", "reps": d["reps"], "rows": rows,
+                                       "ratio_rows": rat})
 
 
 if __name__ == "__main__":

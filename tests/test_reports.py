@@ -15,6 +15,7 @@ import reliability
 import sim_proxies
 import simulate
 import srlb
+import throughput
 from benchlib import data as rundata
 from benchlib.reports import DATA, RESULTS, read_data
 from benchlib.render import render
@@ -66,6 +67,10 @@ def test_elb_and_reliability_reports_render_from_their_data():
     d = read_data("elb")
     assert elb.report(d, d.get("quick", False)) == committed("elb")
     assert reliability.report(read_data("reliability")) + "\n" == (ROOT / "docs" / "reliability.md").read_text()
+
+
+def test_throughput_report_renders_from_its_data():
+    assert throughput.report(read_data("proxy-throughput")) == committed("proxy-throughput")
 
 
 def test_the_bulk_of_a_run_is_beside_it_not_in_it():
