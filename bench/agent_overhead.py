@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 from benchlib.fronts import pin
-from benchlib.reports import machine, write_result
+from benchlib.render import render
+from benchlib.reports import machine, read_data, write_result
 from benchlib.stats import ci95, median
 from benchlib.tools import wrk
 from harness import OFFER, Addrs, Procs
@@ -26,7 +27,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=4)
+    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
     a = ap.parse_args()
+    if a.report_only:
+        data = read_data("agent-overhead")
+        write_result("agent-overhead", data, report(data))
+        return
     procs, addrs = Procs(Path(tempfile.mkdtemp(prefix="huntlb-bench-"))), Addrs()
     try:
         host = addrs.host()
@@ -49,52 +55,49 @@ def main():
                 runs[name]["tput"].append(wrk(url, 32, a.seconds, hdrs))
             print(f"rep {rep + 1}/{a.reps}: " + ", ".join(
                 f"{n}: p50 {runs[n]['lat'][-1]['p50_us']:.0f}us {runs[n]['tput'][-1]['rps']:.0f} req/s" for n in variants))
-        report(runs, a)
+        d, acc = runs["direct"], runs["agent, offer accepted"]
+        data = {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "runs": runs,
+                "added_p50_us": [x["p50_us"] - y["p50_us"] for x, y in zip(acc["lat"], d["lat"])],
+                "added_p99_us": [x["p99_us"] - y["p99_us"] for x, y in zip(acc["lat"], d["lat"])],
+                "rps_ratio": [x["rps"] / y["rps"] for x, y in zip(acc["tput"], d["tput"])]}
+        md = report(data)
+        write_result("agent-overhead", data, md)
+        print(md)
     finally:
         procs.stop_all()
 
 
-def report(runs, a):
-    d, acc = runs["direct"], runs["agent, offer accepted"]
-    added50 = [x["p50_us"] - y["p50_us"] for x, y in zip(acc["lat"], d["lat"])]
-    added99 = [x["p99_us"] - y["p99_us"] for x, y in zip(acc["lat"], d["lat"])]
-    ratio = [x["rps"] / y["rps"] for x, y in zip(acc["tput"], d["tput"])]
+def report(data: dict) -> str:
+    """The report, from the data main wrote (or the committed data: `--report-only`)."""
+    runs = data["runs"]
     rows = []
     for name, r in runs.items():
         rows.append(f"| {name} | {median([x['p50_us'] for x in r['lat']]):.0f} | {median([x['p99_us'] for x in r['lat']]):.0f} "
                     f"| {median([x['rps'] for x in r['tput']]):.0f} |")
-    m50, h50 = ci95(added50)
-    m99, h99 = ci95(added99)
-    mr, hr = ci95(ratio)
-    named = runs.get("agent, offer accepted, hunt-front")
+    m50, h50 = ci95(data["added_p50_us"])
+    m99, h99 = ci95(data["added_p99_us"])
+    mr, hr = ci95(data["rps_ratio"])
+    acc, named = runs["agent, offer accepted"], runs.get("agent, offer accepted, hunt-front")
     front = ""
     if named:
         fr = [x["rps"] / y["rps"] for x, y in zip(named["tput"], acc["tput"])]
         f50 = [x["p50_us"] - y["p50_us"] for x, y in zip(named["lat"], acc["lat"])]
         (mf, hf), (m5, h5) = ci95(fr), ci95(f50)
-        front = (f"\nCounting per front (`hunt-front`, what the Envoy front sends) against the same offer without it: "
-                 f"req/s ratio **{mf:.3f} ± {hf:.3f}**, p50 {m5:+.1f} ± {h5:.1f} us.\n")
-    md = f"""# Agent overhead
-
-`make bench-agent` ({machine()}). A tiny page from the workload app (zero service
-demand), HTTP/1.1 keep-alive, measured with Debian's `wrk` (closed loop): latency
-with 1 connection, req/s with 32 connections; app and agent pinned to CPU 0, wrk
-to CPU 1, so req/s is what one core serves. {a.reps} repetitions of {a.seconds:.0f} s
-per variant, variants alternated.
-
-| variant | p50 us | p99 us | req/s (1 core) |
-|---------|-------:|-------:|---------------:|
-{chr(10).join(rows)}
-
-Medians over repetitions. Added by the agent (accepted offer minus direct, paired
-per repetition, mean ± 95% CI): **p50 {m50:.1f} ± {h50:.1f} us**, p99 {m99:.1f} ± {h99:.1f} us;
-req/s ratio {mr:.3f} ± {hr:.3f} (the agent shares the app's core). Target: <= 30 us p50 added.
-A refused offer is answered by the agent alone: its latency is the refusal's cost.
-{front}"""
-    write_result("agent-overhead", {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "runs": runs,
-                                    "added_p50_us": added50, "added_p99_us": added99, "rps_ratio": ratio}, md)
-    print(md)
-
+        front = render("agent-overhead.front", {"rps_ratio": f"{mf:.3f}", "rps_ratio_ci": f"{hf:.3f}", "added_p50": f"{m5:+.1f}",
+                                                "added_p50_ci": f"{h5:.1f}"}, part=True)
+    return render("agent-overhead", {
+        "machine": data["machine"],
+        "reps": data["reps"],
+        "seconds": f"{data['seconds']:.0f}",
+        "rows": "\n".join(rows),
+        "added_p50": f"{m50:.1f}",
+        "added_p50_ci": f"{h50:.1f}",
+        "added_p99": f"{m99:.1f}",
+        "added_p99_ci": f"{h99:.1f}",
+        "rps_ratio": f"{mr:.3f}",
+        "rps_ratio_ci": f"{hr:.3f}",
+        "front": front,
+    })
 
 if __name__ == "__main__":
     main()

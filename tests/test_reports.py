@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import agent_overhead
 import elb
 import reliability
 import sim_proxies
@@ -69,8 +70,9 @@ def test_elb_and_reliability_reports_render_from_their_data():
     assert reliability.report(read_data("reliability")) + "\n" == (ROOT / "docs" / "reliability.md").read_text()
 
 
-def test_throughput_report_renders_from_its_data():
+def test_overhead_and_throughput_reports_render_from_their_data():
     assert throughput.report(read_data("proxy-throughput")) == committed("proxy-throughput")
+    assert agent_overhead.report(read_data("agent-overhead")) == committed("agent-overhead")
 
 
 def test_the_bulk_of_a_run_is_beside_it_not_in_it():
