@@ -27,7 +27,8 @@ import shutil
 import time
 
 from benchlib.fronts import BACKENDS, Bed, overhead_bed, pin
-from benchlib.reports import flag, machine, write_result
+from benchlib.render import render
+from benchlib.reports import flag, machine, read_data, write_result
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
 from harness import start_backends
@@ -142,10 +143,19 @@ def main():
     ap.add_argument("--requests", type=int, default=3000, help="requests counted under callgrind")
     ap.add_argument("--only-envoy", action="store_true",
                     help="only Envoy's bottleneck runs, to docs/results/envoy-front-cost.md (about 3 min)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="measure nothing: rewrite both reports (proxy-overhead, envoy-front-cost) from the committed data")
     a = ap.parse_args()
+    if a.report_only:
+        for name, render_report in (("proxy-overhead", report), ("envoy-front-cost", report_envoy)):
+            data = read_data(name)
+            write_result(name, data, render_report(data))
+        return
     with overhead_bed("huntlb-bench-") as bed:
         if a.only_envoy:
-            report_envoy(bottleneck(bed, a.reps, a.seconds, proxies=("envoy",)), a.reps, a.seconds)
+            data = {"machine": machine(), "reps": a.reps, "seconds": a.seconds,
+                    "bottleneck": bottleneck(bed, a.reps, a.seconds, proxies=("envoy",)), "ratios": {}}
+            write_result("envoy-front-cost", data, report_envoy(data))
             return
         data = {"machine": machine(), "reps": a.reps, "seconds": a.seconds, "agent_reps": a.agent_reps,
                 "agent_seconds": a.agent_seconds}
@@ -153,13 +163,15 @@ def main():
         data["instructions"] = instructions(bed, a.requests)
         data["idle_cpu_ms_per_s"] = idle_task_cost(bed)
         data["through_agents"] = through_agents(bed, a.agent_reps, a.agent_seconds)
-        report(data)
+        md = report(data)
+        write_result("proxy-overhead", data, md)
+        print(md)
 
 
-def report_envoy(b: dict, reps: int, seconds: int) -> None:
+def report_envoy(data: dict) -> str:
     """Envoy alone on a core: the native hunting front against the same config
-    without its hunting parts."""
-    rows, lines, data = [], [], {"machine": machine(), "reps": reps, "seconds": seconds, "bottleneck": b, "ratios": {}}
+    without its hunting parts. Adds the paired ratios to `data`."""
+    b, rows, lines = data["bottleneck"], [], []
     for name, rs in b.items():
         cpu, h = ci95([r["cpu_us_per_req"] for r in rs])
         rows.append(f"| {name} | {median([r['rps'] for r in rs]):.0f} | {cpu:.1f} ± {h:.1f} | {flag(wrk_errors(rs))} |")
@@ -169,28 +181,12 @@ def report_envoy(b: dict, reps: int, seconds: int) -> None:
         lo, hi = pr["median_ci95"]
         lines.append(f"* {kind} request: hunting / plain req/s **{pr['median']:.3f}** (median of {len(pr['ratios'])} "
                      f"paired repetitions, 95% CI {lo:.3f}-{hi:.3f}; mean {pr['mean']:.3f} ± {pr['ci95']:.3f}).")
-    md = f"""# Envoy front cost: native hunting config vs plain
-
-`python3 bench/proxy_overhead.py --only-envoy` on {data['machine']}. Envoy 1.40 with
-`--concurrency 1` pinned to CPU 0, {BACKENDS} static backends and Debian's `wrk` (closed
-loop, 32 connections, tiny page, keep-alive) on CPU 1; {reps} paired repetitions of
-{seconds} s, variants alternating (ABBA). `hunting` is the committed
-`envoy-filter/examples/front.yaml` (native config: a route per offer rule adding
-`hunt-offer`, the vhost's attempt count and hunt header edits, the retry policy); `plain`
-is the same file with those parts removed (`harness.front_config(hunting=False)`). Every
-request is accepted at once (the backends answer directly), so this is the cost of
-the configuration on the common path, not of refusals.
-
-{chr(10).join(lines)}
-
-| variant | req/s (median) | Envoy CPU µs per request (mean ± 95% CI) | non-2xx + socket errors |
-|---------|---------------:|------------------------------------------:|------------------------:|
-{chr(10).join(rows)}
-"""
-    write_result("envoy-front-cost", data, md)
+    return render("envoy-front-cost", {"machine": data["machine"], "backends": BACKENDS, "reps": data["reps"],
+                                       "seconds": data["seconds"], "ratio_lines": "\n".join(lines), "rows": "\n".join(rows)})
 
 
-def report(data: dict) -> None:
+def report(data: dict) -> str:
+    """The report of a whole run; adds the paired ratios to `data`."""
     b, agents = data["bottleneck"], data["through_agents"]
     rows1, summary = [], []
     for name, rs in b.items():
@@ -209,15 +205,11 @@ def report(data: dict) -> None:
     ins = data["instructions"]
     if ins:
         p0, p, h = (ins[k]["instructions_per_request"] for k in ("plain, no L7 retries", "plain", "hunting"))
-        ins_line = (f"HAProxy 2.6, user-space instructions per request (callgrind, {ins['plain']['requests']} keep-alive "
-                    f"requests, bare `GET /`): plain with no L7 retries **{p0:.0f}**, plain **{p:.0f}**, hunting "
-                    f"**{h:.0f}**: hunting adds **{h - p:.0f}** to plain. Most of that is the copy of each request "
-                    f"that `retry-on 425` needs (16 KB, `http-buffer-request`; plain's `retry-on conn-failure`, "
-                    f"HAProxy's default, keeps none: {p - p0:+.0f} over no retry-on at all), which callgrind counts "
-                    f"byte by byte (`rep movsb`) but a CPU does in well under a microsecond; the hunting rules "
-                    f"themselves are about 5700 ([haproxy-ablation](haproxy-ablation.md)); section 1 has the cost in time.")
+        ins_line = render("proxy-overhead.instructions", {
+            "requests": ins["plain"]["requests"], "plain_no_retries": f"{p0:.0f}", "plain": f"{p:.0f}", "hunting": f"{h:.0f}",
+            "added": f"{h - p:.0f}", "retries_cost": f"{p - p0:+.0f}"}, part=True)
     else:
-        ins_line = "Instructions per request: skipped (valgrind or ab missing; `make bench-setup`)."
+        ins_line = render("proxy-overhead.no-instructions", {}, part=True)
     idle = data["idle_cpu_ms_per_s"]
     rows3 = []
     for name, r in agents.items():
@@ -233,63 +225,23 @@ def report(data: dict) -> None:
         summary3.append(f"* **{proxy}**: whole chain hunting / plain req/s {ratio['median']:.3f} ({ratio['mean']:.3f} ± "
                         f"{ratio['ci95']:.3f}); p50 added when accepted first **{ma:.0f} ± {ha:.0f} µs**; refused then "
                         f"accepted adds **{mf:.0f} ± {hf:.0f} µs** p50 over accepted first.")
-    md = f"""# Proxy overhead: hunting front vs plain
-
-`make bench-proxies` on {data['machine']}. Tiny page, HTTP/1.1 keep-alive, one
-proxy worker (Envoy `--concurrency 1`, HAProxy `nbthread 1`), Debian's `wrk`
-(closed loop, 32 connections) on CPU 1. `plain` is the same committed config with
-every hunting line removed (no filter or Lua, no marks, no busy retry, no
-hunt-header hygiene); HAProxy's plain balances with `random` like the front and
-keeps its `retry-on conn-failure`. `plain, no L7 retries` is HAProxy
-as it comes: no `retry-on` and no `http-buffer-request`. Hunting cannot do without
-them (a refused offer is re-sent from HAProxy's copy of the request), and the copy
-is not free: HAProxy keeps a whole buffer (`tune.bufsize`, 16 KB) per request.
-Repetitions run the variants in turn, in reverse order every other repetition;
-ratios are paired per repetition. The median's 95% CI is distribution-free (order
-statistics), so one stalled repetition cannot move it.
-
-## 1. The proxy alone is the bottleneck
-
-The proxy pinned to CPU 0 with nothing else on it; {BACKENDS} backends (one static
-HAProxy answering 200 on {BACKENDS} addresses: no agent, so every offer is
-accepted) and wrk on CPU 1. {data['reps']} repetitions of {data['seconds']} s: short runs, so that
-the variants alternate faster than this shared VM's speed drifts. "Proxy CPU"
-is the share of CPU 0 the proxy used: near 1.00 means the proxy was the limit.
-Two requests: wrk's bare `GET /` with only `Host` (the worst case for a fixed
-per-request cost), and the same with {len(BROWSER_HEADERS)} browser-like headers
-({sum(len(k) + len(v) + 4 for k, v in BROWSER_HEADERS.items())} bytes).
-
-| variant | req/s (median) | proxy CPU µs/request (mean ± 95% CI) | proxy CPU | errors |
-|---------|------:|------:|------:|------:|
-{chr(10).join(rows1)}
-
-{chr(10).join(summary)}
-
-## 2. Instructions per request (HAProxy)
-
-{ins_line} The module's background task (every 100 ms: the servers' state,
-and the map keys that must change) is not per request; idle, the hunting front
-used {idle['hunting']:.1f} ms of CPU per second against plain's {idle['plain']:.1f} (same
-health checks), over {BACKENDS} servers.
-
-## 3. Through real agents on one 2-core machine
-
-Backends are workload apps (zero demand) behind agents that accept every offer
-(or, for "refused first", refuse every offer); everything shares the 2 cores,
-so req/s here is the whole chain's, the agents' offer handling included.
-{data['agent_reps']} repetitions of {data.get('agent_seconds', data['seconds'])} s; latency with 1 connection.
-
-| variant | req/s | p50 µs | p99 µs | proxy CPU µs/req | errors |
-|---------|------:|-------:|-------:|-----------------:|-------:|
-{chr(10).join(rows3)}
-
-{chr(10).join(summary3)}
-
-Targets (issues 3, 4): hunting >= 95% of plain req/s (section 1); Envoy <= 50 µs
-p50 added when accepted first.
-"""
-    write_result("proxy-overhead", data, md)
-    print(md)
+    return render("proxy-overhead", {
+        "machine": data["machine"],
+        "backends": BACKENDS,
+        "reps": data["reps"],
+        "seconds": data["seconds"],
+        "browser_headers": len(BROWSER_HEADERS),
+        "browser_bytes": sum(len(k) + len(v) + 4 for k, v in BROWSER_HEADERS.items()),
+        "bottleneck_rows": "\n".join(rows1),
+        "ratio_lines": "\n".join(summary),
+        "instructions": ins_line,
+        "idle_hunting": f"{idle['hunting']:.1f}",
+        "idle_plain": f"{idle['plain']:.1f}",
+        "agent_reps": data["agent_reps"],
+        "agent_seconds": data.get("agent_seconds", data["seconds"]),
+        "agent_rows": "\n".join(rows3),
+        "agent_lines": "\n".join(summary3),
+    })
 
 
 if __name__ == "__main__":
