@@ -21,7 +21,8 @@ import re
 import shutil
 
 from benchlib.fronts import BACKENDS, overhead_bed
-from benchlib.reports import machine, write_result
+from benchlib.render import render
+from benchlib.reports import machine, read_data, write_result
 from benchlib.tools import instructions_per_request
 from harness import least_pick
 
@@ -83,7 +84,12 @@ def changes(name: str, how):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
     a = ap.parse_args()
+    if a.report_only:
+        data = read_data("haproxy-ablation")
+        write_result("haproxy-ablation", data, report(data))
+        return
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind missing: make bench-setup")
     with overhead_bed("huntlb-ablation-") as bed:
@@ -94,6 +100,15 @@ def main():
         for n in MORE_SERVERS:
             counts[f"plain, {n} servers"] = instructions_per_request(bed, f"plain {n}", False, servers(n), a.requests)
             counts[f"hunting, {n} servers"] = instructions_per_request(bed, f"hunting {n}", True, servers(n), a.requests)
+    data = {"machine": machine(), "requests": a.requests, "instructions_per_request": counts}
+    md = report(data)
+    write_result("haproxy-ablation", data, md)
+    print(md)
+
+
+def report(data: dict) -> str:
+    """The report, from the data main wrote (or the committed data: `--report-only`)."""
+    counts = data["instructions_per_request"]
     plain, hunt = counts["plain"], counts["hunting"]
     rows = [f"| plain | every hunting line | {plain:.0f} | | |",
             f"| **hunting** | nothing | **{hunt:.0f}** | **+{hunt - plain:.0f} ({(hunt / plain - 1) * 100:+.1f}%) over plain** | |"]
@@ -105,39 +120,8 @@ def main():
                         f"+{counts[f'hunting, {n} servers'] - counts[f'plain, {n} servers']:.0f} "
                         f"({(counts[f'hunting, {n} servers'] / counts[f'plain, {n} servers'] - 1) * 100:+.1f}%) |"
                         for n in MORE_SERVERS])
-    md = f"""# HAProxy hunting front: where the cost goes, line by line
-
-`python3 bench/haproxy_ablation.py` on {machine()}, HAProxy 2.6. The committed
-`front.cfg` on one thread with one hunting line taken out at a time; `plain` has
-every hunting line out. {a.requests} keep-alive requests (`ab -k -c 4`, bare `GET /`) to
-{BACKENDS} static backends; callgrind counts HAProxy's user-space instructions per
-request (kernel time, the same number of syscalls in every variant, is not in it).
-A count is exact, not a sample: differences of about 100 instructions are real.
-
-| variant | takes out | instructions / request | | saves |
-|---------|-----------|----------------------:|-|------:|
-{chr(10).join(rows)}
-
-The parts overlap (a header rule costs less when another one already walked the
-headers), so the savings do not add up exactly to the total.
-
-Most of hunting's count is L7 retries (taking 425 out of `retry-on` turns them
-off): HAProxy copies each request into a 16 KB buffer it can re-send from, and
-callgrind counts that copy (`rep movsb`) byte by byte; in time it is about 1.4 µs
-per request ([proxy-overhead](proxy-overhead.md)). Every offered request needs it.
-
-The offer goes to HAProxy's own least-loaded server: one rule per server
-(`haproxy-lua/tools/least_pick.py`), about 1000 instructions each, so its cost
-grows with the servers. (The random offer it replaced, a map lookup, cost 4470 for
-the whole offer with 3 servers, 67838 in all, in the previous run of this script.)
-The same requests with more server lines (over the same {BACKENDS} backends, in turn):
-
-| servers | plain | hunting | hunting's cost |
-|--------:|------:|--------:|---------------:|
-{grow}
-"""
-    write_result("haproxy-ablation", {"machine": machine(), "requests": a.requests, "instructions_per_request": counts}, md)
-    print(md)
+    return render("haproxy-ablation", {"machine": data["machine"], "requests": data["requests"], "backends": BACKENDS,
+                                       "rows": "\n".join(rows), "growth_rows": grow})
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 
 import agent_overhead
 import elb
+import haproxy_ablation
 import proxy_overhead
 import reliability
 import sim_proxies
@@ -76,6 +77,7 @@ def test_overhead_and_throughput_reports_render_from_their_data():
     assert agent_overhead.report(read_data("agent-overhead")) == committed("agent-overhead")
     assert proxy_overhead.report(read_data("proxy-overhead")) == committed("proxy-overhead")
     assert proxy_overhead.report_envoy(read_data("envoy-front-cost")) == committed("envoy-front-cost")
+    assert haproxy_ablation.report(read_data("haproxy-ablation")) == committed("haproxy-ablation")
 
 
 def test_the_bulk_of_a_run_is_beside_it_not_in_it():
