@@ -34,7 +34,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchlib.fronts import BACKENDS, overhead_bed, pin
-from benchlib.reports import machine, write_result
+from benchlib.render import render
+from benchlib.reports import machine, read_data, write_result
 from benchlib.stats import median, paired_ratio
 from benchlib.tools import proc_cpu_seconds, wrk
 from harness import HaproxyRoot, random_offer
@@ -77,7 +78,12 @@ def main():
     ap.add_argument("--pair-reps", type=int, default=40, help="paired 1-s runs for req/s and CPU per request")
     ap.add_argument("--reps", type=int, default=6, help="profiled runs per variant")
     ap.add_argument("--seconds", type=int, default=3)
+    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
     a = ap.parse_args()
+    if a.report_only:
+        data = read_data("haproxy-profile")
+        write_result("haproxy-profile", data, report(data))
+        return
     if not shutil.which("perf"):
         raise SystemExit("perf missing (Debian: linux-perf)")
     us = defaultdict(lambda: defaultdict(list))  # variant -> symbol -> [us per request]
@@ -118,15 +124,26 @@ def main():
                     us[name][sym].append(n / HZ / (r["rps"] * a.seconds) * 1e6)
             print(f"profile rep {rep + 1}/{a.reps}: " + ", ".join(f"{n}: {rps[n][-1]:.0f} req/s" for n in fronts), flush=True)
     shutil.rmtree(work, ignore_errors=True)
+    data = {"machine": machine(), "pair_reps": a.pair_reps, "pairs": pairs, "reps": a.reps, "seconds": a.seconds, "hz": HZ,
+            "rps": rps, "us_per_request": {n: dict(v) for n, v in us.items()}}
+    md = report(data)
+    write_result("haproxy-profile", data, md)
+    print(md)
+
+
+def report(data: dict) -> str:
+    """The report, from the data main wrote (or the committed data: `--report-only`)."""
+    us, rps, pairs, reps = data["us_per_request"], data["rps"], data["pairs"], data["reps"]
+    fronts = list(pairs)
 
     def per_req(name: str, sym: str) -> float:
         xs = us[name].get(sym, [])
-        return median(xs + [0.0] * (a.reps - len(xs)))
+        return median(xs + [0.0] * (reps - len(xs)))
 
     def group(name: str, pred) -> float:
         return sum(per_req(name, s) for s in us[name] if pred(s))
 
-    user = lambda s: not s.startswith("[kernel")
+    user = lambda s: not s.startswith("[kernel")  # noqa: E731
     lookup = {n: sum(per_req(n, s) for s in LOOKUP) for n in fronts}
     syms = {s for n in fronts for s in us[n] if user(s)}
     top = sorted(syms, key=lambda s: per_req("hunting", s) - per_req("plain", s), reverse=True)[:15]
@@ -139,45 +156,25 @@ def main():
         ratio_rows.append(f"| {num} / {den} | **{r['median']:.3f}** ({r['median_ci95'][0]:.3f}-{r['median_ci95'][1]:.3f}) "
                           f"| {r['mean']:.3f} ± {r['ci95']:.3f} | {c['median']:.3f} ({c['median_ci95'][0]:.3f}-{c['median_ci95'][1]:.3f}) |")
     cpu = {n: median([r["cpu_us_per_req"] for r in pairs[n]]) for n in fronts}
-    md = f"""# HAProxy hunting front: where the time goes (perf)
-
-`python3 bench/haproxy_profile.py` on {machine()}, HAProxy 2.6, `nbthread 1`
-pinned to CPU 0; {BACKENDS} static backends and wrk (32 keep-alive connections,
-bare `GET /`) on CPU 1. `perf record -e cpu-clock` at {HZ} Hz, {a.reps}
-repetitions of {a.seconds} s, variants in turn (reverse order every other
-repetition). Figures are CPU µs per request, median over repetitions; a sample
-profile, so differences under about 0.05 µs are noise.
-
-* **The map lookup** (`ebst_lookup` + `pat_match_str`): **{lookup['random-offer']:.2f} µs** per
-  request with the random offer (`rand,mod(nbsrv)` over a map of {BACKENDS} keys),
-  **{lookup['slots-840']:.2f} µs** with the first design's 840 slots, for nearly the
-  same instructions (callgrind): the 840-key tree misses the CPU's cache. Whether
-  that time comes back in req/s is the side-by-side table's question.
-* **User space in all** (HAProxy and libc): plain {group('plain', user):.2f}, hunting
-  {group('hunting', user):.2f}, random-offer {group('random-offer', user):.2f}, slots-840
-  {group('slots-840', user):.2f} µs per request; the kernel (the same syscalls in every variant):
-  {', '.join(f"{group(n, lambda s: not user(s)):.2f}" for n in fronts)}.
-* req/s (median): {', '.join(f"{n} {median(rps[n]):.0f}" for n in fronts)}. `make bench-proxies` measures req/s properly.
-
-## Side by side, without perf
-
-{a.pair_reps} paired repetitions of 1 s (same setup, no profiler). HAProxy CPU per
-request (median): {', '.join(f"{n} {cpu[n]:.1f}" for n in fronts)} µs.
-
-| ratio | req/s: median (95% CI) | req/s: mean ± 95% CI | CPU per request: median (95% CI) |
-|-------|------:|------:|------:|
-{chr(10).join(ratio_rows)}
-
-## The functions hunting adds most to (µs per request, perf)
-
-| function | plain | hunting | random-offer | slots-840 |
-|----------|------:|--------:|-------------:|----------:|
-{chr(10).join(rows)}
-"""
-    write_result("haproxy-profile", {"machine": machine(), "pair_reps": a.pair_reps, "pairs": pairs, "reps": a.reps,
-                                     "seconds": a.seconds, "hz": HZ, "rps": rps,
-                                     "us_per_request": {n: dict(v) for n, v in us.items()}}, md)
-    print(md)
+    return render("haproxy-profile", {
+        "machine": data["machine"],
+        "backends": BACKENDS,
+        "hz": data["hz"],
+        "reps": reps,
+        "seconds": data["seconds"],
+        "lookup_random": f"{lookup['random-offer']:.2f}",
+        "lookup_slots": f"{lookup['slots-840']:.2f}",
+        "user_plain": f"{group('plain', user):.2f}",
+        "user_hunting": f"{group('hunting', user):.2f}",
+        "user_random": f"{group('random-offer', user):.2f}",
+        "user_slots": f"{group('slots-840', user):.2f}",
+        "kernel": ", ".join(f"{group(n, lambda s: not user(s)):.2f}" for n in fronts),
+        "rps": ", ".join(f"{n} {median(rps[n]):.0f}" for n in fronts),
+        "pair_reps": data["pair_reps"],
+        "cpu": ", ".join(f"{n} {cpu[n]:.1f}" for n in fronts),
+        "ratio_rows": "\n".join(ratio_rows),
+        "rows": "\n".join(rows),
+    })
 
 
 if __name__ == "__main__":

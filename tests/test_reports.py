@@ -13,6 +13,7 @@ import pytest
 import agent_overhead
 import elb
 import haproxy_ablation
+import haproxy_profile
 import proxy_overhead
 import reliability
 import sim_proxies
@@ -78,6 +79,7 @@ def test_overhead_and_throughput_reports_render_from_their_data():
     assert proxy_overhead.report(read_data("proxy-overhead")) == committed("proxy-overhead")
     assert proxy_overhead.report_envoy(read_data("envoy-front-cost")) == committed("envoy-front-cost")
     assert haproxy_ablation.report(read_data("haproxy-ablation")) == committed("haproxy-ablation")
+    assert haproxy_profile.report(read_data("haproxy-profile")) == committed("haproxy-profile")
 
 
 def test_the_bulk_of_a_run_is_beside_it_not_in_it():
