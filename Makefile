@@ -57,7 +57,8 @@ demo: setup release
 	PYTHONPATH=$(CURDIR):$(CURDIR)/bench HUNTLB_PROFILE=release $(PYTHON) scripts/demo.py
 
 # Benchmarks are never part of `make test`. They use release builds and write
-# docs/results/ (docs/bench.md says what each measures and how long it takes).
+# reports to docs/results/ and their runs to bench/data/ (docs/bench.md says what
+# each measures and how long it takes).
 BENCH := HUNTLB_PROFILE=release $(PYTHON)
 
 release: wasm
