@@ -399,8 +399,10 @@ def vs_least(b: Bench, lam0: float, reps: int, counts: list[int]) -> list[Run]:
 
 
 def report_vs_least(data: dict) -> str:
+    """The report; adds its paired ratios to `data` ("ratios", rounded as the
+    report prints them, as text), so a ratio the README quotes greps to its data too."""
     runs, lam0 = data["runs"], data["lambda0"]
-    rows, ratios = [], []
+    rows, ratios, summary = [], [], []
     for proxy in sorted({r.proxy for r in runs}):
         bases, hunting = VS_LEAST[proxy]["baselines"], VS_LEAST[proxy]["hunting"]
         for n in sorted({r.instances for r in runs if r.proxy == proxy}):
@@ -422,6 +424,9 @@ def report_vs_least(data: dict) -> str:
                         m, h = ci95(xs)
                         ratios.append(f"| {proxy} | {n} | {name} / {base} | {key[:-3]} | **{median(xs):.3f}** | {m:.3f} ± {h:.3f} "
                                       f"| {len(xs)} |")
+                        summary.append({"proxy": proxy, "fronts": n, "ratio": f"{name} / {base}", "of": key[:-3],
+                                        "median": f"{median(xs):.3f}", "mean": f"{m:.3f}", "ci95": f"{h:.3f}", "pairs": len(xs)})
+    data["ratios"] = summary
     reps = max(r.rep for r in runs) + 1
     ran_on = "; ".join(f"{p} on {m}" for p, m in sorted(data.get("machines", {}).items())) or data["machine"]
     return render("vs-least", {
