@@ -210,7 +210,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
     let mut fair_sum = (0.0, 0u64);
     let mut next_arrival = exp(rng, 1.0 / cfg.rate);
     let mut id = 0u64;
-    let mut end = 0.0;
+    let mut last_arrival = 0.0;
 
     loop {
         let next_done = sim.heap.peek().map_or(f64::INFINITY, |e: &Event| e.t);
@@ -219,9 +219,10 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
         if !work.is_finite() {
             break; // every request served: re-draws alone go on forever
         }
-        let next_redraw = sim.tier.as_ref().map_or(f64::INFINITY, Tier::next_redraw);
+        // Re-draws while requests arrive: the messages counted are what the
+        // arrivals cost, not what an idle fleet sends while the last jobs drain.
+        let next_redraw = if next_arrival.is_finite() { sim.tier.as_ref().map_or(f64::INFINITY, Tier::next_redraw) } else { f64::INFINITY };
         let now = work.min(next_redraw);
-        end = now;
         while next_sample <= now {
             let busy: Vec<u32> = sim.servers.iter().map(|s| s.in_service.len() as u32).collect();
             if let Some(f) = jain(&busy.iter().map(|&b| f64::from(b)).collect::<Vec<_>>()) {
@@ -273,6 +274,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                 sim.rejected += 1;
             }
             id += 1;
+            last_arrival = now;
             next_arrival = if id < cfg.requests { now + exp(rng, 1.0 / cfg.rate) } else { f64::INFINITY };
         } else {
             let ev = sim.heap.pop().expect("peeked");
@@ -280,7 +282,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
         }
     }
     if let Some(t) = sim.tier.as_mut() {
-        t.finish(end);
+        t.finish(last_arrival);
         sim.msgs.datagrams = t.sent.clone();
     }
 

@@ -270,7 +270,7 @@ impl Tier {
         self.sub_at[a] = sub_at;
     }
 
-    /// The run ended at `end`: heartbeats due until then.
+    /// The last request arrived at `end`: heartbeats due until then.
     pub(super) fn finish(&mut self, end: f64) {
         for s in 0..self.n {
             let every = if self.bounded() { u64::from(self.subs[s]) } else { self.n as u64 - 1 };

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Many fronts at a bounded cost, by simulation (issue 31, steps 1 and 2).
+
+huntlb-sim at rho 0.88 over 12 backends (1, 4, 16, 64 fronts) and 96 backends
+(1, 16, 64, 256 fronts), exponential and lognormal (sigma 1.5) demand of the
+same mean: JSQ (the limit), each front's own least-request and P2C, a Prequal
+model (probes, a pool and the hot-cold rule), hunting as shipped (no tier), and
+the agents' forwarding tier with counts to every peer or to a bounded sample of
+K peers re-drawn every R ms keeping the B lowest. Counts reach an agent 0.2 ms
+after the change (one datagram), a forward or a final reaches its server 0.2 ms
+after the decision (one hop). Every mode's messages per request (refusals,
+forwards, datagrams between agents, probes) are counted.
+
+Usage: python3 bench/many_fronts_sim.py [--seeds 3] [--requests 200000] [--quick]
+       python3 bench/many_fronts_sim.py --only "tier, K=4, B=2, biased" ...  (re-run these modes into the data)
+       python3 bench/many_fronts_sim.py --report-only
+(after `cargo build --release -p huntlb-instruments`; one simulator process at a
+time: wrap it in `flock /tmp/huntlb-heavy.lock nice -n 10`). Writes
+docs/results/many-fronts-sim.md and .png, the runs to bench/data/many-fronts-sim.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from benchlib import data as rundata
+from benchlib.plots import pyplot, save
+from benchlib.reports import RESULTS, ROOT, data_path, machine
+from benchlib.stats import median
+from benchlib.tools import huntlb_sim
+
+SIM = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "huntlb-sim"
+NAME = "many-fronts-sim"
+DATA = data_path(NAME)
+
+RHO, MEAN_MS, WORKERS, CORES, BACKLOG = 0.88, 20, 32, 2, 128
+FRONTS = {12: [1, 4, 16, 64], 96: [1, 16, 64, 256]}
+DEMANDS = {"exp": "exponential", "lognormal:1.5": "lognormal, sigma 1.5"}
+DELAY_MS, HOP_MS, RESAMPLE_MS = 0.2, 0.2, 100
+NET = ["--fleet-delay-ms", str(DELAY_MS), "--hop-ms", str(HOP_MS)]
+TIER = ["--dispatch", "forward-least:0:seen=1", *NET]  # the agent's defaults: slack 0, seen 1
+
+# name -> huntlb-sim arguments. Hunting as shipped: the front's own least with
+# hunt-seen, the agent's default policy `dynamic` (slack 1), no tier.
+MODES = {
+    "JSQ": ["--dispatch", "jsq"],
+    "least-request": ["--dispatch", "least"],
+    "P2C": ["--dispatch", "p2c"],
+    "Prequal, q 0.84": ["--dispatch", "prequal:pool=16,probes=3,q=0.84", "--hop-ms", str(HOP_MS)],
+    "Prequal, q 0": ["--dispatch", "prequal:pool=16,probes=3,q=0", "--hop-ms", str(HOP_MS)],
+    "hunting (shipped, no tier)": ["--dispatch", "hunt-least:dynamic:slack=1", "--hop-ms", str(HOP_MS)],
+    "tier, every peer": TIER,
+}
+BOUNDED = {}
+for k in (2, 4, 8):
+    for b in (0, k // 2):
+        BOUNDED[f"tier, K={k}, B={b}"] = [*TIER, "--fleet-sample", str(k), "--fleet-keep", str(b), "--fleet-resample-ms", str(RESAMPLE_MS)]
+MODES.update(BOUNDED)
+BASELINES = ("least-request", "Prequal, q 0.84", "Prequal, q 0")
+# The design question's bar.
+MEAN_BAR, P99_BAR, MSG_BAR, GROWTH_BAR = 1.10, 1.15, 24, 1.10
+
+
+def sim(args: list[str], backends: int, fronts: int, demand: str, seed: int, requests: int) -> dict:
+    fleet = ["--servers", str(backends), "--workers", str(WORKERS), "--cores", str(CORES), "--backlog", str(BACKLOG)]
+    run = [*fleet, *args, "--mean-ms", str(MEAN_MS), "--rho", str(RHO), "--proxies", str(fronts), "--demand", demand,
+           "--requests", str(requests), "--seed", str(seed)]
+    return huntlb_sim(str(SIM), run, timeout=1800)[0]
+
+
+def record(name: str, args: list[str], backends: int, fronts: int, demand: str, seed: int, r: dict) -> dict:
+    m, d = r["messages"], r["messages"]["datagrams"]
+    return {"mode": name, "backends": backends, "fronts": fronts, "demand": demand, "seed": seed, "args": " ".join(args),
+            "mean_ms": round(r["mean_ms"], 4), "p50_ms": round(r["p50_ms"], 4), "p99_ms": round(r["p99_ms"], 4),
+            "rejected": r["rejected"], "acceptance": r["acceptance"],
+            "msg": {"per_request": round(m["per_request"], 4), "refusals": m["refusals"], "forwards": m["forwards"], "probes": m["probes"],
+                    **{k: d[k] for k in ("counts", "subscribes", "renewals", "unsubscribes", "heartbeats")}}}
+
+
+def grid(modes: dict, seeds: list[int], requests: int, t0: float) -> list[dict]:
+    runs = []
+    for name, args in modes.items():
+        for backends, fronts_list in FRONTS.items():
+            for fronts in fronts_list:
+                for demand in DEMANDS:
+                    runs += [record(name, args, backends, fronts, demand, s, sim(args, backends, fronts, demand, s, requests)) for s in seeds]
+        print(f"{name} done ({time.monotonic() - t0:.0f} s)", flush=True)
+    return runs
+
+
+def cells(runs: list[dict]) -> dict:
+    """(mode, backends, fronts, demand) -> medians over seeds, and ratios to JSQ's."""
+    by: dict = {}
+    for r in runs:
+        by.setdefault((r["mode"], r["backends"], r["fronts"], r["demand"]), []).append(r)
+    out = {}
+    for key, rs in by.items():
+        out[key] = {"mean": median([r["mean_ms"] for r in rs]), "p99": median([r["p99_ms"] for r in rs]),
+                    "msgs": median([r["msg"]["per_request"] for r in rs]), "seeds": len(rs),
+                    "rejected": sum(r["rejected"] for r in rs)}
+    for (mode, b, f, d), c in out.items():
+        j = out.get(("JSQ", b, f, d))
+        c["mean_x"], c["p99_x"] = (c["mean"] / j["mean"], c["p99"] / j["p99"]) if j else (None, None)
+    return out
+
+
+def verdict(c: dict, mode: str, demands: list[str]) -> dict:
+    """How `mode` does against the bar over every front count, both fleets, these demands."""
+    keys = [(mode, b, f, d) for b, fs in FRONTS.items() for f in fs for d in demands if (mode, b, f, d) in c]
+    if not keys:
+        return {}
+    worst_mean = max(keys, key=lambda k: c[k]["mean_x"])
+    worst_p99 = max(keys, key=lambda k: c[k]["p99_x"])
+    msgs = {b: max(c[k]["msgs"] for k in keys if k[1] == b) for b in FRONTS}
+    growth = msgs[96] / msgs[12] if msgs[12] else (1.0 if not msgs[96] else float("inf"))
+    beaten = [k for k in keys for base in BASELINES if (base, *k[1:]) in c and c[k]["mean"] > c[(base, *k[1:])]["mean"]]
+    return {"mean_x": c[worst_mean]["mean_x"], "mean_at": worst_mean, "p99_x": c[worst_p99]["p99_x"], "p99_at": worst_p99,
+            "msgs": msgs, "growth": growth, "beaten": beaten,
+            "holds": c[worst_mean]["mean_x"] <= MEAN_BAR and c[worst_p99]["p99_x"] <= P99_BAR and max(msgs.values()) <= MSG_BAR
+            and growth <= GROWTH_BAR}
+
+
+def where(k: tuple) -> str:
+    return f"{k[1]} backends, {k[2]} fronts, {DEMANDS[k[3]].split(',')[0]}"
+
+
+def report(data: dict) -> str:
+    c = cells(data["runs"])
+    modes = list(dict.fromkeys(r["mode"] for r in data["runs"]))
+    out = [f"# Many fronts at a bounded cost: simulation (issue 31)\n",
+           f"`{data['argv']}` (after `cargo build --release -p huntlb-instruments`; {data['seconds']:.0f} s on {data['machine']}, "
+           f"one simulator process at a time). Simulator only: no real proxy, agent or network. Deterministic: the same command "
+           f"gives the same numbers.\n",
+           f"**Model.** {', '.join(f'{b} backends' for b in FRONTS)} × {WORKERS} workers × {CORES} cores (processor sharing), backlog "
+           f"{BACKLOG}, demand of mean {MEAN_MS} ms of one core ({' or '.join(DEMANDS.values())}), Poisson arrivals at ρ {RHO} of the "
+           f"nominal capacity, in turn to the fronts. Every cell is the **median of {len(data['seeds'])} seeds** of "
+           f"**{data['requests']} requests**. A count reaches an agent {DELAY_MS} ms after it changed (one datagram); a forward "
+           f"(agent to agent) or hunting's final reaches its server {HOP_MS} ms after the decision (one hop, the server's "
+           f"count rises then); a Prequal probe's answer lands {HOP_MS} ms after it was sent.\n",
+           "* **JSQ**: every request to the fewest in flight by the true state, the limit.",
+           "* **least-request**, **P2C**: each front's own rule on its own counts (HAProxy `leastconn`, Envoy FULL_SCAN; Envoy's default `LEAST_REQUEST`).",
+           "* **Prequal** (Wydrowski et al., NSDI 2024): each front keeps a pool of at most 16 probe answers (server, requests in "
+           "flight, latency estimate, age: at most 50 ms, used once, a newer answer from the same server replaces the older); each "
+           "query sends 3 probes to random servers; hot-cold rule: hot if the RIF is above the pool's q-quantile, pick the cold "
+           "answer with the lowest latency (all hot: the lowest RIF), random when the pool is empty. The latency a server answers "
+           "is an EWMA of recent response times of requests that arrived at the RIF it has now. q 0.84 is the paper's; q 0 "
+           "(lowest RIF first) is what wins here.",
+           "* **hunting (shipped, no tier)**: the front offers to its own least with its count there (`hunt-seen`); the agent "
+           "(`dynamic`, slack 1) refuses what other fronts loaded it with; the final goes to the front's next least.",
+           "* **tier**: the agents' forwarding tier with the agent's defaults (slack 0, seen 1: `huntlb_policy::forward::route_with`). "
+           "*every peer*: every change of a count goes to every agent that decides by counts (today). *K, B*: each agent "
+           f"subscribes to a sample of K other backends and hears only their changes; every {RESAMPLE_MS} ms (agents staggered) "
+           "it keeps the B members it sees lowest and draws the other K-B at random (a new member: a subscribe and its first "
+           "count, two datagrams; a dropped one: an unsubscribe; a kept one: a renewal). An agent subscribes only while it "
+           "decides offers by counts: with one front, nobody does.\n",
+           "**Messages per request** (beyond the request itself): refusals (hunting), forwards and datagrams between agents "
+           "(the tier: counts, subscribes, renewals, unsubscribes, heartbeats), probes and their answers (Prequal, 2 a probe).\n"]
+    out += verdict_text(c, modes)
+    if data.get("plot"):
+        out.append(f"\n![mean over JSQ's and messages per request vs fronts]({data['plot']})\n")
+    for b, fronts in FRONTS.items():
+        for d, dname in DEMANDS.items():
+            out.append(f"\n## {b} backends, {dname}\n")
+            out.append("Cells: mean / JSQ's mean · p99 / JSQ's p99 · messages per request. "
+                       + "JSQ: " + ", ".join(f"{f} fronts {c[('JSQ', b, f, d)]['mean']:.1f} / {c[('JSQ', b, f, d)]['p99']:.0f} ms"
+                                             for f in fronts if ("JSQ", b, f, d) in c) + ".\n")
+            out.append("| mode | " + " | ".join(f"{f} fronts" for f in fronts) + " |")
+            out.append("|---|" + "---:|" * len(fronts))
+            for m in modes:
+                row = []
+                for f in fronts:
+                    x = c.get((m, b, f, d))
+                    row.append("" if x is None else f"{x['mean_x']:.2f} · {x['p99_x']:.2f} · {x['msgs']:.1f}"
+                               + (f" ({x['rejected']} rejected)" if x["rejected"] else ""))
+                out.append(f"| {m} | " + " | ".join(row) + " |")
+    out.append(extra_text(data))
+    return "\n".join(out) + "\n"
+
+
+def verdict_text(c: dict, modes: list[str]) -> list[str]:
+    out = ["## Verdict\n",
+           f"The bar (issue 31): mean within {MEAN_BAR:.2f}× JSQ's and p99 within {P99_BAR:.2f}× at every front count on 12 and 96 "
+           f"backends, with at most {MSG_BAR} messages per request, not growing with the number of backends (the most on 96 "
+           f"backends at most {GROWTH_BAR:.2f}× the most on 12). Worst cell of each tier setting (and of the others, for scale):\n",
+           "| mode | demand | worst mean / JSQ | worst p99 / JSQ | messages per request, 12 / 96 backends | growth | above least-request or Prequal | holds |",
+           "|---|---|---:|---:|---:|---:|---|:--:|"]
+    for m in modes:
+        if m == "JSQ":
+            continue
+        for dl, ds in (("both", list(DEMANDS)), *((DEMANDS[d].split(",")[0], [d]) for d in DEMANDS)):
+            v = verdict(c, m, ds)
+            if not v:
+                continue
+            beaten = f"{len(v['beaten'])} cells" if v["beaten"] else "never"
+            out.append(f"| {m} | {dl} | {v['mean_x']:.3f} ({where(v['mean_at'])}) | {v['p99_x']:.3f} ({where(v['p99_at'])}) | "
+                       f"{v['msgs'][12]:.1f} / {v['msgs'][96]:.1f} | {v['growth']:.2f} | {beaten} | {'**yes**' if v['holds'] else 'no'} |")
+    return out
+
+
+def extra_text(data: dict) -> str:
+    return data.get("notes", "")
+
+
+def plot(data: dict) -> str | None:
+    plt = pyplot()
+    if plt is None:
+        return None
+    c = cells(data["runs"])
+    shown = [m for m in ("least-request", "P2C", "Prequal, q 0.84", "Prequal, q 0", "hunting (shipped, no tier)", "tier, every peer",
+                         "tier, K=4, B=2", "tier, K=8, B=4") if any(k[0] == m for k in c)]
+    shown += [m for m in dict.fromkeys(r["mode"] for r in data["runs"]) if m not in MODES]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    for col, b in enumerate(FRONTS):
+        for m in shown:
+            xs = [f for f in FRONTS[b] if (m, b, f, "exp") in c]
+            axes[0][col].plot(xs, [c[(m, b, f, "exp")]["mean_x"] for f in xs], marker="o", label=m)
+            axes[1][col].plot(xs, [max(c[(m, b, f, "exp")]["msgs"], 0.01) for f in xs], marker="o", label=m)
+        axes[0][col].axhline(MEAN_BAR, color="black", linestyle="--", linewidth=0.8)
+        axes[1][col].axhline(MSG_BAR, color="black", linestyle="--", linewidth=0.8)
+        for row, (yl, ys) in enumerate((("mean / JSQ's mean", "linear"), ("messages per request", "log"))):
+            ax = axes[row][col]
+            ax.set_xscale("log", base=2)
+            ax.set_yscale(ys)
+            ax.set_xticks(FRONTS[b])
+            ax.set_xticklabels([str(f) for f in FRONTS[b]])
+            ax.set_title(f"{b} backends, exponential, ρ {RHO}")
+            ax.set_xlabel("fronts")
+            ax.set_ylabel(yl)
+            ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylim(0.95, 3.2)
+    axes[0][1].set_ylim(0.95, 4.0)
+    axes[0][1].legend(fontsize=7)
+    save(fig, RESULTS, f"{NAME}.png")
+    return f"{NAME}.png"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per cell (medians are reported)")
+    ap.add_argument("--requests", type=int, default=200_000, help="requests per run")
+    ap.add_argument("--quick", action="store_true", help="1 seed of 20000 requests, to bench/out/many-fronts-sim/")
+    ap.add_argument("--only", nargs="+", metavar="MODE", help="re-run these modes (names of MODES or EXTRA) into the data")
+    ap.add_argument("--report-only", action="store_true", help=f"rewrite the report from {DATA.relative_to(ROOT)}")
+    a = ap.parse_args()
+    if a.quick:
+        a.seeds, a.requests = 1, 20_000
+    if not a.report_only and not SIM.exists():
+        raise SystemExit(f"{SIM} not built: run `cargo build --release -p huntlb-instruments` first")
+    t0 = time.monotonic()
+    if a.report_only:
+        data = rundata.read(DATA)
+    elif a.only:
+        data = rundata.read(DATA)
+        every = {**MODES, **EXTRA}
+        unknown = [m for m in a.only if m not in every]
+        if unknown:
+            raise SystemExit(f"--only: unknown modes {unknown} (known: {list(every)})")
+        data["runs"] = [r for r in data["runs"] if r["mode"] not in a.only] + grid({m: every[m] for m in a.only}, data["seeds"], data["requests"], t0)
+        data["seconds"] += time.monotonic() - t0
+    else:
+        seeds = list(range(1, a.seeds + 1))
+        data = {"machine": machine(), "seeds": seeds, "requests": a.requests,
+                "argv": f"python3 bench/many_fronts_sim.py --seeds {a.seeds} --requests {a.requests}",
+                "runs": grid(MODES, seeds, a.requests, t0)}
+        data["seconds"] = time.monotonic() - t0
+    data.pop("plot", None)
+    if a.quick:
+        out = ROOT / "bench" / "out" / NAME
+        out.mkdir(parents=True, exist_ok=True)
+        rundata.write(out / f"{NAME}.json", data)
+        (out / f"{NAME}.md").write_text(report(data))
+        print(f"wrote {out}/{NAME}.md", flush=True)
+        return
+    rundata.write(DATA, data)
+    data["plot"] = plot(data)
+    (RESULTS / f"{NAME}.md").write_text(report(data))
+    print(f"wrote docs/results/{NAME}.md, {DATA.relative_to(ROOT)} ({time.monotonic() - t0:.0f} s)", flush=True)
+
+
+# Ideas beyond the grid (--only NAME to run them into the data).
+EXTRA: dict[str, list[str]] = {}
+
+if __name__ == "__main__":
+    main()
