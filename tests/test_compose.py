@@ -1,5 +1,5 @@
-"""The `docker compose up` demo, for real: both proxies' six fronts over Docker-DNS
-backends, scaled 3 -> 5 -> 3 and one backend killed under open-loop load, the
+"""The `docker compose up` demo, for real: both proxies' six strategies, each over
+four fronts (replicas of the proxy), over Docker-DNS backends, scaled 3 -> 5 -> 3 and one backend killed under open-loop load, the
 scaler acting on a load step, then `compose down` with nothing left running.
 
 Needs Docker (scripts/docker-setup.sh install), so `make test` skips it; `.ci/run`
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = ROOT / "compose"
 FRONTS = ["envoy-hunting", "envoy-least", "envoy-random", "haproxy-hunting", "haproxy-least", "haproxy-random"]
 HUNTING = ["envoy-hunting", "haproxy-hunting"]
+FRONTS_PER_STRATEGY = 4  # compose.yaml: scale of the envoy and haproxy services
 WINDOW_S = 3  # loadgen window: counters move every 3 s
 
 pytestmark = pytest.mark.skipif(os.environ.get("HUNTLB_COMPOSE_TEST") != "1",
@@ -94,8 +95,7 @@ def compose_version(cmd: list[str]) -> str:
 class Stack:
     def __init__(self, project: str):
         self.project = project
-        self.ports = {k: free_port() for k in ("DASHBOARD_PORT", "LOADGEN_PORT", "ENVOY_PORT", "ENVOY_PORT_LEAST",
-                                               "ENVOY_PORT_RANDOM", "HAPROXY_PORT", "HAPROXY_PORT_LEAST", "HAPROXY_PORT_RANDOM")}
+        self.ports = {k: free_port() for k in ("DASHBOARD_PORT", "LOADGEN_PORT")}
         self.env = {**os.environ, **{k: str(v) for k, v in self.ports.items()}, "BIND": "127.0.0.1",
                     "LOAD_WINDOW_S": str(WINDOW_S)}
         self.cmd = compose_cmd() + ["-f", str(COMPOSE_DIR / "compose.yaml"), "-p", project]
@@ -201,10 +201,13 @@ def _exercise(stack: Stack, timings: dict) -> None:
     assert len(backends) == 4
     for f in FRONTS:
         by = served(m, f)
+        # the load generator found the proxy's 4 replicas by DNS and spread over them
+        fronts = m.get(f'huntlb_demo_fronts{{front="{f}"}}')
+        assert fronts == FRONTS_PER_STRATEGY, f"{f} spread over {fronts} fronts"
         assert counts(m, "requests")[f] > 0, f"no traffic through {f}"
         assert set(by) == set(backends), f"{f} served by {sorted(by)}, backends {sorted(backends)}"
     assert all(v == 0 for v in counts(m, "errors").values()), f"client errors before any scaling: {counts(m, 'errors')}"
-    log(f"up: every front served by all {len(backends)} backends, 0 client errors")
+    log(f"up: every strategy spread over {FRONTS_PER_STRATEGY} fronts and served by all {len(backends)} backends, 0 client errors")
 
     # 3 -> 5 with load flowing: the new backends serve within seconds, on every front
     before = stack.metrics()
