@@ -211,7 +211,7 @@ def plot(data: dict) -> str | None:
     c = cells(data["runs"])
     shown = [m for m in ("least-request", "P2C", "Prequal, q 0.84", "Prequal, q 0", "hunting (shipped, no tier)", "tier, every peer",
                          "tier, K=4, B=2", "tier, K=8, B=4") if any(k[0] == m for k in c)]
-    shown += [m for m in dict.fromkeys(r["mode"] for r in data["runs"]) if m not in MODES]
+    shown += [m for m in ("tier, K=8, B=4, R=20 ms", "pull, D=8") if any(k[0] == m for k in c)]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     for col, b in enumerate(FRONTS):
         for m in shown:
@@ -264,7 +264,7 @@ def main() -> None:
         seeds = list(range(1, a.seeds + 1))
         data = {"machine": machine(), "seeds": seeds, "requests": a.requests,
                 "argv": f"python3 bench/many_fronts_sim.py --seeds {a.seeds} --requests {a.requests}",
-                "runs": grid(MODES, seeds, a.requests, t0)}
+                "runs": grid({**MODES, **EXTRA}, seeds, a.requests, t0)}
         data["seconds"] = time.monotonic() - t0
     data.pop("plot", None)
     if a.quick:
@@ -280,8 +280,15 @@ def main() -> None:
     print(f"wrote docs/results/{NAME}.md, {DATA.relative_to(ROOT)} ({time.monotonic() - t0:.0f} s)", flush=True)
 
 
-# Ideas beyond the grid (--only NAME to run them into the data).
-EXTRA: dict[str, list[str]] = {}
+# Ideas beyond the grid: re-drawing 5 times as often (R 20 ms), and pulling
+# counts on demand (an agent about to decide asks D random peers, and decides on
+# their answers a round trip later) instead of pushing them.
+EXTRA: dict[str, list[str]] = {
+    "tier, K=8, B=4, R=20 ms": [*TIER, "--fleet-sample", "8", "--fleet-keep", "4", "--fleet-resample-ms", "20"],
+    "tier, K=6, B=3, R=20 ms": [*TIER, "--fleet-sample", "6", "--fleet-keep", "3", "--fleet-resample-ms", "20"],
+    "pull, D=4": [*TIER, "--fleet-probe", "4"],
+    "pull, D=8": [*TIER, "--fleet-probe", "8"],
+}
 
 if __name__ == "__main__":
     main()

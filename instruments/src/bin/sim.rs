@@ -78,6 +78,10 @@ struct Args {
     /// forward-* with --fleet-sample: a re-draw keeps this many members, those it sees lowest.
     #[arg(long, default_value_t = 0)]
     fleet_keep: usize,
+    /// forward-*: pull on demand instead of pushed counts: an agent about to decide by counts asks
+    /// D random peers and decides on their answers, a round trip of --fleet-delay-ms later (0: push).
+    #[arg(long, default_value_t = 0)]
+    fleet_probe: usize,
     /// Service demand: exp (exponential) or lognormal:SIGMA, both of mean --mean-ms.
     #[arg(long, default_value = "exp")]
     demand: String,
@@ -138,6 +142,8 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(a.fleet_sample == 0 || forward, "--fleet-sample: only forward-RULE:SLACK has agents that hear their peers");
     anyhow::ensure!(a.fleet_sample == 0 || a.fleet_view_ms == 0.0, "--fleet-sample: counts are pushed to subscribers (--fleet-delay-ms), not --fleet-view-ms snapshots");
     anyhow::ensure!(a.hop_ms == 0.0 || a.fleet_view_ms == 0.0, "--hop-ms: not with --fleet-view-ms (use --fleet-delay-ms)");
+    anyhow::ensure!(a.fleet_probe == 0 || (forward && a.fleet_sample == 0 && a.fleet_view_ms == 0.0), "--fleet-probe: only forward-RULE:SLACK, and not with --fleet-sample or --fleet-view-ms");
+    anyhow::ensure!(a.fleet_probe < cores.len(), "--fleet-probe: {} peers, but there are only {} other servers", a.fleet_probe, cores.len() - 1);
     anyhow::ensure!(a.fleet_resample_ms > 0.0 && a.fleet_resample_ms.is_finite(), "--fleet-resample-ms: must be positive");
     anyhow::ensure!(a.fleet_keep <= a.fleet_sample, "--fleet-keep: {} is more than --fleet-sample {}", a.fleet_keep, a.fleet_sample);
     anyhow::ensure!(a.fleet_sample < cores.len(), "--fleet-sample: {} peers, but there are only {} other servers", a.fleet_sample, cores.len() - 1);
@@ -160,6 +166,7 @@ fn main() -> anyhow::Result<()> {
         fleet_sample: a.fleet_sample,
         fleet_resample_s: a.fleet_resample_ms / 1e3,
         fleet_keep: a.fleet_keep,
+        fleet_probe: a.fleet_probe,
         demand,
         seed: a.seed,
         sample_every_s: a.sample_every,

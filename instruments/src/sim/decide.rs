@@ -16,13 +16,16 @@ pub(super) struct Choice {
     pub counted: usize,
     /// It takes a second hop (a forward, or hunting's final) before it gets there.
     pub second_hop: bool,
+    /// Pull on demand: its agent (`server`) asked these peers for their counts
+    /// and decides when they answer; the front's count there (`seen`).
+    pub asked: Option<(Vec<usize>, u32)>,
 }
 
 impl Sim<'_> {
     /// Where proxy `proxy`'s arrival at `now` goes; `own` is what the proxy
     /// sees (its counts, a snapshot of them, or its feedback estimate).
     pub(super) fn choose<R: Rng + ?Sized>(&mut self, proxy: usize, own: &[u32], now: f64, rng: &mut R) -> Choice {
-        let direct = |s: usize| Choice { server: s, counted: s, second_hop: false };
+        let direct = |s: usize| Choice { server: s, counted: s, second_hop: false, asked: None };
         match self.cfg.dispatch {
             Dispatch::Local(rule) => direct(pick(rule, own, None, rng)),
             Dispatch::Hunt(rule, p) => {
@@ -43,7 +46,7 @@ impl Sim<'_> {
                         self.heard[proxy][first] = (load.busy, self.view[proxy][first]);
                     }
                     let s = pick(rule, own, Some(first), rng);
-                    Choice { server: s, counted: s, second_hop: true }
+                    Choice { server: s, counted: s, second_hop: true, asked: None }
                 }
             }
             Dispatch::Jsq => {
@@ -74,6 +77,10 @@ impl Sim<'_> {
                 // An offer the front's count keeps needs no peers' counts; any
                 // other decides by them, and from then on its agent wants them.
                 let by_seen = kept_by_seen(f, busy, seen);
+                if !by_seen && tier.probes() {
+                    let peers = tier.ask(first);
+                    return Choice { server: first, counted: first, second_hop: false, asked: Some((peers, own[first])) };
+                }
                 if !by_seen {
                     tier.consult(first, now);
                 }
@@ -90,9 +97,29 @@ impl Sim<'_> {
                         let to = peers[j];
                         tier.forwarded(first, to, now);
                         self.msgs.forwards += 1;
-                        Choice { server: to, counted: first, second_hop: true }
+                        Choice { server: to, counted: first, second_hop: true, asked: None }
                     }
                 }
+            }
+        }
+    }
+
+    /// Pull on demand: agent `a` has its `peers`' answers at `now` and decides
+    /// the offer it held: (where it goes, whether it takes a hop to get there).
+    pub(super) fn decide_pulled<R: Rng + ?Sized>(&mut self, a: usize, peers: &[usize], seen: u32, now: f64, rng: &mut R) -> (usize, bool) {
+        let Dispatch::Forward(_, slack, seen_slack) = self.cfg.dispatch else { unreachable!("only the tier asks") };
+        let busy = self.servers[a].inflight();
+        let tier = self.tier.as_mut().expect("forward keeps a tier");
+        let counts = tier.answers(a, peers, now);
+        match route_with(Forwarding { peer_margin: slack, seen_margin: seen_slack }, busy, Some(seen), &counts, |ties| rng.gen_range(0..ties)) {
+            Route::Keep => {
+                self.accepted += 1;
+                (a, false)
+            }
+            Route::Forward(j) => {
+                tier.forwarded(a, peers[j], now);
+                self.msgs.forwards += 1;
+                (peers[j], true)
             }
         }
     }

@@ -11,12 +11,14 @@ use rand::Rng;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-/// A request on its second hop: it reaches `server` at `t`.
+/// A request on its way: it reaches `server` at `t` (a second hop), or, with
+/// `asked`, its agent `server` has its peers' answers then and decides.
 struct Transit {
     t: f64,
     server: usize,
     id: u64,
     demand: f64,
+    asked: Option<(Vec<usize>, u32)>,
 }
 
 impl PartialEq for Transit {
@@ -175,6 +177,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             sample: cfg.fleet_sample,
             resample_s: cfg.fleet_resample_s,
             keep: cfg.fleet_keep,
+            probe: cfg.fleet_probe,
             seed: cfg.seed,
         };
         Tier::new(spec, n)
@@ -240,7 +243,15 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
         if next_redraw < work {
             sim.tier.as_mut().expect("a re-draw is due").redraw(now);
         } else if next_transit < next_arrival.min(next_done) {
-            let t = sim.transit.pop().expect("peeked");
+            let mut t = sim.transit.pop().expect("peeked");
+            if let Some((peers, seen)) = t.asked.take() {
+                let (to, hop) = sim.decide_pulled(t.server, &peers, seen, now, rng);
+                if hop && cfg.hop_s > 0.0 {
+                    sim.transit.push(Transit { t: now + cfg.hop_s, server: to, ..t });
+                    continue;
+                }
+                t.server = to;
+            }
             if !sim.admit(t.server, t.id, t.demand, now) {
                 let (p, at) = sim.owner[t.id as usize];
                 sim.view[p][at] -= 1;
@@ -264,10 +275,14 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             let demand = cfg.demand.draw(rng, cfg.mean_s);
             sim.owner.push((proxy, c.counted));
             sim.arrived_at.push(now);
-            if c.second_hop && cfg.hop_s > 0.0 {
+            if c.asked.is_some() {
+                // Held by its agent until the answers are back, a round trip.
+                sim.view[proxy][c.counted] += 1;
+                sim.transit.push(Transit { t: now + 2.0 * cfg.fleet_delay_s, server: c.server, id, demand, asked: c.asked });
+            } else if c.second_hop && cfg.hop_s > 0.0 {
                 // Its front counts it now; the server, when it gets there.
                 sim.view[proxy][c.counted] += 1;
-                sim.transit.push(Transit { t: now + cfg.hop_s, server: c.server, id, demand });
+                sim.transit.push(Transit { t: now + cfg.hop_s, server: c.server, id, demand, asked: None });
             } else if sim.admit(c.server, id, demand, now) {
                 sim.view[proxy][c.counted] += 1;
             } else {

@@ -125,6 +125,9 @@ pub struct Config {
     pub fleet_resample_s: f64,
     /// `forward-*` with a sample: members a re-draw keeps (the lowest seen).
     pub fleet_keep: usize,
+    /// `forward-*`: pull on demand instead: an agent about to decide by
+    /// counts asks this many random peers (0: counts are pushed).
+    pub fleet_probe: usize,
     pub demand: Demand,
     pub seed: u64,
     /// Sample per-server busy workers this often (seconds); 0: never.
@@ -192,13 +195,15 @@ pub struct Datagrams {
     pub renewals: u64,
     pub unsubscribes: u64,
     pub heartbeats: u64,
+    /// Pull on demand: asks for a peer's count (the answers are counts).
+    pub asks: u64,
     pub total: u64,
 }
 
 impl Messages {
     fn close(mut self, requests: u64) -> Messages {
         let d = &mut self.datagrams;
-        d.total = d.counts + d.subscribes + d.renewals + d.unsubscribes + d.heartbeats;
+        d.total = d.counts + d.subscribes + d.renewals + d.unsubscribes + d.heartbeats + d.asks;
         self.total = self.refusals + self.forwards + self.probes + d.total;
         self.per_request = self.total as f64 / requests.max(1) as f64;
         self

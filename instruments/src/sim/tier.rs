@@ -7,19 +7,25 @@
 //!   every agent sees every other's count `fleet_delay_s` late. An agent sends
 //!   its count to every member at least every [`HEARTBEAT_S`]; a change that
 //!   went to all of them counts as one.
-//! * **a bounded sample** (`fleet_sample` K): agent `a` subscribes to K other
-//!   servers, `S_a`, and hears only their changes. Every `fleet_resample_s`
-//!   (agents staggered) it re-draws `S_a`: it keeps the `fleet_keep` members it
-//!   sees lowest and draws the rest uniformly from the servers not kept (not
-//!   itself). A new member costs a subscribe datagram and its first count
-//!   comes back a datagram later (unknown until then); a dropped one an
-//!   unsubscribe; a member kept is renewed (one datagram, which a real agent
-//!   sends to survive loss). Each change of a server's count goes, one
-//!   datagram each, to the agents subscribed to it.
+//! * **a bounded sample** (`fleet_sample` K, the agent's `fleet_sample`):
+//!   agent `a` hears K other servers, `S_a`. Every `fleet_resample_s` (agents
+//!   staggered) it re-draws `S_a`: it keeps the `fleet_keep` members it sees
+//!   lowest and draws the rest uniformly from the servers not kept (not
+//!   itself), and sends its count to each member, old and new: a renewal to
+//!   a member kept, a subscription to a new one (which answers with its count
+//!   at once: unknown until then, two datagrams after), a leave to a dropped
+//!   one. A member sends its count on each change to the agents that sample it
+//!   and decide by counts (`wants`), and a heartbeat every [`HEARTBEAT_S`] to
+//!   those that do not (with one front, that is all the tier sends). An agent
+//!   that starts wanting changes tells its sample at once (K datagrams, and K
+//!   counts back); one that stops, K datagrams.
+//! * **pull on demand** (`fleet_probe` D): nothing is pushed; an agent about
+//!   to decide by counts asks D random peers for theirs (a datagram each way)
+//!   and decides when the answers are back, two datagrams later.
 //!
-//! Either way an agent subscribes only while it decides offers by the counts
-//! (for [`WANT_FOR_S`] after the last such offer): with one front every offer
-//! is kept by the front's own count (`seen`), and nobody subscribes.
+//! Either way an agent wants changes only while it decides offers by the
+//! counts (for [`WANT_FOR_S`] after the last such offer): with one front every
+//! offer is kept by the front's own count (`seen`), and nobody does.
 //!
 //! What an agent sees of a peer is the peer's count `fleet_delay_s` ago plus
 //! the forwards it sent there within `fleet_delay_s + hop_s` (the agent's
@@ -47,6 +53,9 @@ pub struct TierSpec {
     pub sample: usize,
     pub resample_s: f64,
     pub keep: usize,
+    /// D: instead of pushed counts, an agent about to decide by counts asks
+    /// D random peers for theirs and decides on the answers (0: push).
+    pub probe: usize,
     pub seed: u64,
 }
 
@@ -66,12 +75,16 @@ pub(super) struct Tier {
     forwarded: Vec<Vec<u32>>,
     /// When each agent last decided an offer by the counts.
     consulted: Vec<f64>,
-    /// Bounded: each agent's sample (sorted) and when it subscribed to each member.
+    /// Bounded: each agent's sample (sorted) and when each member joined it.
     samples: Vec<Vec<usize>>,
     sub_at: Vec<Vec<f64>>,
+    /// Bounded: whether each agent told its sample it wants changes.
     subscribed: Vec<bool>,
-    /// Bounded: agents subscribed to each server.
+    /// Bounded: agents that want each server's changes.
     subs: Vec<u32>,
+    /// Bounded: (agent, member) pairs of agents that do not want changes
+    /// (their members beat to them), and since when that number holds.
+    beat_pairs: (u64, f64),
     /// When each server last sent its count to all it sends to (heartbeats).
     beat: Vec<f64>,
     redraws: u64,
@@ -88,24 +101,28 @@ impl Tier {
         } else {
             (0..n).map(|a| draw(&mut rng, n, a, &[], k)).collect()
         };
+        // At start every agent subscribes to its sample, and each member answers.
+        let pairs = (n * k) as u64;
+        let sent = Datagrams { subscribes: pairs, counts: pairs, ..Datagrams::default() };
         Tier {
             spec: TierSpec { sample: k, keep: spec.keep.min(k), ..spec },
             n,
-            delayed: spec.delay_s > 0.0 || spec.hop_s > 0.0 || k > 0,
+            delayed: spec.delay_s > 0.0 || spec.hop_s > 0.0 || k > 0 || spec.probe > 0,
             history: vec![VecDeque::from([(f64::NEG_INFINITY, 0)]); n],
             recent: vec![VecDeque::new(); n],
             snap: vec![0; n],
             snap_t: f64::NEG_INFINITY,
-            forwarded: if k == 0 && spec.delay_s == 0.0 && spec.hop_s == 0.0 { vec![vec![0; n]; n] } else { Vec::new() },
+            forwarded: if k == 0 && spec.probe == 0 && spec.delay_s == 0.0 && spec.hop_s == 0.0 { vec![vec![0; n]; n] } else { Vec::new() },
             consulted: vec![f64::NEG_INFINITY; n],
             sub_at: samples.iter().map(|s| vec![0.0; s.len()]).collect(),
             samples,
             subscribed: vec![false; n],
             subs: vec![0; n],
+            beat_pairs: (pairs, 0.0),
             beat: vec![0.0; n],
             redraws: n as u64,
             rng,
-            sent: Datagrams::default(),
+            sent,
         }
     }
 
@@ -123,14 +140,21 @@ impl Tier {
         self.consulted[a] = now;
         if self.bounded() && !self.subscribed[a] {
             self.subscribed[a] = true;
-            for i in 0..self.samples[a].len() {
-                self.sub_at[a][i] = now;
-                self.subs[self.samples[a][i]] += 1;
+            for &m in &self.samples[a] {
+                self.subs[m] += 1;
             }
             let k = self.samples[a].len() as u64;
+            self.pairs_beating(now, -(k as i64));
             self.sent.subscribes += k;
-            self.sent.counts += k; // each member's first count, a datagram back
+            self.sent.counts += k; // each member's count at once, a datagram back
         }
+    }
+
+    /// The number of (agent, member) pairs that beat changes by `by` at `now`.
+    fn pairs_beating(&mut self, now: f64, by: i64) {
+        let (pairs, since) = self.beat_pairs;
+        self.sent.heartbeats += (pairs as f64 * (now - since) / HEARTBEAT_S) as u64;
+        self.beat_pairs = ((pairs as i64 + by) as u64, now);
     }
 
     /// The peers agent `a` decides by, and their counts as it sees them;
@@ -155,10 +179,7 @@ impl Tier {
             r.pop_front();
         }
         let peers: Vec<usize> = if self.bounded() {
-            if !self.subscribed[a] {
-                return (Vec::new(), Vec::new());
-            }
-            // A member's first count comes back two datagrams after subscribing.
+            // A new member's first count comes back two datagrams after it joined.
             let known = |i: usize| now >= self.sub_at[a][i] + 2.0 * self.spec.delay_s;
             self.samples[a].iter().enumerate().filter(|&(i, _)| known(i)).map(|(_, &s)| s).collect()
         } else {
@@ -187,6 +208,9 @@ impl Tier {
         if self.delayed {
             self.history[s].push_back((now, count));
         }
+        if self.spec.probe > 0 {
+            return; // nothing is pushed: counts are asked for
+        }
         let (to, every) = if self.bounded() {
             (u64::from(self.subs[s]), u64::from(self.subs[s]))
         } else {
@@ -209,6 +233,37 @@ impl Tier {
         }
     }
 
+    /// Pull on demand: the peers agent `a` asks for their counts (D at
+    /// random, in order), a datagram each way.
+    pub(super) fn ask(&mut self, a: usize) -> Vec<usize> {
+        let d = self.spec.probe;
+        self.sent.asks += d as u64;
+        self.sent.counts += d as u64;
+        draw(&mut self.rng, self.n, a, &[], d)
+    }
+
+    /// Pull on demand: the answers of `peers` as agent `a` has them at `now`
+    /// (each read a datagram before), plus its own forwards there since.
+    pub(super) fn answers(&mut self, a: usize, peers: &[usize], now: f64) -> Vec<u32> {
+        let at = now - self.spec.delay_s;
+        let settle = now - self.spec.delay_s - self.spec.hop_s;
+        let r = &mut self.recent[a];
+        while r.front().is_some_and(|&(t, _)| t <= settle) {
+            r.pop_front();
+        }
+        let mut counts: Vec<u32> = peers.iter().map(|&s| count_at(&mut self.history[s], at)).collect();
+        for &(_, to) in self.recent[a].iter() {
+            if let Some(i) = peers.iter().position(|&s| s == to) {
+                counts[i] += 1;
+            }
+        }
+        counts
+    }
+
+    pub(super) fn probes(&self) -> bool {
+        self.spec.probe > 0
+    }
+
     /// When the next agent re-draws its sample (never with every peer).
     pub(super) fn next_redraw(&self) -> f64 {
         if self.bounded() && self.spec.resample_s > 0.0 {
@@ -223,11 +278,13 @@ impl Tier {
         let a = (self.redraws % self.n as u64) as usize;
         self.redraws += 1;
         if self.subscribed[a] && !self.wants(a, now) {
-            // No offer decided by the counts for WANT_FOR: unsubscribe.
+            // No offer decided by the counts for WANT_FOR: it tells its sample.
             for &m in &self.samples[a] {
                 self.subs[m] -= 1;
             }
-            self.sent.unsubscribes += self.samples[a].len() as u64;
+            let k = self.samples[a].len() as u64;
+            self.sent.renewals += k;
+            self.pairs_beating(now, k as i64);
             self.subscribed[a] = false;
         }
         let (k, b) = (self.spec.sample, self.spec.keep);
@@ -242,28 +299,28 @@ impl Tier {
         new.extend(&kept);
         new.sort_unstable();
         let mut sub_at = Vec::with_capacity(k);
+        let wanting = self.subscribed[a];
         for &m in &new {
             match old.iter().position(|&o| o == m) {
                 Some(i) => {
                     sub_at.push(self.sub_at[a][i]);
-                    if self.subscribed[a] {
-                        self.sent.renewals += 1;
-                    }
+                    self.sent.renewals += 1;
                 }
                 None => {
+                    // A new listener answers with its count at once.
                     sub_at.push(now);
-                    if self.subscribed[a] {
+                    self.sent.subscribes += 1;
+                    self.sent.counts += 1;
+                    if wanting {
                         self.subs[m] += 1;
-                        self.sent.subscribes += 1;
-                        self.sent.counts += 1;
                     }
                 }
             }
         }
-        if self.subscribed[a] {
-            for &m in old.iter().filter(|m| !new.contains(m)) {
+        for &m in old.iter().filter(|m| !new.contains(m)) {
+            self.sent.unsubscribes += 1;
+            if wanting {
                 self.subs[m] -= 1;
-                self.sent.unsubscribes += 1;
             }
         }
         self.samples[a] = new;
@@ -272,6 +329,12 @@ impl Tier {
 
     /// The last request arrived at `end`: heartbeats due until then.
     pub(super) fn finish(&mut self, end: f64) {
+        if self.probes() {
+            return; // an ask is its own liveness check: nothing beats
+        }
+        if self.bounded() {
+            self.pairs_beating(end, 0);
+        }
         for s in 0..self.n {
             let every = if self.bounded() { u64::from(self.subs[s]) } else { self.n as u64 - 1 };
             self.beats(s, end, every);

@@ -22,6 +22,7 @@ fn cfg(dispatch: &str, rho: f64) -> Config {
         fleet_sample: 0,
         fleet_resample_s: 0.1,
         fleet_keep: 0,
+        fleet_probe: 0,
         demand: Demand::Exp,
         seed: 7,
         sample_every_s: 0.0,

@@ -47,11 +47,18 @@ fn messages_per_request_with_a_sample_do_not_grow_with_the_fleet() {
 }
 
 #[test]
-fn with_one_front_nobody_subscribes() {
+fn with_one_front_nobody_wants_changes() {
+    // Samples are drawn and renewed, and members beat to their listeners,
+    // but no change of a count goes anywhere: every offer is kept by `seen`.
     let one = run(&Config { fleet_delay_s: 0.0002, ..tier_cfg(1, 12, 4, 2) });
     let d = &one.messages.datagrams;
-    assert_eq!((d.counts, d.subscribes, d.renewals, d.unsubscribes, d.heartbeats), (0, 0, 0, 0, 0), "{d:?}");
+    let secs = 40_000.0 / one.rate;
     assert_eq!(one.acceptance, Some(1.0));
+    assert_eq!(d.counts, d.subscribes, "only a new member's first count: {d:?}");
+    let (renewals, beats) = ((d.renewals + d.subscribes) as f64, d.heartbeats as f64);
+    assert!((renewals / (12.0 * 4.0 * secs / 0.1) - 1.0).abs() < 0.05, "{d:?}");
+    assert!((beats / (12.0 * 4.0 * secs / HEARTBEAT_S) - 1.0).abs() < 0.05, "{d:?}");
+    assert!(one.messages.per_request < 3.0, "{:?}", one.messages);
     // Every peer, one front: heartbeats only, every 50 ms to the 11 others.
     let all = run(&Config { fleet_delay_s: 0.0002, ..tier_cfg(1, 12, 0, 0) });
     let beats = all.messages.datagrams.heartbeats as f64;
@@ -62,10 +69,11 @@ fn with_one_front_nobody_subscribes() {
 
 #[test]
 fn a_redraw_keeps_the_lowest_members_and_pays_for_the_changes() {
-    let spec = TierSpec { delay_s: 0.0, hop_s: 0.0, view_s: 0.0, sample: 4, resample_s: 0.1, keep: 2, seed: 5 };
+    let spec = TierSpec { delay_s: 0.0, hop_s: 0.0, view_s: 0.0, sample: 4, resample_s: 0.1, keep: 2, probe: 0, seed: 5 };
     let mut t = Tier::new(spec, 10);
+    assert_eq!((t.sent.subscribes, t.sent.counts), (40, 40), "at start, a subscribe and a first count per member");
     t.consult(0, 0.0);
-    assert_eq!((t.sent.subscribes, t.sent.counts), (4, 4), "a subscribe and a first count per member");
+    assert_eq!((t.sent.subscribes, t.sent.counts), (44, 44), "wanting changes: told at once, answered at once");
     let before = t.sample(0).to_vec();
     // Agent 0's members hold 9, 1, 5, 0 (in sample order): 0 and 1 are kept.
     for (&m, c) in before.iter().zip([9, 1, 5, 0]) {
@@ -94,4 +102,17 @@ fn a_second_hop_costs_its_latency() {
     assert!(forwarded > 0.3, "{forwarded}");
     assert!(far.mean_ms > near.mean_ms + 0.5 * 2.0 * forwarded, "{} vs {}", far.mean_ms, near.mean_ms);
     assert_eq!(far.served_per_server.iter().sum::<u64>() + far.rejected, far.requests);
+}
+
+#[test]
+fn pulling_counts_on_demand_costs_two_datagrams_a_peer_asked_and_a_round_trip() {
+    let at = |servers, probe| run(&Config { fleet_delay_s: 0.0002, hop_s: 0.0002, fleet_probe: probe, ..tier_cfg(16, servers, 0, 0) });
+    let (small, large, least) = (at(12, 4), at(48, 4), run(&Config { proxies: 16, requests: 40_000, ..cfg("least", 0.88) }));
+    let d = &small.messages.datagrams;
+    assert_eq!(d.asks, d.counts, "{d:?}");
+    assert_eq!((d.subscribes, d.renewals, d.heartbeats), (0, 0, 0), "{d:?}");
+    // Every offer not kept by `seen` asks 4 peers: at most 8 datagrams a request.
+    assert!(d.total as f64 <= 8.0 * small.requests as f64 && d.asks > 0, "{d:?}");
+    assert!(large.messages.per_request < 1.1 * small.messages.per_request, "{} vs {}", large.messages.per_request, small.messages.per_request);
+    assert!(small.mean_ms < 0.8 * least.mean_ms, "pull {} vs least {}", small.mean_ms, least.mean_ms);
 }
