@@ -27,6 +27,7 @@ async function prom(path, params) {
 function fmt(v, unit) {
   if (v === null || v === undefined || Number.isNaN(v)) return "-";
   if (v === 0) return unit ? "0 " + unit : "0";
+  if (Number.isInteger(v) && !unit) return String(v);  // counts (fronts, errors) as counts
   const a = Math.abs(v);
   const s = a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : a >= 1 ? v.toFixed(2) : v.toFixed(3);
   return unit ? s + " " + unit : s;
