@@ -6,15 +6,18 @@ only its own requests) over one fleet, the load spread over them in turn as
 clients spread over a service's proxies. The fleet and fronts are the vs-least
 bench's (bench/srlb.py): 12 workload apps (32 workers, 2 emulated cores,
 exponential 20 ms jobs), each behind a huntlb agent, at the bench's load
-(rho 0.92 of the apps' capacity). Per proxy, its strongest least-request (Envoy LEAST_REQUEST with
-FULL_SCAN; HAProxy leastconn) against the shipped hunting front over agents
+(rho 0.92 of the apps' capacity). Per proxy, its strongest least-request
+(Envoy LEAST_REQUEST with FULL_SCAN; HAProxy leastconn) against the shipped hunting front over agents
 that form the forwarding tier (FWD/full, FWD/least in the bench). Every
 strategy meets the same arrivals and the same job sizes (the generator's
 --seed and --work, as the bench pairs its runs). Then, briefly, one front of
 each: there hunting ties by construction (its offer is least-request's own
 pick, which no agent refuses). Prints mean / p50 / p99 / client errors and the
 agents' refusals and forwards per strategy, the ratios with what one run can
-and cannot say, and stops everything it started. About 2 minutes.
+and cannot say, and stops everything it started. After each proxy's runs with
+several fronts, its hunting fronts run once more while one backend is SIGKILLed
+(app and agent): the client errors that cost, beside the requests that were
+inside it. About 1.5 minutes.
 
 It also starts Prometheus on loopback over the same agents and fronts, with the
 compose demo's rules and dashboard (compose/config/huntlb.rules.yml,
@@ -57,6 +60,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="load per strategy with several fronts")
     ap.add_argument("--one-seconds", type=float, default=5.0, help="load per strategy with one front")
     ap.add_argument("--fronts", type=int, default=4, help="fronts per strategy")
+    ap.add_argument("--kill-seconds", type=float, default=6.0,
+                    help="a hunting run per proxy in which one backend is SIGKILLed halfway (0: none)")
     # 0.92 of the nominal capacity: the vs-least bench's load (0.88 of the
     # lambda0 it measured here, 1260 req/s, against 1200 nominal)
     ap.add_argument("--rho", type=float, default=0.92, help="offered load / the apps' capacity")
@@ -87,7 +92,7 @@ def main() -> int:
         dashboard = start_dashboard(b.procs, b.addrs, work, {"agents": [x.admin for x in b.fleet.backends],
                                                              "envoy": envoy_admins, "haproxy": []}, clients)
         print(f"  dashboard: {dashboard}" if dashboard.startswith("http") else f"  ({dashboard})")
-        runs = []
+        runs, kills = [], []
         for n, seconds in ((a.fronts, a.seconds), (1, a.one_seconds)):
             for proxy, names in PAIRS.items():
                 for name in names:
@@ -96,11 +101,18 @@ def main() -> int:
                     runs.append(r)
                     print(f"  {proxy:7s} {LABELS[name]:13s} x{n}: {r['completed']} requests"
                           + ("" if r["valid"] else f" (INVALID: {r['invalid_reason']})"))
+                if n > 1 and a.kill_seconds > 0:  # the agents are still the tier of the hunting run just done
+                    kills.append(kill_run(b, proxy, names[1], n, rate, a.kill_seconds, work))
         print()
         print_table(runs, a.fronts, a.seconds)
-        print(f"\n(the demo took {time.monotonic() - t0:.0f} s)")
+        for k in kills:
+            print(f"\nkilled: {k['proxy']} {k['label']} x{k['fronts']}, backend {k['victim']} SIGKILLed (app and agent) "
+                  f"{k['kill_at']:g} s into {k['seconds']:g} s: {k['errors']} client errors of {k['completed']} requests; "
+                  f"{k['inside']} requests were inside it (the most its agent held over the last 0.5 s)"
+                  + ("" if k["valid"] else f" (INVALID: {k['invalid_reason']})"), end="")
+        print(f"\n\n(the demo took {time.monotonic() - t0:.0f} s)")
         if a.json:
-            a.json.write_text(json.dumps({"rate": rate, "fronts": a.fronts, "runs": runs}, indent=1))
+            a.json.write_text(json.dumps({"rate": rate, "fronts": a.fronts, "runs": runs, "kills": kills}, indent=1))
         if a.hold > 0:
             print(f"\nholding {a.hold:.0f} s: {dashboard}")
             time.sleep(a.hold)
@@ -141,6 +153,41 @@ def paired(runs: list[dict]) -> str:
         seed, digest = digests.pop()
         return f"same {runs[0]['scheduled']} arrivals and job sizes for all {len(runs)} (seed {seed}, schedule {digest})"
     return f"NOT PAIRED: {len(digests)} different schedules"
+
+
+def kill_run(b: "srlb.Bench", proxy: str, name: str, n: int, rate: float, seconds: float, work: Path, victim: int = 0) -> dict:
+    """The strategy just run (its agents as they are) again, with backend
+    `victim`'s app and agent SIGKILLed halfway: what the clients lost, beside
+    what was inside that backend just before (its agent's in-flight count,
+    polled every 20 ms). The backend is started again afterwards. Not paired,
+    not in the table: its errors are the kill's."""
+    strategy, _ = b.policy_for(name)
+    fronts = [b.front(proxy, strategy, i) for i in range(n)]
+    for f in fronts:
+        wait_all_up(f, srlb.SERVERS)
+    gone = b.fleet.backends[victim]
+    out = work / f"kill-{proxy}-x{n}.json"
+    got: dict = {}
+    t = threading.Thread(target=lambda: got.update(report=drive([f.url for f in fronts], rate, seconds, out,
+                                                                seed=srlb.common_seed(rate, 1, n), max_lateness_us=srlb.MAX_LATENESS_US,
+                                                                work=f"exp:{srlb.MEAN_MS:g}")))
+    t.start()
+    samples, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < seconds / 2:  # bounded: half the run
+        try:
+            samples.append((time.monotonic(), gone.metrics().get("huntlb_inflight", 0.0)))
+        except OSError:
+            pass
+        time.sleep(0.02)
+    kill_at = time.monotonic() - t0
+    b.fleet.kill(victim)
+    t.join(timeout=seconds + 240)
+    inside = max([v for at, v in samples if at >= t0 + kill_at - 0.5] or [0.0])
+    b.fleet.revive(victim)
+    s = summary(got["report"])
+    print(f"  {proxy:7s} {LABELS[name]:13s} x{n}: {s['completed']} requests, backend {gone.host} killed at {kill_at:.1f} s")
+    return {"proxy": proxy, "strategy": name, "label": LABELS[name], "fronts": n, "victim": gone.host, "kill_at": round(kill_at, 1),
+            "seconds": seconds, "inside": round(inside), **{k: s[k] for k in ("completed", "errors", "valid", "invalid_reason")}}
 
 
 def print_table(runs: list[dict], fronts: int, seconds: float) -> None:
