@@ -158,6 +158,8 @@ def report(data: dict) -> str:
            "decides offers by counts: with one front, nobody does.\n",
            "**Messages per request** (beyond the request itself): refusals (hunting), forwards and datagrams between agents "
            "(the tier: counts, subscribes, renewals, unsubscribes, heartbeats), probes and their answers (Prequal, 2 a probe).\n"]
+    out += design_text(c, modes)
+    out.append("")
     out += verdict_text(c, modes)
     if data.get("plot"):
         out.append(f"\n![mean over JSQ's and messages per request vs fronts]({data['plot']})\n")
@@ -200,6 +202,45 @@ def verdict_text(c: dict, modes: list[str]) -> list[str]:
     return out
 
 
+def design_text(c: dict, modes: list[str]) -> list[str]:
+    """The design question's answer, from the cells: which bounded setting
+    meets the bar over both demands, or by how much each misses it."""
+    bounded = [m for m in modes if m.startswith(("tier, K=", "pull, D="))]
+    vs = {m: verdict(c, m, list(DEMANDS)) for m in bounded}
+    vs = {m: v for m, v in vs.items() if v}
+    if not vs:
+        return []
+    out = ["\n## The design question\n"]
+    holds = [m for m, v in vs.items() if v["holds"]]
+    cheap = [m for m, v in vs.items() if max(v["msgs"].values()) <= MSG_BAR and v["growth"] <= GROWTH_BAR]
+    best = min(cheap or vs, key=lambda m: (vs[m]["mean_x"], vs[m]["p99_x"]))
+    if holds:
+        pick = min(holds, key=lambda m: max(vs[m]["msgs"].values()))
+        out.append(f"**{pick}** meets the bar on both fleets and both demands: worst mean {vs[pick]['mean_x']:.3f}× JSQ's "
+                   f"({where(vs[pick]['mean_at'])}), worst p99 {vs[pick]['p99_x']:.3f}× ({where(vs[pick]['p99_at'])}), at most "
+                   f"{max(vs[pick]['msgs'].values()):.1f} messages per request ({vs[pick]['msgs'][12]:.1f} on 12 backends, "
+                   f"{vs[pick]['msgs'][96]:.1f} on 96). Also holding: {', '.join(m for m in holds if m != pick) or 'none'}.\n")
+    else:
+        budget = "within the message budget" if cheap else "(none is within the message budget)"
+        out.append(f"**No bounded setting meets the bar at every cell.** Closest {budget}: **{best}**, "
+                   f"worst mean {vs[best]['mean_x']:.3f}× JSQ's ({where(vs[best]['mean_at'])}), worst p99 {vs[best]['p99_x']:.3f}× "
+                   f"({where(vs[best]['p99_at'])}), {max(vs[best]['msgs'].values()):.1f} messages per request at most.\n")
+    out.append("By how much each misses (mean over the 1.10× bar, p99 over the 1.15× bar, messages over 24 or growing; "
+               "both demands; a dash: met):\n")
+    out.append("| setting | mean: worst, cells above 1.10× | p99: worst, cells above 1.15× | messages, most (12 / 96 backends) | growth |")
+    out.append("|---|---|---|---|---:|")
+    for m, v in vs.items():
+        keys = [(m, b, f, d) for b, fs in FRONTS.items() for f in fs for d in DEMANDS if (m, b, f, d) in c]
+        over_mean = sum(c[k]["mean_x"] > MEAN_BAR for k in keys)
+        over_p99 = sum(c[k]["p99_x"] > P99_BAR for k in keys)
+        msgs = max(v["msgs"].values())
+        out.append(f"| {m} | " + (f"{v['mean_x']:.3f} (+{(v['mean_x'] / MEAN_BAR - 1) * 100:.1f}%), {over_mean} of {len(keys)}" if over_mean else "-")
+                   + " | " + (f"{v['p99_x']:.3f} (+{(v['p99_x'] / P99_BAR - 1) * 100:.1f}%), {over_p99} of {len(keys)}" if over_p99 else "-")
+                   + f" | {v['msgs'][12]:.1f} / {v['msgs'][96]:.1f}" + (" **over**" if msgs > MSG_BAR else "")
+                   + f" | {v['growth']:.2f}" + (" **grows**" if v["growth"] > GROWTH_BAR else "") + " |")
+    return out
+
+
 def extra_text(data: dict) -> str:
     return data.get("notes", "")
 
@@ -220,7 +261,7 @@ def plot(data: dict) -> str | None:
             axes[1][col].plot(xs, [max(c[(m, b, f, "exp")]["msgs"], 0.01) for f in xs], marker="o", label=m)
         axes[0][col].axhline(MEAN_BAR, color="black", linestyle="--", linewidth=0.8)
         axes[1][col].axhline(MSG_BAR, color="black", linestyle="--", linewidth=0.8)
-        for row, (yl, ys) in enumerate((("mean / JSQ's mean", "linear"), ("messages per request", "log"))):
+        for row, (yl, ys) in enumerate((("mean / JSQ's mean", "linear"), ("messages per request (none: drawn at 0.01)", "log"))):
             ax = axes[row][col]
             ax.set_xscale("log", base=2)
             ax.set_yscale(ys)
