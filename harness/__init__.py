@@ -6,6 +6,8 @@ integration tests, the benchmarks and the demo alike. One module per job:
 * `envoy`, `haproxy`: each real proxy with the committed example configs;
 * `hunters`: backends (an app behind the agent or a sidecar);
 * `fronts`: the committed hunting fronts over a list of backends.
+* `wiki`: real MediaWiki replicas (a template wiki, its copies, an Apache and
+  an agent each) for the Wikipedia replay; imported as `harness.wiki`.
 
 Importable from the repository root (`pytest.ini` and the Makefile put it on
 the path); the names below are the public surface.
