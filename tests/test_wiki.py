@@ -1,0 +1,132 @@
+"""The Wikipedia replay's real replica, smoke-tested (issue 32): MediaWiki 1.39
+under its own prefork Apache, copied from a template wiki, serving a real
+rendered page through `huntlb-agent`, whose load is read from that Apache's
+scoreboard. `make setup` installs MediaWiki (38 s on a new machine), so a
+missing MediaWiki fails here, as a missing Apache fails test_apache.py.
+
+The template (12 generated pages) is built into a folder of the test's own,
+not the bench's cache: about 5 s, the whole test under 20 s."""
+
+import math
+import os
+import re
+import threading
+import time
+
+import pytest
+from harness import metrics, request, wait_until
+from harness import wiki
+
+OFFER = {"hunt-offer": "1", "hunt-target": "1"}
+
+
+@pytest.fixture
+def template(procs, addrs):
+    missing = wiki.mediawiki_missing()
+    if missing:
+        pytest.fail(missing)
+    return wiki.build_template(pages=12, seed=7, cache=wiki.shared_dir(procs), procs=procs, addrs=addrs)
+
+
+def parser_cache_time(html: bytes) -> str:
+    """The timestamp MediaWiki leaves in a page rendered from (or into) its parser cache."""
+    m = re.search(rb"Saved in parser cache with key \S+ and timestamp (\d{14})", html)
+    assert m, "no parser cache comment in the page"
+    return m.group(1).decode()
+
+
+def test_replica_serves_a_rendered_page_through_the_agent_and_its_scoreboard_load(procs, addrs, template):
+    # 4 workers, SR_2: refuse an offer once 2 or more workers are busy
+    # a render made on the replica would carry a timestamp from now on
+    built = (template.dir / "meta.json").stat().st_mtime
+    time.sleep(max(0.0, math.floor(built) + 1 - time.time()))
+    started = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+    r = wiki.start_replica(procs, addrs, template, workers=4, policy="static:2", apache_poll_ms=10, hold=True)
+    title = template.pages[3]
+
+    # A real page, rendered by MediaWiki (templates expanded, references
+    # numbered), through the agent, from the copy's warm parser cache: the
+    # copy kept the template's LocalSettings.php mtime, so the entry saved
+    # while warming the template is still valid here.
+    status, h, html = request(r.agent, "GET", wiki.page_path(title), headers=OFFER)
+    assert status == 200, html[:500]
+    assert h.get("hunt-served-by") == r.id
+    assert b'class="mw-parser-output"' in html and title.encode() in html
+    assert b'class="infobox"' in html or b'class="reference"' in html, "templates were not expanded"
+    assert b"{{Cite" not in html and b"{{#if" not in html
+    assert parser_cache_time(html) < started, "rendered on the copy: the template's warm parser cache was not used"
+    assert (r.dir / "LocalSettings.php").stat().st_mtime == template.settings.stat().st_mtime
+    # a static file of the skin, from the same Apache
+    assert request(r.agent, "GET", f"{wiki.SCRIPT_PATH}/resources/assets/poweredby_mediawiki_88x31.png", headers=OFFER)[0] == 200
+
+    # The agent's load is the scoreboard's, not its own count: requests held
+    # straight at Apache (not through the agent) show up in huntlb_busy.
+    wait_until(lambda: metrics(r.admin)["huntlb_busy"] == 0, what="idle scoreboard")
+    held = []
+    for k in (1, 2):
+        t = threading.Thread(target=request, args=(r.apache.addr, "GET", "/hold.php?ms=4000"), daemon=True)
+        t.start()
+        held.append(t)
+        wait_until(lambda: metrics(r.admin)["huntlb_busy"] == k, timeout=5, what=f"huntlb_busy == {k}")
+        # Both read snapshots, and the agent's own 10 ms poll, when it meets
+        # ours, is one more busy worker: agreement is the steady state.
+        wait_until(lambda: r.apache.busy_workers() - 1 == k, timeout=2, what=f"Apache's BusyWorkers - 1 == {k} (agent and Apache agree)")
+    assert metrics(r.admin)["huntlb_inflight"] == 0, "the held requests never passed through the agent"
+    # at 2 busy workers SR_2 refuses an offer, and a final is served anyway
+    status, h, _ = request(r.agent, "GET", wiki.page_path(title), headers=OFFER)
+    assert status == 425, f"offer at 2 busy workers: {status}"
+    status, _, html = request(r.agent, "GET", wiki.page_path(title), headers={"hunt-offer": "1", "hunt-target": "2"})
+    assert status == 200 and b"mw-parser-output" in html
+    for t in held:
+        t.join(timeout=10)
+    wait_until(lambda: metrics(r.admin)["huntlb_busy"] == 0, timeout=5, what="scoreboard back to idle")
+    assert request(r.agent, "GET", wiki.page_path(title), headers=OFFER)[0] == 200
+    m = metrics(r.admin)
+    assert m['huntlb_apache_polls_total{result="ok"}'] > 10 and m['huntlb_apache_polls_total{result="failed"}'] == 0
+    assert "PHP Fatal" not in r.apache.error_log()
+
+
+def test_cpu_limit_caps_a_replica(procs, addrs, template):
+    """A replica's CPU limit holds: 2 workers rendering flat out for 2 s
+    under a 0.25-core limit use at most about 0.25 core (and are throttled)."""
+    why = wiki.CpuLimit.available()
+    if why:
+        pytest.skip(f"no CPU limit on this machine: {why}")
+    r = wiki.start_replica(procs, addrs, template, workers=2, cores=0.25, policy="static:32", hold=True)
+    assert r.cpu is not None
+    # the Apache master and all its children are in the group
+    pids = set(r.cpu.procs_file.read_text().split())
+    assert str(r.apache.proc.pid) in pids and len(pids) >= 3, pids
+    before, cpu0, t0 = r.cpu.throttled(), group_cpu_s(r.cpu), time.monotonic()
+    stop = t0 + 2.0
+    titles = template.pages
+
+    def load():
+        i = 0
+        while time.monotonic() < stop and i < 1000:
+            # a new render every time (an uncached parse), as CPU-bound as MediaWiki gets
+            request(r.apache.addr, "GET", f"{wiki.SCRIPT_PATH}/api.php?action=parse&format=json&title=X&text=%7B%7B:{titles[i % len(titles)].replace(' ', '_')}%7D%7D", timeout=30)
+            i += 1
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=40)
+    used = (group_cpu_s(r.cpu) - cpu0) / (time.monotonic() - t0)
+    periods, _ = r.cpu.throttled()
+    assert periods > before[0], "the replica was never throttled: the limit is not applied"
+    # two workers rendering flat out would take up to 2 cores; the limit is 0.25
+    assert 0.05 < used < 0.25 * 1.3, f"the replica used {used:.2f} core under a 0.25-core limit"
+
+
+def group_cpu_s(cpu) -> float:
+    """User + system CPU seconds of the processes in a replica's cgroup (/proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in cpu.procs_file.read_text().split():
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
