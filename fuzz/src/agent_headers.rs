@@ -3,8 +3,8 @@
 //! `protocol::classify` given each field; this one covers the agent's walk of a
 //! real header map into those fields (`read_try`), the stripping of hop-by-hop,
 //! `Connection`-named, `hunt-*` and (in responses) `x-envoy-*` headers, the head
-//! of a forward to a peer (`to_peer`), and the `Upgrade`, `TE: trailers` and
-//! gRPC checks.
+//! of a forward to a peer (`to_peer`), the `Upgrade`, `TE: trailers` and gRPC
+//! checks, and a body's framing toward an HTTP/1.1 app (`keep_body_framing`).
 //!
 //! Not part of `lib.rs`: the policy crate replays `lib.rs` and cannot depend on
 //! the agent. `fuzz_targets/agent_headers.rs` hands it libFuzzer's inputs and
@@ -20,6 +20,9 @@
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use huntlb_agent::headers::{self, read_try, Hunt, HOP_BY_HOP};
 use huntlb_policy::protocol::{self, Mark};
+use hyper::body::{Body, Frame, SizeHint};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// The headers a one-byte name picks: every one the agent reads or strips.
 pub const NAMES: [&str; 20] = [
@@ -75,6 +78,7 @@ pub fn agent_headers(data: &[u8]) {
     check_response_strip(&h);
     check_to_peer(&h);
     check_upgrade_and_trailers(&h);
+    check_body_framing(&h, data.len());
 }
 
 /// `read_try`: an offer only from one well-formed `hunt-offer` equal to the try's
@@ -187,5 +191,42 @@ fn check_upgrade_and_trailers(h: &HeaderMap) {
     if headers::is_grpc(h) {
         let ct = h.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
         assert!(ct.trim_start().to_ascii_lowercase().starts_with("application/grpc"), "gRPC from {ct:?}");
+    }
+}
+
+/// A request body as hyper reports it: ended or not, of known length or not.
+struct Framing {
+    ended: bool,
+    exact: Option<u64>,
+}
+
+impl Body for Framing {
+    type Data = &'static [u8];
+    type Error = std::convert::Infallible;
+    fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Poll::Ready(None)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.ended
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.exact.map_or_else(SizeHint::default, SizeHint::with_exact)
+    }
+}
+
+/// A body still to come, of no declared length, goes chunked; nothing else is
+/// touched, and a body whose length is known or declared keeps its headers.
+fn check_body_framing(h: &HeaderMap, n: usize) {
+    for (ended, exact) in [(false, None), (false, Some(n as u64)), (true, None), (true, Some(0))] {
+        let mut f = h.clone();
+        headers::keep_body_framing(&mut f, &Framing { ended, exact });
+        let declared = h.contains_key("content-length") || h.contains_key("transfer-encoding");
+        if !ended && exact.is_none() && !declared {
+            let mut want = h.clone();
+            want.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+            assert_eq!(f, want, "a body of no declared length is not sent chunked");
+        } else {
+            assert_eq!(&f, h, "framing changed a body that is declared, sized or ended");
+        }
     }
 }
