@@ -151,11 +151,16 @@ def findings(runs: list[dict]) -> str:
     return "\n".join(out)
 
 
+def text(runs: list[dict]) -> str:
+    """The report, from the runs alone."""
+    return render("many-fronts", {"table": rows(runs), "findings": findings(runs), "runs": str(len(runs))})
+
+
 def report() -> None:
     runs = load()
     if not runs:
         raise SystemExit(f"{DATA}: no runs yet (collect some)")
-    REPORT.write_text(render("many-fronts", {"table": rows(runs), "findings": findings(runs), "runs": str(len(runs))}))
+    REPORT.write_text(text(runs))
     print(f"wrote {REPORT}")
 
 

@@ -14,6 +14,7 @@ import agent_overhead
 import elb
 import haproxy_ablation
 import haproxy_profile
+import many_fronts
 import proxy_overhead
 import reliability
 import sim_proxies
@@ -51,6 +52,10 @@ def test_data_file_is_compact_and_reads_back_to_its_bytes(path, tmp_path):
     if isinstance(runs, list):
         lines = {line.strip().removesuffix(",") for line in path.read_text().splitlines()}
         assert all(json.dumps(r, ensure_ascii=False) in lines for r in runs)
+
+
+def test_many_fronts_report_renders_from_its_data():
+    assert many_fronts.text(many_fronts.load()) == committed("many-fronts")
 
 
 def test_srlb_reports_render_from_their_data():
