@@ -321,14 +321,17 @@ def main() -> None:
     print(f"wrote docs/results/{NAME}.md, {DATA.relative_to(ROOT)} ({time.monotonic() - t0:.0f} s)", flush=True)
 
 
-# Ideas beyond the grid: re-drawing 5 times as often (R 20 ms), and pulling
+# Ideas beyond the grid: a larger sample (K 10), re-drawing 5 times as often (R 20 ms), and pulling
 # counts on demand (an agent about to decide asks D random peers, and decides on
 # their answers a round trip later) instead of pushing them.
 EXTRA: dict[str, list[str]] = {
     "tier, K=8, B=4, R=20 ms": [*TIER, "--fleet-sample", "8", "--fleet-keep", "4", "--fleet-resample-ms", "20"],
     "tier, K=6, B=3, R=20 ms": [*TIER, "--fleet-sample", "6", "--fleet-keep", "3", "--fleet-resample-ms", "20"],
+    "tier, K=10, B=5": [*TIER, "--fleet-sample", "10", "--fleet-keep", "5", "--fleet-resample-ms", str(RESAMPLE_MS)],
     "pull, D=4": [*TIER, "--fleet-probe", "4"],
     "pull, D=8": [*TIER, "--fleet-probe", "8"],
+    "pull, D=10": [*TIER, "--fleet-probe", "10"],
+    "pull, D=12": [*TIER, "--fleet-probe", "12"],
 }
 
 if __name__ == "__main__":
