@@ -118,8 +118,9 @@ impl Pool {
         Some(server)
     }
 
+    /// Answers in the pool (landed, not yet used up or aged out).
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub fn held(&self) -> usize {
         self.entries.len()
     }
 }

@@ -27,14 +27,14 @@ fn the_pool_takes_answers_when_they_land_and_drops_used_old_and_replaced_ones() 
     p.answer(0.001, entry(4, 0, 0.02, 0.0));
     assert_eq!(p.select(&spec, 0.0005), None, "not landed yet");
     assert_eq!(p.select(&spec, 0.001), Some(4));
-    assert_eq!(p.len(), 0, "used once, reuse 1: gone");
+    assert_eq!(p.held(), 0, "used once, reuse 1: gone");
     // The same server again: the newer answer replaces the older.
     p.answer(0.002, entry(5, 3, 0.02, 0.002));
     p.answer(0.003, entry(5, 1, 0.02, 0.003));
     p.answer(0.003, entry(6, 2, 0.02, 0.003));
     p.answer(0.004, entry(7, 0, 0.02, 0.004));
     assert_eq!(p.select(&spec, 0.004), Some(7), "pool of 2: the oldest (server 5) made room");
-    assert_eq!(p.len(), 1);
+    assert_eq!(p.held(), 1);
     // Older than 10 ms: dropped, the pool is empty.
     assert_eq!(p.select(&spec, 0.020), None);
 }
