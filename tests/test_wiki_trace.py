@@ -69,12 +69,18 @@ def test_loadgen_replays_the_trace_request_for_request(procs, addrs, tmp_path):
     lines = [ln.split(" ", 1) for ln in out.read_text().splitlines() if not ln.startswith("#")]
     assert len(lines) == summary["requests"] > 200
     _, app = procs.workload(addrs.host(), demand="const:0", workers=64, cores=64)
-    rep_path = tmp_path / "rep.json"
+    rep_path, each_path = tmp_path / "rep.json", tmp_path / "each.txt"
     lg = subprocess.run([binary("huntlb-loadgen"), "--target", f"http://{app}/", "--trace", str(out), "--json", str(rep_path),
-                         "--max-lateness-us", "20000"], capture_output=True, text=True, timeout=60)
+                         "--requests", str(each_path), "--max-lateness-us", "20000"], capture_output=True, text=True, timeout=60)
     assert lg.returncode == 0, lg.stdout + lg.stderr
     rep = json.loads(rep_path.read_text())
     assert rep["scheduled"] == rep["completed"] == len(lines) and rep["errors"] == 0
+    # --requests: one line per request, in trace order, at the trace's own send times
+    each = [list(map(int, ln.split())) for ln in each_path.read_text().splitlines()]
+    assert [e[0] for e in each] == list(range(len(lines)))
+    assert all(abs(e[1] - round(float(t) * 1e6)) <= 1 for e, (t, _) in zip(each, lines))
+    assert all(e[3] == 200 and 0 < e[2] < 5_000_000 for e in each)
+    assert "requests" not in rep, "the per-request records belong in --requests, not the JSON report"
     # the app saw each path as often as the trace has it (its counts are by path, without the query)
     want = Counter(p.strip().split("?")[0] for _, p in lines)
     got = app_stats(app)["paths"]

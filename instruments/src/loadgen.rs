@@ -57,6 +57,23 @@ pub struct Plan {
     /// Headers every request carries (a bench that offers straight to an
     /// agent marks its requests as a front would).
     pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Keep every request's outcome (`Report::requests`): a replay's figures
+    /// bin latencies by send time and by path (seed 002's Figures 6-7), which
+    /// one histogram cannot give.
+    pub record_each: bool,
+}
+
+/// One request's outcome, when the plan asks for them (`record_each`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RequestRecord {
+    /// Its place in the schedule (a trace's line order, sorted by time).
+    pub index: u32,
+    /// Intended send time, microseconds from the start.
+    pub offset_us: u64,
+    /// From the intended send time to the end of the response body.
+    pub latency_us: u64,
+    /// The HTTP status, or 0 for an error (timeout, connection).
+    pub status: u16,
 }
 
 /// A latency summary in microseconds.
@@ -125,6 +142,9 @@ pub struct Report {
     /// False when the generator could not keep its schedule: not a result.
     pub valid: bool,
     pub invalid_reason: Option<String>,
+    /// Every request's outcome in schedule order, with `record_each` (not in the JSON report).
+    #[serde(skip)]
+    pub requests: Vec<RequestRecord>,
 }
 
 struct Tally {
@@ -135,6 +155,7 @@ struct Tally {
     served_by: BTreeMap<String, u64>,
     errors: u64,
     error_kinds: BTreeMap<String, u64>,
+    each: Option<Vec<RequestRecord>>,
 }
 
 /// Distinct error kinds kept by name; beyond that they count as `other`.
@@ -208,6 +229,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         errors: 0,
         error_kinds: BTreeMap::new(),
         completed_by_end: 0,
+        each: plan.record_each.then(Vec::new),
     }));
     let slots = Arc::new(Semaphore::new(plan.max_inflight));
     let served_by = http::HeaderName::from_bytes(plan.served_by_header.as_bytes())?;
@@ -262,6 +284,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         };
         let (client, tally, slots, served_by, timeout) = (client.clone(), tally.clone(), slots.clone(), served_by.clone(), plan.timeout);
         let headers = plan.headers.clone();
+        let offset_us = offset.as_micros() as u64;
         tasks.push(handle.spawn(async move {
             let _permit = slots.acquire_owned().await;
             let mut req = Request::get(uri);
@@ -283,6 +306,13 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
             let elapsed = intended.elapsed();
             let mut t = tally.lock().unwrap();
             let _ = t.lateness.record(late.as_micros().max(1) as u64);
+            let status = match &res {
+                Ok(Ok((status, _))) => *status,
+                _ => 0,
+            };
+            if let Some(each) = t.each.as_mut() {
+                each.push(RequestRecord { index: i as u32, offset_us, latency_us: elapsed.as_micros() as u64, status });
+            }
             match res {
                 Ok(Ok((status, by))) => {
                     let _ = t.latency.record(elapsed.as_micros().max(1) as u64);
@@ -318,7 +348,9 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
     });
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
-    let t = tally.lock().unwrap();
+    let mut t = tally.lock().unwrap();
+    let mut requests = t.each.take().unwrap_or_default();
+    requests.sort_by_key(|r| r.index);
     let completed = t.latency.len();
     let lateness = Summary::of(&t.lateness);
     let p99_late = Duration::from_micros(lateness.at(99.0));
@@ -351,6 +383,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         cpu_per_request_us: cpu / scheduled.max(1) as f64 * 1e6,
         valid: invalid_reason.is_none(),
         invalid_reason,
+        requests,
     })
 }
 
@@ -508,6 +541,7 @@ mod tests {
             cpu_per_request_us: 0.0,
             valid: true,
             invalid_reason: None,
+            requests: Vec::new(),
         };
         let (pts, rps) = parse_wrk2(&wrk2_text(&r)).unwrap();
         assert_eq!(rps, 3.0);

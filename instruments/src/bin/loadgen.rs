@@ -37,6 +37,11 @@ struct Args {
     /// Replay a trace: lines of `SECONDS PATH` (offset from start, request path).
     #[arg(long)]
     trace: Option<String>,
+    /// Write every request's outcome here, one line each, in schedule order:
+    /// `INDEX OFFSET_US LATENCY_US STATUS` (status 0: an error), INDEX being its
+    /// place in the schedule (with --trace, the trace's requests sorted by time).
+    #[arg(long)]
+    requests: Option<String>,
     /// Write the full report (histogram included) as JSON here.
     #[arg(long)]
     json: Option<String>,
@@ -107,7 +112,16 @@ fn main() -> anyhow::Result<()> {
                 Ok((k.trim().parse().with_context(|| format!("--header `{h}`: bad name"))?, v.trim().parse().with_context(|| format!("--header `{h}`: bad value"))?))
             })
             .collect::<anyhow::Result<_>>()?,
+        record_each: a.requests.is_some(),
     })?;
+    if let Some(path) = &a.requests {
+        use std::io::Write;
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("--requests {path}"))?);
+        for r in &report.requests {
+            writeln!(f, "{} {} {} {}", r.index, r.offset_us, r.latency_us, r.status).with_context(|| format!("--requests {path}"))?;
+        }
+        f.flush().with_context(|| format!("--requests {path}"))?;
+    }
     print!("{}", loadgen::wrk2_text(&report));
     if let Some(path) = a.json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?).with_context(|| format!("--json {path}"))?;
