@@ -84,12 +84,12 @@ def agility(work: Path, quick: bool) -> dict:
         shares, runs = {}, []
         for proxy in PROXIES:
             # hunting over the proxy's own pick, each agent's c_min at its cores
-            # (issue 18: traffic follows capacity; HAProxy adds hunt-seen, slack 1)
+            # (issue 18: traffic follows capacity; HAProxy adds hunt-seen, seen_margin 1)
             # Envoy's strongest least-request too (FULL_SCAN): compare with the best
             stronger = [("LR/full", "LR/full", None)] if proxy == "envoy" else []
             for name, strategy, policy in (("RR", "RR", None), ("SR_4", "hunt", "static:4"), ("SR_dyn", "hunt", "dynamic"),
                                            (LEAST[proxy], LEAST[proxy], None), *stronger,
-                                           ("SR_cores/own", "hunt/own", "dynamic:slack=1,c_min={cores}")):
+                                           ("SR_cores/own", "hunt/own", "dynamic:seen_margin=1,c_min={cores}")):
                 if policy:
                     fleet.set_policy(policy)
                 f = fleet.front(proxy, *STRATEGIES[proxy][strategy], hr, name=f"agility-{strategy}".replace("(", "").replace(")", "").replace("/", "-"))
@@ -116,7 +116,7 @@ def agility(work: Path, quick: bool) -> dict:
 # repetition, the proxy's strongest least-request and its shipped hunting front
 # back to back (order reversed every other one), ratios of the pair.
 STRONGEST = {"envoy": ("LR/full", "LR/full", None), "haproxy": ("leastconn", "leastconn", None)}
-OWN = ("SR_cores/own", "hunt/own", "dynamic:slack=1,c_min={cores}")
+OWN = ("SR_cores/own", "hunt/own", "dynamic:seen_margin=1,c_min={cores}")
 
 
 def agility_paired(work: Path, reps: int, first: int = 0) -> dict:

@@ -44,7 +44,7 @@ from harness import Addrs, HaproxyRoot, Procs, envoy_stats, haproxy_runtime
 PROXIES = ("envoy", "haproxy")
 N, CORES, MEAN_MS = 12, 2.0, 20.0
 CAPACITY = N * CORES / (MEAN_MS / 1000)  # req/s the apps can serve
-POLICY = "dynamic:slack=1"  # the agent's default (policy::DEFAULT_POLICY)
+POLICY = "dynamic:seen_margin=1"  # the agent's default (policy::DEFAULT_POLICY)
 JSON = data_path("reliability")
 DOC = ROOT / "docs" / "reliability.md"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import yaml
@@ -13,7 +14,9 @@ from harness.net import request, wait_http, wait_until
 from harness.procs import ROOT, Proc, Procs
 
 EXAMPLES = ROOT / "envoy-filter" / "examples"
-WASM = ROOT / "target" / "huntlb_filter.wasm"
+# HUNTLB_WASM: another build of the filter, e.g. a debug one tried beside the
+# release build `make wasm` leaves here for the benchmarks.
+WASM = Path(os.environ.get("HUNTLB_WASM", ROOT / "target" / "huntlb_filter.wasm"))
 
 
 def envoy_binary() -> str:

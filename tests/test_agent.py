@@ -287,13 +287,13 @@ def test_admin_port_closes_idle_connections(procs, addrs):
 def test_an_offer_is_decided_with_its_fronts_own_count_at_this_backend(procs, addrs):
     # hunt-front: the agent counts the tries it holds from each named front and
     # takes that as the offer's hunt-seen. The policy refuses every offer but
-    # those within slack 1 of what their front holds here, so with two slow
+    # those within seen_margin 1 of what their front holds here, so with two slow
     # requests held from front A: A's offer is accepted (busy 2 <= 2 + 1), B's
     # and an unnamed one are refused (busy 2 > 0 + 1), and a hunt-seen sent
     # with the name wins over the count.
     host = addrs.host()
     _, app = procs.workload(host, workers=8, demand="const:0")
-    _, agent, admin = procs.agent(host, app, policy="dynamic:c0=0,c_max=0,slack=1")
+    _, agent, admin = procs.agent(host, app, policy="dynamic:c0=0,c_max=0,seen_margin=1")
     ts = hold(agent, 2, 3000, headers={**FINAL, "hunt-front": "A"})
     wait_until(lambda: inflight(admin) == 2, timeout=5)
     assert request(agent, "GET", "/a", headers={**OFFER, "hunt-front": "A"})[0] == 200
@@ -316,7 +316,7 @@ def test_a_fronts_count_holds_a_streamed_response_until_its_body_ends(procs, add
     count dropped at the response head (seen 0, b 2 > 0 + 1) the policy, with
     c = 1, would refuse it. An offer from front-b is refused either way."""
     from harness.apps import SseApp, start_app_backends
-    (b,) = start_app_backends(procs, addrs, 1, "dynamic:slack=1,c0=1,window=1000", SseApp)
+    (b,) = start_app_backends(procs, addrs, 1, "dynamic:seen_margin=1,c0=1,window=1000", SseApp)
     conns = []
     for _ in range(2):
         conn = http.client.HTTPConnection(*b.agent.split(":"), timeout=10)

@@ -197,7 +197,7 @@ def _full_scan_front_over_slow_checks(procs, addrs):
     whose jobs take 50 ms, so live hosts hold requests; its health checks
     slowed to 5 s, so they cannot be what takes a host out during a test.
     Returns (backends, listen, admin)."""
-    bs = start_backends(procs, addrs, 4, "dynamic:slack=1", app_opts={"workers": 8, "cores": 2, "demand": "const:50"},
+    bs = start_backends(procs, addrs, 4, "dynamic:seen_margin=1", app_opts={"workers": 8, "cores": 2, "demand": "const:50"},
                         agent_opts={"workers": 8})
     host = addrs.host()
     listen, admin = f"{host}:10000", f"{host}:9902"

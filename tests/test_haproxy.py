@@ -95,7 +95,7 @@ class Held:
 # Agents that refuse every offer except one whose hunt-seen is at least their
 # true in-flight count: an offer is accepted only if the front sent the right
 # count of the right server.
-COUNT_CHECKING = "dynamic:c0=0,c_max=0,slack=0"
+COUNT_CHECKING = "dynamic:c0=0,c_max=0,seen_margin=0"
 
 
 def test_offered_to_the_least_loaded_server_with_its_count(procs, addrs, front):

@@ -85,12 +85,12 @@ def test_dynamic_moves_c_as_algorithm_2_says(procs, addrs, kind):
 def test_a_front_that_names_itself_is_counted_apart(procs, addrs, kind):
     """An Envoy front sends no hunt-seen but names itself (hunt-front) on every
     try; every host counts what it holds from each name and takes that as the
-    front's hunt-seen, so slack accepts the offers of a front whose own count
+    front's hunt-seen, so seen_margin accepts the offers of a front whose own count
     is right and refuses one the others loaded this backend for."""
     host = addrs.host()
     _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
     # c stays 1 (a window no test reaches): the policy alone refuses at b >= 1
-    h = start_hunter(kind, procs, host, app, "dynamic:slack=1,c0=1,window=1000")
+    h = start_hunter(kind, procs, host, app, "dynamic:seen_margin=1,c0=1,window=1000")
     held = hold(h.addr, 3, work_ms=6000, front="front-a")
     wait_until(lambda: h.inflight() == 3, what="front-a's 3 requests in flight")
     cases = [
@@ -119,3 +119,26 @@ def test_a_front_that_names_itself_is_counted_apart(procs, addrs, kind):
     for t in held:
         t.join(timeout=20)
     assert (h.accepted(), h.refused()) == (2, 5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_old_name_of_seen_margin_is_the_same_policy_with_a_warning(procs, addrs, kind):
+    """Issue 30: `slack` is `seen_margin`'s old name. Every host still takes it,
+    decides alike (two requests held; c stays 1: an offer whose front counted 1
+    here is accepted, 2 <= 1 + 1; one whose front counted none is refused,
+    2 > 0 + 1), and logs at load the line the policy crate words for it
+    (policy/vectors/specs.json `warning`)."""
+    host = addrs.host()
+    _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
+    h = start_hunter(kind, procs, host, app, "dynamic:slack=1,c0=1,window=1000")
+    held = hold(h.addr, 2, work_ms=5000)
+    wait_until(lambda: h.inflight() == 2, what="2 requests in flight")
+    assert request(h.addr, "GET", "/old/seen-1", headers={**OFFER, "hunt-seen": "1"})[0] == 200, kind
+    assert request(h.addr, "GET", "/old/seen-0", headers={**OFFER, "hunt-seen": "0"})[0] == 425, kind
+    assert h.inflight() == 2, "the held load ended before the offers did: the run proves nothing"
+    for t in held:
+        t.join(timeout=20)
+    warning = "policy key `slack` is deprecated: write `seen_margin` (same meaning)"
+    wait_until(lambda: warning in h.proc.log(), what=f"{kind} logs the warning")
+    if kind == "agent":
+        assert h.proc.log().count(warning) == 1, "once, at start"

@@ -32,7 +32,7 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, wait_
 # `hunt/LR` offers to Envoy's own LEAST_REQUEST pick (two random hosts, the one
 # with fewer active requests) and reselects the final the same way (issue 18);
 # `hunt/full` to the least loaded of all (FULL_SCAN), naming itself (hunt-front)
-# so slack policies count what it holds there (the shipped front.yaml).
+# so seen_margin policies count what it holds there (the shipped front.yaml).
 # `hunt/own` is each proxy's shipped front (hunting over its own least-loaded
 # pick), under one name for reports that span both proxies.
 STRATEGIES = {
@@ -45,10 +45,13 @@ STRATEGIES = {
 
 # The acceptance policy each hunting strategy asks of the agents. A name with a
 # suffix hunts over that pick instead of a random one: `SR_dyn/LR` is SR_dyn
-# offered to Envoy's LEAST_REQUEST pick (strategy `hunt/LR`).
+# offered to Envoy's LEAST_REQUEST pick (strategy `hunt/LR`). The SR_slack
+# labels keep the policy key's old name (`slack`, now `seen_margin`): they name
+# runs in the committed data.
 HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "SR_dyn": "dynamic",
-                 "SR_slack": "dynamic:slack=1", "SR_slack2": "dynamic:slack=2", "SR_gate": "dynamic:c0=0,c_max=0,slack=1",
-                 "FWD": "dynamic:slack=1", "FWDall": "dynamic:slack=1"}
+                 "SR_slack": "dynamic:seen_margin=1", "SR_slack2": "dynamic:seen_margin=2",
+                 "SR_gate": "dynamic:c0=0,c_max=0,seen_margin=1",
+                 "FWD": "dynamic:seen_margin=1", "FWDall": "dynamic:seen_margin=1"}
 # Strategies whose agents form a forwarding tier (agent `fleet_listen`, every
 # agent a member): an offer not the least of what its agent hears goes on to
 # the least peer heard; the policy decides only while no peer is heard. The
