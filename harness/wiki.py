@@ -47,7 +47,7 @@ CACHE = ROOT / ".cache" / "wiki"
 # tells wiki pages from static files by `/wiki/index.php` in the URL).
 SCRIPT_PATH = "/wiki"
 # Bump when the template's content or settings change: a new cache key.
-TEMPLATE_VERSION = 1
+TEMPLATE_VERSION = 2
 
 
 def mediawiki_missing() -> str | None:
@@ -65,13 +65,26 @@ def mediawiki_missing() -> str | None:
 # a branch per field, a citation template (the commonest template on Wikipedia,
 # used once per reference), a navbox (a table of links), and a small
 # arithmetic template. Render cost grows with how often they are used.
+_CITE_FIELDS = ("author", "date", "title", "url", "journal", "publisher", "volume", "pages", "access-date")
+_CITE_ARGS = "|".join(f"{f}={{{{{{{f}|}}}}}}" for f in _CITE_FIELDS)
 TEMPLATES = {
     "Infobox": """<includeonly>{| class="infobox" style="float:right; width:22em"
 |+ '''{{{name|{{PAGENAME}}}}}'''
 {{#if:{{{image|}}}|{{!}} colspan="2" {{!}} [[File:{{{image}}}|200px]]}}
 {{#for_fields}}
 |}</includeonly>""",
-    "Cite": """<includeonly>{{#if:{{{author|}}}|{{{author}}}. }}{{#if:{{{date|}}}|({{{date}}}). }}"{{#if:{{{url|}}}|[{{{url}}} {{{title}}}]|{{{title}}}}}". {{#if:{{{journal|}}}|''{{{journal}}}''|{{#if:{{{publisher|}}}|{{{publisher}}}}}}}{{#if:{{{volume|}}}| '''{{{volume}}}'''}}{{#if:{{{pages|}}}|: {{{pages}}}}}. {{#if:{{{access-date|}}}|Retrieved {{#time:j F Y|{{{access-date}}}}}.}}</includeonly>""",
+    # Wikipedia's citation templates hand every field to a core template that
+    # formats it and also emits COinS metadata (each field URL-encoded): a
+    # reference costs dozens of parser-function calls, which is what makes long,
+    # well-referenced pages the expensive ones to render.
+    "Cite": ("<includeonly>{{Cite/core|" + _CITE_ARGS + "|mode=display}}"
+             '<span class="Z3988" title="ctx_ver=Z39.88-2004{{Cite/core|' + _CITE_ARGS + '|mode=coins}}"></span></includeonly>'),
+    "Cite/core": "<includeonly>" + "".join(
+        "{{#ifeq:{{{mode}}}|coins|{{#if:{{{" + f + "|}}}|&rft." + f + "={{urlencode:{{{" + f + "}}}}}}}|{{#if:{{{" + f + "|}}}|"
+        "{{#switch:" + f + "|author={{{author}}}.|date=({{#time:Y|{{{date}}}-01-01}}).|title=\"{{#if:{{{url|}}}|[{{{url}}} {{{title}}}]|{{{title}}}}}\""
+        "|journal=''{{{journal}}}''|volume='''{{{volume}}}'''|pages=pp. {{{pages}}}|access-date=Retrieved {{#time:j F Y|{{{access-date}}}}}."
+        "|#default={{{" + f + "}}}}} }}}}"
+        for f in _CITE_FIELDS) + "</includeonly>",
     "Navbox": """<includeonly>{| class="navbox" style="width:100%"
 ! colspan="2" | {{{title}}}
 |-
@@ -119,15 +132,17 @@ class Page:
 
 
 def generate_pages(n: int, seed: int = 1) -> list[Page]:
-    """`n` articles whose wikitext sizes are lognormal (median about 4 KB,
+    """`n` articles whose prose length is lognormal (median about 4 KB,
     sigma 1.1, 300 B to 250 KB: Wikipedia's articles run from stubs to long
     featured articles, with a median of a few KB), and whose render costs
     follow from what they contain, as on Wikipedia: one citation template per
-    reference (about one per 400 bytes of prose), an infobox on 60% of pages
-    (24 optional fields, each a ParserFunctions branch), 0-3 navboxes, a table
-    on a third, unit conversions (#expr). A stub renders in milliseconds, the
-    longest pages in about a second: two to three orders of magnitude, which
-    `render_costs` measures. Deterministic for a seed. Page 0 is the main page."""
+    reference (about one per 400 bytes of prose, each a nested template with
+    COinS metadata), an infobox on 60% of pages (up to 24 fields, each a
+    ParserFunctions branch), 0-3 navboxes, a table on 3% of paragraphs, unit
+    conversions (#expr). With the templates the wikitext's median is about
+    8.6 KB. What a page costs to render, from the cache and anew, is measured by
+    bench/wiki_costs.py (docs/wiki.md gives the spread). Deterministic for a
+    seed. Titles are `Article 00000` on (bench/wiki_trace.py's page_title)."""
     if n < 1:
         raise ValueError("generate_pages: n must be >= 1")
     rng = random.Random(seed)
