@@ -64,7 +64,18 @@ BASELINES = ("least-request", "Prequal, q 0.84", "Prequal, q 0")
 MEAN_BAR, P99_BAR, MSG_BAR, GROWTH_BAR = 1.10, 1.15, 24, 1.10
 
 
+def capped(args: list[str], backends: int) -> list[str]:
+    """`args` with a sample or a pull of more peers than the fleet has cut to every other backend."""
+    out = list(args)
+    for flag in ("--fleet-sample", "--fleet-probe"):
+        if flag in out:
+            i = out.index(flag) + 1
+            out[i] = str(min(int(out[i]), backends - 1))
+    return out
+
+
 def sim(args: list[str], backends: int, fronts: int, demand: str, seed: int, requests: int) -> dict:
+    args = capped(args, backends)
     fleet = ["--servers", str(backends), "--workers", str(WORKERS), "--cores", str(CORES), "--backlog", str(BACKLOG)]
     run = [*fleet, *args, "--mean-ms", str(MEAN_MS), "--rho", str(RHO), "--proxies", str(fronts), "--demand", demand,
            "--requests", str(requests), "--seed", str(seed)]
@@ -73,7 +84,7 @@ def sim(args: list[str], backends: int, fronts: int, demand: str, seed: int, req
 
 def record(name: str, args: list[str], backends: int, fronts: int, demand: str, seed: int, r: dict) -> dict:
     m, d = r["messages"], r["messages"]["datagrams"]
-    return {"mode": name, "backends": backends, "fronts": fronts, "demand": demand, "seed": seed, "args": " ".join(args),
+    return {"mode": name, "backends": backends, "fronts": fronts, "demand": demand, "seed": seed, "args": " ".join(capped(args, backends)),
             "mean_ms": round(r["mean_ms"], 4), "p50_ms": round(r["p50_ms"], 4), "p99_ms": round(r["p99_ms"], 4),
             "rejected": r["rejected"], "acceptance": r["acceptance"],
             "msg": {"per_request": round(m["per_request"], 4), "refusals": m["refusals"], "forwards": m["forwards"], "probes": m["probes"],
@@ -273,7 +284,7 @@ def findings_text(c: dict) -> list[str]:
         out.append("* **Pulling counts on demand** (an agent about to decide by counts asks D random peers and decides when they "
                    f"answer, {2 * DELAY_MS:.1f} ms later; the request waits): nothing is sent while the front's count decides, so it "
                    "costs 2D datagrams per offer decided by counts, never more, and the counts are fresh (no herding on an old "
-                   "least). " + "; ".join(f"{m.split(', ')[1]}: {w(m, 12)[0]:.3f}× / {w(m, 96)[0]:.3f}× JSQ at worst (12 / 96 "
+                   "least; a D or K above the other backends asks or samples all of them: 11 on 12 backends). " + "; ".join(f"{m.split(', ')[1]}: {w(m, 12)[0]:.3f}× / {w(m, 96)[0]:.3f}× JSQ at worst (12 / 96 "
                                           f"backends), {max(w(m, 12)[1], w(m, 96)[1]):.1f} messages" for m in pulls) + ".")
     pq = lambda b, f: c[("Prequal, q 0", b, f, "exp")]["mean_x"]  # noqa: E731
     hu = lambda b, f: c[("hunting (shipped, no tier)", b, f, "exp")]["mean_x"]  # noqa: E731
