@@ -66,6 +66,10 @@ pub struct FleetConfig {
     pub keep: usize,
 }
 
+/// At most this many members (addresses `fleet_peers` resolves to): what a
+/// DNS answer can add to the tier's tables is bounded (and a sample with them).
+pub const MAX_MEMBERS: usize = 4096;
+
 /// Peers heard by default, and how many of the least loaded a draw keeps:
 /// docs/results/many-fronts-sim.md has the simulator's measurements behind
 /// them.
@@ -230,8 +234,8 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 return Err(invalid("fleet_resample_ms", "must be at most half of fleet_dead_after_ms: each draw renews the sample's subscriptions, which last that long"));
             }
             let sample = k.fleet_sample.unwrap_or(DEFAULT_SAMPLE) as usize;
-            if sample > crate::fleet::MAX_MEMBERS {
-                return Err(invalid("fleet_sample", format!("at most {} (0: every member)", crate::fleet::MAX_MEMBERS)));
+            if sample > MAX_MEMBERS {
+                return Err(invalid("fleet_sample", format!("at most {} (0: every member)", MAX_MEMBERS)));
             }
             let keep = k.fleet_sample_keep.map_or(DEFAULT_KEEP.min(sample / 2), |v| v as usize);
             if sample == 0 && k.fleet_sample_keep.is_some() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 mod fleet;
 mod raw;
-pub use fleet::{FleetConfig, Peer};
+pub use fleet::{FleetConfig, Peer, MAX_MEMBERS};
 pub use raw::Raw;
 
 pub use crate::error::ConfigError;

@@ -71,9 +71,7 @@ pub enum Bad {
     Replayed = 3,
 }
 
-/// At most this many members (addresses `fleet_peers` resolves to): what a
-/// DNS answer can add to the tables is bounded.
-pub const MAX_MEMBERS: usize = 4096;
+pub use crate::config::MAX_MEMBERS;
 
 /// This agent's count and whether it takes forwards, as the agent tells it
 /// (None once the agent is gone: nothing more is sent).
