@@ -112,7 +112,13 @@ class Fleet:
         if forward:
             n = len(self.backends)
             heard = n - 1 if sample == 0 else min(sample, n - 1)
-            wait_until(lambda: all(b.metrics().get("huntlb_fleet_peers", 0) >= heard for b in self.backends), timeout=15,
+            def peers(b: Backend) -> int:
+                try:
+                    return b.metrics().get("huntlb_fleet_peers", 0)
+                except OSError:  # not listening yet: a big fleet's agents take a moment to start
+                    return 0
+
+            wait_until(lambda: all(peers(b) >= heard for b in self.backends), timeout=15 + n // 4,
                        what=f"every agent hearing {heard} peers")
 
     def _start_agent(self, i: int) -> None:
