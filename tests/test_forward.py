@@ -33,10 +33,12 @@ def test_an_offer_goes_to_the_least_loaded_peer_once(procs, addrs):
     # Heartbeats a second apart: the counts below reach the peers only as each
     # change is sent (were they not, b and c would tie at 0 in a's view, and
     # five forwards would all land on b one time in 32).
+    # c holds two more than b could seem to hold at any moment (a count read
+    # mid-forward, on a loaded machine), so b stays the least.
     a, b, c = bs = start_fleet(procs, addrs, 3, agent_opts={"fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000})
-    hold(a, 2)
-    hold(c, 1)
-    wait_until(lambda: a.metrics()["huntlb_inflight"] == 2)
+    hold(a, 4)
+    hold(c, 3)
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 4)
     for _ in range(5):
         path = f"/fwd/{uuid.uuid4()}"
         status, h, _ = request(a.agent, "POST", path, headers=OFFER, body=b"x" * 1000)
@@ -47,7 +49,7 @@ def test_an_offer_goes_to_the_least_loaded_peer_once(procs, addrs):
     assert m['huntlb_offers_total{decision="refuse"}'] == 0
     # The front knew a's load (hunt-seen): kept, as with one front.
     path = f"/kept/{uuid.uuid4()}"
-    status, h, _ = request(a.agent, "GET", path, headers={**OFFER, "hunt-seen": "2"})
+    status, h, _ = request(a.agent, "GET", path, headers={**OFFER, "hunt-seen": "4"})
     assert status == 200 and h["hunt-served-by"] == a.id
     assert counts(bs, path) == [1, 0, 0]
     # A final is never forwarded, whatever the loads.
@@ -55,6 +57,29 @@ def test_an_offer_goes_to_the_least_loaded_peer_once(procs, addrs):
     status, h, _ = request(a.agent, "GET", path, headers={"hunt-offer": "1", "hunt-target": "2"})
     assert status == 200 and h["hunt-served-by"] == a.id
     assert counts(bs, path) == [1, 0, 0]
+
+
+def test_an_agent_hears_its_sample_and_forwards_only_within_it(procs, addrs):
+    # Six agents, each hearing 2 (fleet_sample), drawn once for the test (the
+    # next draw is minutes away): a's forwards go only to the 2 it hears, each
+    # request is processed once, and the subscriptions stand at 2 per agent.
+    opts = {"fleet_sample": 2, "fleet_sample_keep": 1, "fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 600000,
+            "fleet_resample_ms": 300000}
+    bs = start_fleet(procs, addrs, 6, agent_opts=opts)
+    a = bs[0]
+    assert [b.metrics()["huntlb_fleet_peers"] for b in bs] == [2] * 6
+    assert sum(b.metrics()["huntlb_fleet_peers_wanting"] for b in bs) == 12
+    hold(a, 3)
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 3)
+    served = set()
+    for _ in range(12):
+        path = f"/sampled/{uuid.uuid4()}"
+        status, h, _ = request(a.agent, "POST", path, headers=OFFER, body=b"x")
+        assert status == 200 and h["hunt-served-by"] != a.id, (status, h)
+        assert sum(counts(bs, path)) == 1, counts(bs, path)
+        served.add(h["hunt-served-by"])
+    assert 1 <= len(served) <= 2, f"a hears 2 peers, yet forwarded to {sorted(served)}"
+    assert a.metrics()['huntlb_forwards_total{outcome="sent"}'] == 12
 
 
 def test_with_one_front_no_agent_wants_changes_until_one_decides_by_them(procs, addrs):

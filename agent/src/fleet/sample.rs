@@ -35,7 +35,7 @@ impl Fleet {
                     return;
                 }
             }
-            if !self.beat() {
+            if !self.beat() || !self.renew_unheard() {
                 return;
             }
             if keys_at.elapsed() >= KEYS_EVERY {
@@ -128,6 +128,20 @@ impl Fleet {
             return self.report.get().is_some_and(|r| r().is_some());
         }
         self.send(&to)
+    }
+
+    /// Renew the subscription with each member of the sample not heard
+    /// within `dead_after` (or never): a subscription lost on the way (the
+    /// member was not listening yet) heals within a tick, not at the next
+    /// draw. Costs nothing while every sampled member is heard.
+    fn renew_unheard(&self) -> bool {
+        let now = Instant::now();
+        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let unheard: Vec<SocketAddr> = {
+            let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+            sample.into_iter().filter(|m| peers.get(m).is_none_or(|p| now.duration_since(p.heard) > self.cfg.dead_after)).collect()
+        };
+        unheard.is_empty() || self.send(&unheard)
     }
 
     /// A member subscribed (`Beats` or `Changes`) or left: note it, and send
