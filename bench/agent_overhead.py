@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib.fronts import pin
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib.reports import machine, read_data, write_result
 from benchlib.stats import ci95, median
 from benchlib.tools import wrk
@@ -97,7 +97,7 @@ def report(data: dict) -> str:
         "rps_ratio": f"{mr:.3f}",
         "rps_ratio_ci": f"{hr:.3f}",
         "front": front,
-    })
+    }, shown=shown_in(data))
 
 if __name__ == "__main__":
     main()

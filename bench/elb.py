@@ -29,7 +29,7 @@ from pathlib import Path
 from benchlib import plots
 from benchlib.fleet import STRATEGIES, Fleet, Sampler, drive, summary
 from benchlib.fronts import wait_all_up
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib.reports import RESULTS, data_path, flag, machine, read_data, write_result
 from benchlib.runs import load, select
 from benchlib.stats import jain, paired_ratio
@@ -153,7 +153,7 @@ def agility_paired(work: Path, reps: int, first: int = 0) -> dict:
         hr.cleanup()
 
 
-def agility_paired_report(p: dict) -> str:
+def agility_paired_report(p: dict, shown: dict | None = None) -> str:
     rows = []
     for proxy in PROXIES:
         base, own = STRONGEST[proxy][0], OWN[0]
@@ -167,7 +167,7 @@ def agility_paired_report(p: dict) -> str:
             lo, hi = s["median_ci95"]
             rows.append(f"| {proxy} | {own} / {base} | {key[:-3]} | **{s['median']:.3f}** ({lo:.3f}-{hi:.3f}) | "
                         f"{s['mean']:.3f} ± {s['ci95']:.3f} | {len(pairs)} | {rej[own]} / {rej[base]} | {refused:.0f} | {flag(errs)} |")
-    return render("elb.agility-paired", {"reps": p["reps"], "rows": "\n".join(rows)})
+    return render("elb.agility-paired", {"reps": p["reps"], "rows": "\n".join(rows)}, shown=shown)
 
 
 def fairness() -> dict | None:
@@ -270,7 +270,8 @@ def report(d: dict, quick: bool) -> str:
     cv = "\n".join(f"| {p} | {c['runs'][p]['completed']} | {flag(c['runs'][p]['errors'])} | "
                    + " | ".join("—" if x["seen_after_s"] is None else f"{x['seen_after_s']:.2f}" for x in c["detect"][p]) + " |"
                    for p in c["detect"])
-    paired = f"\n{agility_paired_report(d['agility_paired'])}" if d.get("agility_paired") else ""
+    shown = shown_in(d)
+    paired = f"\n{agility_paired_report(d['agility_paired'], shown)}" if d.get("agility_paired") else ""
     return render("elb", {
         "quick": " --quick" if quick else "",
         "machine": d["machine"],
@@ -282,7 +283,7 @@ def report(d: dict, quick: bool) -> str:
         "agility_rows": ag,
         "fairness_rows": fr,
         "convergence_rows": cv,
-    }) + paired
+    }, shown=shown) + paired
 
 
 def main():

@@ -21,7 +21,7 @@ import re
 import shutil
 
 from benchlib.fronts import BACKENDS, overhead_bed
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib.reports import machine, read_data, write_result
 from benchlib.tools import instructions_per_request
 from harness import least_pick
@@ -121,7 +121,7 @@ def report(data: dict) -> str:
                         f"({(counts[f'hunting, {n} servers'] / counts[f'plain, {n} servers'] - 1) * 100:+.1f}%) |"
                         for n in MORE_SERVERS])
     return render("haproxy-ablation", {"machine": data["machine"], "requests": data["requests"], "backends": BACKENDS,
-                                       "rows": "\n".join(rows), "growth_rows": grow})
+                                       "rows": "\n".join(rows), "growth_rows": grow}, shown=shown_in(data))
 
 
 if __name__ == "__main__":

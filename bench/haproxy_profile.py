@@ -34,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchlib.fronts import BACKENDS, overhead_bed, pin
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib.reports import machine, read_data, write_result
 from benchlib.stats import median, paired_ratio
 from benchlib.tools import proc_cpu_seconds, wrk
@@ -174,7 +174,7 @@ def report(data: dict) -> str:
         "cpu": ", ".join(f"{n} {cpu[n]:.1f}" for n in fronts),
         "ratio_rows": "\n".join(ratio_rows),
         "rows": "\n".join(rows),
-    })
+    }, shown=shown_in(data))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ fleet's, the ideal this testbed can reach, on the same arrivals and jobs).
 
 `collect` replaces the configuration's runs in bench/data/many-fronts.json
 (one run per line); `report` writes docs/results/many-fronts.md from them
-alone, through bench/reports/many-fronts.md.
+alone, through bench/reports/many-fronts.md, and adds to the data what the
+report shows (a line `{"shown": PLACEHOLDER, "line": TEXT}` per line of each
+value, after the runs), so that a ratio greps to its data too.
 """
 
 from __future__ import annotations
@@ -66,8 +68,32 @@ def run(only: list[str], reps: int) -> None:
     report()
 
 
-def load() -> list[dict]:
+def lines() -> list[dict]:
     return [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()] if DATA.exists() else []
+
+
+def load() -> list[dict]:
+    """The runs (not the lines of what the report shows)."""
+    return [r for r in lines() if "shown" not in r]
+
+
+def stored_shown() -> dict:
+    """What the report showed when the data was last written: render's "shown"
+    dict, put back together from its lines."""
+    shown: dict = {}
+    for r in lines():
+        if "shown" in r:
+            shown.setdefault(r["shown"], []).append(r["line"])
+    return {k: v if len(v) > 1 else v[0] for k, v in shown.items()}
+
+
+def write(runs: list[dict], shown: dict) -> None:
+    """The runs, a line each, then what the report shows, a line per line."""
+    out = [json.dumps(r, sort_keys=True) for r in runs]
+    out += [json.dumps({"shown": k, "line": line}, ensure_ascii=False)
+            for k, v in shown.items() for line in (v if isinstance(v, list) else [v])]
+    DATA.parent.mkdir(parents=True, exist_ok=True)
+    DATA.write_text("".join(line + "\n" for line in out))
 
 
 def collect(files: list[Path]) -> None:
@@ -82,8 +108,8 @@ def collect(files: list[Path]) -> None:
         runs = [r for r in runs if tuple(r.get(k) for k in SETUP) not in keys] + new
         print(f"{f}: {len(new)} runs of {dict(zip(SETUP, next(iter(keys))))}")
     runs.sort(key=lambda r: (r["proxy"], r["demand"], r["servers"], r["fronts"], r["rep"], r["policy"]))
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    DATA.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in runs))
+    # what the report showed is stale now: `report` writes it again
+    write(runs, {})
 
 
 def ratio(runs: list[dict], cand: str, base: str, key: str) -> tuple[float, float, float, int] | None:
@@ -151,17 +177,19 @@ def findings(runs: list[dict]) -> str:
     return "\n".join(out)
 
 
-def text(runs: list[dict]) -> str:
-    """The report, from the runs alone."""
-    return render("many-fronts", {"table": rows(runs), "findings": findings(runs), "runs": str(len(runs))})
+def text(runs: list[dict], shown: dict | None = None) -> str:
+    """The report, from the runs alone; what it shows into `shown`."""
+    return render("many-fronts", {"table": rows(runs), "findings": findings(runs), "runs": str(len(runs))}, shown=shown)
 
 
 def report() -> None:
     runs = load()
     if not runs:
         raise SystemExit(f"{DATA}: no runs yet (collect some)")
-    REPORT.write_text(text(runs))
-    print(f"wrote {REPORT}")
+    shown: dict = {}
+    REPORT.write_text(text(runs, shown))
+    write(runs, shown)
+    print(f"wrote {REPORT} and {DATA}")
 
 
 def main() -> int:

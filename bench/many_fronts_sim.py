@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from pathlib import Path
 
@@ -191,7 +192,28 @@ def report(data: dict) -> str:
                                + (f" ({x['rejected']} rejected)" if x["rejected"] else ""))
                 out.append(f"| {m} | " + " | ".join(row) + " |")
     out.append(extra_text(data))
-    return "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    keep_shown(data, text)
+    return text
+
+
+# A decimal number (a ratio, a mean, messages per request): what a reader greps for.
+DECIMAL = re.compile(r"\d\.\d")
+
+
+def keep_shown(data: dict, text: str) -> None:
+    """The report's lines with a decimal number into data["shown"]: this report
+    has no template, every such line is computed, and so a number it shows
+    greps to its data too."""
+    data["shown"] = {"lines": [line for line in text.splitlines() if DECIMAL.search(line)]}
+
+
+def write(data: dict, out: Path, plotted: str | None) -> None:
+    """The report, then the data with what the report shows (whether a plot was
+    drawn is this run's, not the data's)."""
+    data["plot"] = plotted
+    (out / f"{NAME}.md").write_text(report(data))
+    rundata.write(data_path(NAME, out), {k: v for k, v in data.items() if k != "plot"})
 
 
 def verdict_text(c: dict, modes: list[str]) -> list[str]:
@@ -372,13 +394,10 @@ def main() -> None:
     if a.quick:
         out = ROOT / "bench" / "out" / NAME
         out.mkdir(parents=True, exist_ok=True)
-        rundata.write(out / f"{NAME}.json", data)
-        (out / f"{NAME}.md").write_text(report(data))
+        write(data, out, None)
         print(f"wrote {out}/{NAME}.md", flush=True)
         return
-    rundata.write(DATA, data)
-    data["plot"] = plot(data)
-    (RESULTS / f"{NAME}.md").write_text(report(data))
+    write(data, RESULTS, plot(data))
     print(f"wrote docs/results/{NAME}.md, {DATA.relative_to(ROOT)} ({time.monotonic() - t0:.0f} s)", flush=True)
 
 

@@ -27,7 +27,7 @@ import shutil
 import time
 
 from benchlib.fronts import BACKENDS, Bed, overhead_bed, pin
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib.reports import flag, machine, read_data, write_result
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
@@ -182,7 +182,7 @@ def report_envoy(data: dict) -> str:
         lines.append(f"* {kind} request: hunting / plain req/s **{pr['median']:.3f}** (median of {len(pr['ratios'])} "
                      f"paired repetitions, 95% CI {lo:.3f}-{hi:.3f}; mean {pr['mean']:.3f} ± {pr['ci95']:.3f}).")
     return render("envoy-front-cost", {"machine": data["machine"], "backends": BACKENDS, "reps": data["reps"],
-                                       "seconds": data["seconds"], "ratio_lines": "\n".join(lines), "rows": "\n".join(rows)})
+                                       "seconds": data["seconds"], "ratio_lines": "\n".join(lines), "rows": "\n".join(rows)}, shown=shown_in(data))
 
 
 def report(data: dict) -> str:
@@ -241,7 +241,7 @@ def report(data: dict) -> str:
         "agent_seconds": data.get("agent_seconds", data["seconds"]),
         "agent_rows": "\n".join(rows3),
         "agent_lines": "\n".join(summary3),
-    })
+    }, shown=shown_in(data))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from benchlib.plots import pyplot, save
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib import data as rundata
 from benchlib.reports import RESULTS, ROOT, data_path, machine
 from benchlib.runs import select
@@ -124,9 +124,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["forward"], help="run this section only, into the last data")
     a = ap.parse_args()
     if a.report_only:
-        data = rundata.read(DATA)
-        data["plot"] = plot(data)
-        (RESULTS / "simulation-proxies.md").write_text(report(data))
+        write(rundata.read(DATA))
         return
     if not SIM.exists():
         raise SystemExit(f"{SIM} not built: run `cargo build --release -p huntlb-instruments` first")
@@ -135,9 +133,7 @@ def main() -> None:
     if a.only:
         data = rundata.read(DATA)
         data["points"] = [x for x in data["points"] if x["section"] != a.only] + forward(data["seeds"], data["requests"])
-        rundata.write(DATA, data)
-        data["plot"] = plot(data)
-        (RESULTS / "simulation-proxies.md").write_text(report(data))
+        write(data)
         print(f"wrote docs/results/simulation-proxies.md ({time.monotonic() - t0:.0f} s)", flush=True)
         return
     pts = []
@@ -163,10 +159,17 @@ def main() -> None:
     pts += forward(seeds, a.requests)
     data = {"machine": machine(), "seconds": time.monotonic() - t0, "seeds": seeds, "requests": a.requests,
             "argv": f"python3 bench/sim_proxies.py --seeds {a.seeds} --requests {a.requests}", "points": pts}
-    rundata.write(DATA, data)
+    write(data)
+    print(f"wrote docs/results/simulation-proxies.md, {DATA.relative_to(ROOT)}", flush=True)
+
+
+def write(data: dict) -> None:
+    """The plot, the report, then the data with what the report shows (the
+    data after the report: rendering fills its "shown"; whether a plot was
+    drawn is this machine's, not the data's)."""
     data["plot"] = plot(data)
     (RESULTS / "simulation-proxies.md").write_text(report(data))
-    print(f"wrote docs/results/simulation-proxies.md, {DATA.relative_to(ROOT)}", flush=True)
+    rundata.write(DATA, {k: v for k, v in data.items() if k != "plot"})
 
 
 def forward(seeds: list[int], requests: int) -> list[dict]:
@@ -384,7 +387,7 @@ def report(d: dict) -> str:
         "hp_100": f"{st('hunt over P2C', 100):.1f}",
         "random_offer": cell(rr88),
         "forward_section": forward_section(d),
-    })
+    }, shown=shown_in(d))
 
 
 def forward_section(d: dict) -> str:

@@ -20,7 +20,7 @@ import statistics
 import sys
 
 from benchlib import plots
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib.reports import RESULTS, data_path, machine, read_data, write_result
 from benchlib.runs import load, select
 from benchlib.stats import ci95, median
@@ -185,7 +185,7 @@ def report(d: dict) -> str:
         "many_aligns": "|".join("---:" for _ in proxies),
         "many_rows": "\n".join(many_rows),
         "big_rows": "\n".join(big),
-    })
+    }, shown=shown_in(d))
 
 
 def rewrite_report() -> None:

@@ -30,7 +30,7 @@ from benchlib import plots
 from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, baselines, drive, summary
 from benchlib.fronts import Front, wait_all_up
 from benchlib.reports import RESULTS, ROOT, data_path, flag, machine, read_data, write_result
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib.runs import Run, load, paired, select
 from benchlib.stats import cdf, ci95, median
 from harness import Addrs, HaproxyRoot, Procs
@@ -343,7 +343,7 @@ def report_sweep(data: dict, p: dict, quick: bool) -> str:
         "runs": len(runs),
         "invalid": invalid,
         "client_errors": flag(errors),
-    })
+    }, shown=shown_in(data))
 
 
 def report_many(data: dict, quick: bool) -> str:
@@ -367,7 +367,7 @@ def report_many(data: dict, quick: bool) -> str:
         "counts_heads": " | ".join(f"{n} instance(s)" for n in ns),
         "counts_aligns": "|".join("---:" for _ in ns),
         "rows": "\n".join(rows),
-    })
+    }, shown=shown_in(data))
 
 
 # Scenario 3 (issue 18): hunting against the balancer users run, paired. Per
@@ -440,7 +440,7 @@ def report_vs_least(data: dict) -> str:
         "repeats": REPEATS,
         "rows": "\n".join(rows),
         "ratio_rows": "\n".join(ratios),
-    })
+    }, shown=shown_in(data))
 
 
 def main():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchlib import plots
 from benchlib.fleet import Fleet
-from benchlib.render import render
+from benchlib.render import render, shown_in
 from benchlib.reports import RESULTS, flag, machine, read_data, write_result
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import proc_cpu_seconds, wrk, wrk_errors
@@ -109,7 +109,7 @@ def report(d: dict) -> str:
                      f"{cpu(s)} | {flag(s['errors'])} |" for n, s in d["summary"].items())
     rat = "\n".join(f"| {n} | **{r['median']:.3f}** | {r['mean']:.3f} ± {r['ci95']:.3f} |" for n, r in d["ratios"].items())
     return render("proxy-throughput", {"machine": d["machine"], "seconds": f"{d['seconds']:.0f}", "reps": d["reps"], "rows": rows,
-                                       "ratio_rows": rat})
+                                       "ratio_rows": rat}, shown=shown_in(d))
 
 
 if __name__ == "__main__":

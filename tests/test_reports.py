@@ -2,10 +2,15 @@
 (bench/data/, read by benchlib.data), measuring nothing: a report template
 (bench/reports/), a scenario's rendering code or a data file changed alone fails
 here. And the data files are in their compact form: read and written again, each
-gives back its own bytes."""
+gives back its own bytes.
+
+A report's numbers grep to its data (issue 30): rendering stores what a report
+shows in its data ("shown"), and every decimal number of a report is in its
+data file's text, or else in its templates' prose."""
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,7 @@ import elb
 import haproxy_ablation
 import haproxy_profile
 import many_fronts
+import many_fronts_sim
 import proxy_overhead
 import reliability
 import sim_proxies
@@ -23,14 +29,40 @@ import srlb
 import throughput
 from benchlib import data as rundata
 from benchlib.reports import DATA, RESULTS, read_data
-from benchlib.render import render
+from benchlib.render import TEMPLATES, render
 from benchlib.runs import load
 
 ROOT = Path(__file__).resolve().parents[1]
+# A decimal number as a reader would grep it: whole, not a piece of a longer one.
+DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+(?!\d)")
 
 
 def committed(name: str) -> str:
     return (RESULTS / f"{name}.md").read_text()
+
+
+def renders(name: str, report, data: dict) -> None:
+    """report(data) is the committed report, and the "shown" data kept is what
+    it shows now (a stale one would grep to numbers the report no longer has)."""
+    kept = data.get("shown")
+    assert report(data) == committed(name)
+    assert data.get("shown") == kept, f"bench/data/{name}.json: \"shown\" is stale: re-render the report from its data"
+
+
+def report_of(data: Path) -> Path | None:
+    """The report rendered from bench/data/NAME.json: docs/results/NAME.md, or
+    docs/NAME.md (docs/reliability.md); None before it is written."""
+    name = data.name.removesuffix(".json")
+    return next((p for p in (RESULTS / f"{name}.md", ROOT / "docs" / f"{name}.md") if p.exists()), None)
+
+
+def not_in_data(report: str, data: str, name: str) -> list[str]:
+    """The decimal numbers of `report` found whole neither in `data` nor in the
+    prose of its templates (bench/reports/NAME.md, NAME.*.md: numbers written
+    there are text, found by grep in the template)."""
+    prose = "".join(t.read_text() for t in sorted(TEMPLATES.glob(f"{name}*.md")))
+    whole = lambda n, text: re.search(rf"(?<![\d.]){re.escape(n)}(?!\d)", text)  # noqa: E731
+    return [n for n in DECIMAL.findall(report) if not whole(n, data) and not whole(n, prose)]
 
 
 @pytest.mark.parametrize("path", sorted(DATA.glob("*.json")), ids=lambda p: p.name)
@@ -54,37 +86,61 @@ def test_data_file_is_compact_and_reads_back_to_its_bytes(path, tmp_path):
         assert all(json.dumps(r, ensure_ascii=False) in lines for r in runs)
 
 
-def test_many_fronts_report_renders_from_its_data():
-    assert many_fronts.text(many_fronts.load()) == committed("many-fronts")
+def test_many_fronts_reports_render_from_their_data():
+    shown = {}
+    assert many_fronts.text(many_fronts.load(), shown) == committed("many-fronts")
+    assert shown == many_fronts.stored_shown(), "bench/data/many-fronts.json: its \"shown\" lines are stale: run its `report`"
+    d = read_data("many-fronts-sim")
+    d["plot"] = "many-fronts-sim.png" if (RESULTS / "many-fronts-sim.png").exists() else None
+    renders("many-fronts-sim", many_fronts_sim.report, d)
 
 
 def test_srlb_reports_render_from_their_data():
     d = load(DATA / "srlb-poisson.json")
-    assert srlb.report_sweep(d, d["plan"], d.get("quick", False)) == committed("srlb-poisson")
-    assert srlb.report_many(load(DATA / "many-proxies.json"), False) == committed("many-proxies")
-    assert srlb.report_vs_least(load(DATA / "vs-least.json")) == committed("vs-least")
+    renders("srlb-poisson", lambda d: srlb.report_sweep(d, d["plan"], d.get("quick", False)), d)
+    renders("many-proxies", lambda d: srlb.report_many(d, False), load(DATA / "many-proxies.json"))
+    renders("vs-least", srlb.report_vs_least, load(DATA / "vs-least.json"))
 
 
 def test_simulation_reports_render_from_their_data():
-    assert simulate.report(read_data("simulation")) == committed("simulation")
+    renders("simulation", simulate.report, read_data("simulation"))
     d = read_data("simulation-proxies")
     d["plot"] = (RESULTS / "simulation-proxies.png").exists()
-    assert sim_proxies.report(d) == committed("simulation-proxies")
+    renders("simulation-proxies", sim_proxies.report, d)
 
 
 def test_elb_and_reliability_reports_render_from_their_data():
     d = read_data("elb")
-    assert elb.report(d, d.get("quick", False)) == committed("elb")
+    renders("elb", lambda d: elb.report(d, d.get("quick", False)), d)
     assert reliability.report(read_data("reliability")) + "\n" == (ROOT / "docs" / "reliability.md").read_text()
 
 
 def test_overhead_and_throughput_reports_render_from_their_data():
-    assert throughput.report(read_data("proxy-throughput")) == committed("proxy-throughput")
-    assert agent_overhead.report(read_data("agent-overhead")) == committed("agent-overhead")
-    assert proxy_overhead.report(read_data("proxy-overhead")) == committed("proxy-overhead")
-    assert proxy_overhead.report_envoy(read_data("envoy-front-cost")) == committed("envoy-front-cost")
-    assert haproxy_ablation.report(read_data("haproxy-ablation")) == committed("haproxy-ablation")
-    assert haproxy_profile.report(read_data("haproxy-profile")) == committed("haproxy-profile")
+    renders("proxy-throughput", throughput.report, read_data("proxy-throughput"))
+    renders("agent-overhead", agent_overhead.report, read_data("agent-overhead"))
+    renders("proxy-overhead", proxy_overhead.report, read_data("proxy-overhead"))
+    renders("envoy-front-cost", proxy_overhead.report_envoy, read_data("envoy-front-cost"))
+    renders("haproxy-ablation", haproxy_ablation.report, read_data("haproxy-ablation"))
+    renders("haproxy-profile", haproxy_profile.report, read_data("haproxy-profile"))
+
+
+@pytest.mark.parametrize("path", sorted(DATA.glob("*.json")), ids=lambda p: p.name)
+def test_every_number_of_a_report_greps_to_its_data(path):
+    # `git grep 0.858` finds the report's line and the data's (issue 30): a
+    # median, ratio or CI the report computed is in the data's "shown"
+    report = report_of(path)
+    if report is None:
+        pytest.skip(f"{path.name}: no report rendered from it yet")
+    missing = not_in_data(report.read_text(), path.read_text(), path.name.removesuffix(".json"))
+    assert not missing, f"{report.relative_to(ROOT)}: {len(missing)} numbers not in {path.relative_to(ROOT)}: {sorted(set(missing))[:10]}"
+
+
+def test_a_number_the_data_does_not_have_is_found_out():
+    text = committed("vs-least")
+    assert not_in_data(text, (DATA / "vs-least.json").read_text(), "vs-least") == []
+    edited = text.replace("**0.842**", "**0.843**")
+    assert edited != text
+    assert not_in_data(edited, (DATA / "vs-least.json").read_text(), "vs-least") == ["0.843"]
 
 
 def test_the_bulk_of_a_run_is_beside_it_not_in_it():
@@ -103,3 +159,8 @@ def test_render_refuses_a_missing_or_an_unused_value():
         render("many-proxies", {k: v for k, v in values.items() if k != "rows"})
     with pytest.raises(KeyError, match="no placeholder for \\['extra'\\]"):
         render("many-proxies", {**values, "extra": 1})
+    shown = {}
+    render("many-proxies", {**values, "rows": "| a |\n| b |"}, shown=shown)
+    assert shown["rows"] == ["| a |", "| b |"] and shown["servers"] == "12"
+    with pytest.raises(KeyError, match="placeholder 'servers' is already shown"):
+        render("many-proxies", {**values, "servers": 96}, shown=shown)

@@ -1,7 +1,9 @@
 """Raw run data as committed: bench/data/NAME.json, the data a report in
 docs/results/NAME.md is rendered from, written compactly so that a number finds
 its run with `git grep`: one line per run (a record of a list), every other
-value on one line unless it is a long dict, which gets a line per key.
+value on one line unless it is a long dict, which gets a line per key. What the
+report shows (its "shown", benchlib.render) is kept the same way, a table a
+line per row, so that a median or ratio the report computed greps to it too.
 
 The parts nobody greps, each run's latency CDF and load samples (the CDF and
 load plots draw them) and perf's per-symbol tables, go beside it in
@@ -38,7 +40,9 @@ def _one(v) -> str:
 
 
 def _records(v) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, (dict, list)) for x in v)
+    """A list laid a line per item: records, or lines of text (a report's table
+    in "shown", each row a line of its own)."""
+    return isinstance(v, list) and bool(v) and (all(isinstance(x, (dict, list)) for x in v) or all(isinstance(x, str) for x in v))
 
 
 def _lay(v, indent: int) -> str:
