@@ -79,7 +79,7 @@ impl Agent {
             .http2_only(cfg.app_h2)
             .build(if cfg.app_h2 { Watched::http2(connector.clone()) } else { Watched::http1(connector.clone()) });
         let fresh_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).http2_only(cfg.app_h2).build(Watched::http1(connector));
-        let scoreboard = matches!(cfg.load, LoadSource::Apache { .. }).then(|| Arc::new(Scoreboard::default()));
+        let scoreboard = matches!(cfg.load, LoadSource::Apache { .. } | LoadSource::Scoreboard { .. }).then(|| Arc::new(Scoreboard::default()));
         Arc::new(Agent {
             policy: SharedPolicy::new(cfg.policy),
             inflight: Arc::new(Inflight::default()),

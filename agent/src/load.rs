@@ -2,8 +2,9 @@
 //!
 //! * In-flight (default): requests this agent has forwarded and not finished.
 //!   Exact for an app reached only through the agent.
-//! * Apache scoreboard: `BusyWorkers` from `mod_status?auto`, as SRLB's agent read
-//!   it from shared memory. Polled every `apache_poll_ms`; the status request
+//! * Apache's busy workers, read every `apache_poll_ms`: from the scoreboard in
+//!   shared memory (`apache_scoreboard`, [`scoreboard`]), as SRLB's agent read
+//!   it, or from `mod_status?auto` (`apache_status_url`): the status request
 //!   itself occupies one worker, so one is subtracted.
 
 use bytes::Bytes;
@@ -14,6 +15,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
+
+pub mod scoreboard;
 
 /// Requests in flight to the app, with a guard that counts one down on drop.
 /// Every change calls the hook set by [`Inflight::on_change`] on the thread
@@ -184,7 +187,7 @@ impl Drop for WaitGuard {
     }
 }
 
-/// Apache's BusyWorkers as last polled, and how many polls failed.
+/// Apache's BusyWorkers as last polled (status page or scoreboard), and how many polls failed.
 #[derive(Default, Debug)]
 pub struct Scoreboard {
     pub busy: AtomicU32,

@@ -26,6 +26,21 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
         Some(f) => Some(fleet::Fleet::bind(f.clone()).await?),
         None => None,
     };
+    // the scoreboard is opened and its layout checked before anything is served: an error names the file
+    let board = match &cfg.load {
+        LoadSource::Scoreboard { file, .. } => {
+            let b = load::scoreboard::Board::open(file).map_err(|e| anyhow::anyhow!("config key `apache_scoreboard`: {e}"))?;
+            if cfg.workers > b.slots() {
+                anyhow::bail!(
+                    "config key `workers`: {} is more than the {} worker slots of Apache's scoreboard {} (ServerLimit {} x ThreadLimit {} of ScoreBoardFile {})",
+                    cfg.workers, b.slots(), b.source.display(), b.server_limit, b.thread_limit, file.display()
+                );
+            }
+            info!(scoreboard = %b.source.display(), server_limit = b.server_limit, thread_limit = b.thread_limit, busy = ?b.busy(), "Apache scoreboard opened");
+            Some(b)
+        }
+        _ => None,
+    };
     let agent = Agent::new(cfg, fleet);
     let c = &agent.cfg;
     let tls = match &c.tls {
@@ -40,6 +55,9 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
     }
     if let (LoadSource::Apache { status_url, poll }, Some(board)) = (&c.load, &agent.scoreboard) {
         tokio::spawn(load::poll_apache(board.clone(), status_url.clone(), *poll));
+    }
+    if let (LoadSource::Scoreboard { file, poll }, Some(counters)) = (&c.load, &agent.scoreboard) {
+        tokio::spawn(load::scoreboard::poll(counters.clone(), board, file.clone(), *poll));
     }
     tokio::spawn(watch_app(agent.clone()));
     if let Some(addr) = c.agent_check {

@@ -101,7 +101,7 @@ pub const APP_RESENDS: Metric = m(
 pub const APACHE_POLLS: Metric = Metric {
     name: "huntlb_apache_polls_total",
     kind: Kind::Counter,
-    help: "mod_status polls, by result (with load = apache only).",
+    help: "Reads of Apache's busy workers (scoreboard or mod_status), by result (with load = apache only).",
     label: Some(("result", &["ok", "failed"])),
     sidecar: false,
 };

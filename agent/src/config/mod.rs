@@ -18,8 +18,11 @@ use crate::error::invalid;
 pub enum LoadSource {
     /// Requests this agent has in flight to the app (default).
     Inflight,
-    /// Apache's scoreboard: `BusyWorkers` from `mod_status?auto`, polled.
+    /// Apache's `BusyWorkers` from `mod_status?auto`, polled.
     Apache { status_url: http::Uri, poll: Duration },
+    /// Apache's busy workers read from its scoreboard in shared memory
+    /// (`ScoreBoardFile file`), polled.
+    Scoreboard { file: std::path::PathBuf, poll: Duration },
 }
 
 /// The validated configuration the agent runs with.
@@ -81,7 +84,7 @@ impl Raw {
         raw.take_renamed()?;
         flags.take_renamed()?;
         raw.warnings.append(&mut flags.warnings);
-        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_poll_ms,
+        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
             fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms,
@@ -106,15 +109,33 @@ impl Raw {
                 if self.apache_status_url.is_some() {
                     return Err(invalid("apache_status_url", "only meaningful with load = \"apache\""));
                 }
+                if self.apache_scoreboard.is_some() {
+                    return Err(invalid("apache_scoreboard", "only meaningful with load = \"apache\""));
+                }
                 LoadSource::Inflight
             }
             "apache" => {
-                let url = self.apache_status_url.ok_or_else(|| invalid("apache_status_url", "required with load = \"apache\""))?;
-                let status_url: http::Uri = url.parse().map_err(|_| invalid("apache_status_url", format!("`{url}` is not a URL")))?;
-                if status_url.scheme_str() != Some("http") || status_url.authority().is_none() {
-                    return Err(invalid("apache_status_url", format!("`{url}` must be an http:// URL")));
+                let poll = ms("apache_poll_ms", self.apache_poll_ms, 10, 1)?;
+                match (self.apache_scoreboard, self.apache_status_url) {
+                    (Some(_), Some(_)) => return Err(invalid("apache_scoreboard", "give apache_scoreboard or apache_status_url, not both")),
+                    (None, None) => {
+                        return Err(invalid("apache_scoreboard", "required with load = \"apache\" (or apache_status_url, to poll mod_status)"))
+                    }
+                    (Some(file), None) => {
+                        // Apache resolves a relative ScoreBoardFile against its ServerRoot, which the agent does not know
+                        if !file.starts_with('/') {
+                            return Err(invalid("apache_scoreboard", format!("`{file}` must be an absolute path (Apache's ScoreBoardFile, resolved against its ServerRoot)")));
+                        }
+                        LoadSource::Scoreboard { file: file.into(), poll }
+                    }
+                    (None, Some(url)) => {
+                        let status_url: http::Uri = url.parse().map_err(|_| invalid("apache_status_url", format!("`{url}` is not a URL")))?;
+                        if status_url.scheme_str() != Some("http") || status_url.authority().is_none() {
+                            return Err(invalid("apache_status_url", format!("`{url}` must be an http:// URL")));
+                        }
+                        LoadSource::Apache { status_url, poll }
+                    }
                 }
-                LoadSource::Apache { status_url, poll: ms("apache_poll_ms", self.apache_poll_ms, 10, 1)? }
             }
             other => return Err(invalid("load", format!("`{other}` is not a load source (expected inflight or apache)"))),
         };

@@ -42,9 +42,15 @@ pub struct Raw {
     /// Load source: inflight | apache [default: inflight].
     #[arg(long)]
     pub load: Option<String>,
-    /// With load=apache: the mod_status URL, e.g. http://127.0.0.1:80/server-status?auto.
+    /// With load=apache: the mod_status URL, e.g. http://127.0.0.1:80/server-status?auto
+    /// (or apache_scoreboard).
     #[arg(long)]
     pub apache_status_url: Option<String>,
+    /// With load=apache: Apache's ScoreBoardFile (absolute path), read from
+    /// shared memory instead of polling mod_status; the agent must be able to
+    /// read it (docs/agent.md, "Apache scoreboard").
+    #[arg(long)]
+    pub apache_scoreboard: Option<String>,
     /// With load=apache: poll period in ms [default: 10].
     #[arg(long)]
     pub apache_poll_ms: Option<u64>,

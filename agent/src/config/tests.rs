@@ -28,7 +28,7 @@ fn bad_values_name_their_key() {
     assert_eq!(key_of(raw(|r| r.listen = Some("nowhere".into()))), "listen");
     assert_eq!(key_of(raw(|r| r.workers = Some(0))), "workers");
     assert_eq!(key_of(raw(|r| r.load = Some("cpu".into()))), "load");
-    assert_eq!(key_of(raw(|r| r.load = Some("apache".into()))), "apache_status_url");
+    assert_eq!(key_of(raw(|r| r.load = Some("apache".into()))), "apache_scoreboard");
     assert_eq!(key_of(raw(|r| r.id = Some("two words".into()))), "id");
     assert_eq!(key_of(raw(|r| r.health_path = Some("health".into()))), "health_path");
     assert_eq!(key_of(raw(|r| r.app_timeout_ms = Some(0))), "app_timeout_ms");
