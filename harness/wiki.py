@@ -5,7 +5,8 @@ serves every replica; each replica has its own copy of one template wiki
 (LocalSettings.php and a SQLite data directory, `MW_CONFIG_FILE` set by its
 Apache), its own Apache (prefork, a fixed pool of workers, mod_php, mod_status)
 on its own loopback address, optionally its own CPU limit (a cgroup), and a
-`huntlb-agent` in front that reads its load from that Apache's scoreboard.
+`huntlb-agent` in front that reads its load from that Apache's scoreboard
+(in shared memory, `apache_scoreboard`; or mod_status, `load="status"`).
 
 * `build_template(pages=..., seed=...)`: install.php (SQLite), generated pages
   imported with importDump.php, every page viewed once through a template
@@ -384,7 +385,8 @@ ErrorLog {dir}/error.log
 LogLevel warn
 Mutex file:{run} default
 DefaultRuntimeDir {run}
-# the scoreboard in a file (shared memory an agent could map), not anonymous memory
+# the scoreboard in named shared memory the agent maps (apache_scoreboard), not
+# anonymous memory: Debian's APR makes it /dev/shm/ShM.<hash of this path>
 ScoreBoardFile {run}/scoreboard
 {user}
 LoadModule mpm_prefork_module {modules}/mod_mpm_prefork.so
@@ -446,6 +448,11 @@ class Apache:
 
     def status_url(self) -> str:
         return f"http://{self.addr}/server-status?auto"
+
+    @property
+    def scoreboard(self) -> Path:
+        """Its ScoreBoardFile: the name of its scoreboard in shared memory (no file is made there)."""
+        return self.dir / "run" / "scoreboard"
 
     def busy_workers(self) -> int:
         """BusyWorkers as mod_status reports it (the status request itself included)."""
@@ -608,14 +615,32 @@ def copy_template(template: Template, dest: Path) -> Path:
     return dest
 
 
+REPLICA_LOADS = ("scoreboard", "status")
+
+
+def agent_load(apache: Apache, load: str = "scoreboard", apache_poll_ms: int = 5) -> dict:
+    """The agent keys that read `apache`'s busy workers: from its scoreboard in
+    shared memory (`scoreboard`, exact at any load), or from mod_status
+    (`status`, which needs a free worker: late on a saturated replica)."""
+    if load == "scoreboard":
+        return {"load": "apache", "apache_scoreboard": str(apache.scoreboard), "apache_poll_ms": apache_poll_ms}
+    if load == "status":
+        return {"load": "apache", "apache_status_url": apache.status_url(), "apache_poll_ms": apache_poll_ms}
+    raise ValueError(f"load must be one of {REPLICA_LOADS}, got {load!r}")
+
+
 def start_replica(procs: Procs, addrs: Addrs, template: Template, workers: int = 8, cores: float | None = None,
                   policy: str = "static:4", apache_poll_ms: int = 5, agent_opts: dict | None = None,
-                  root: Path | None = None, cpu_period_us: int = 20_000, hold: bool = False) -> Replica:
+                  root: Path | None = None, cpu_period_us: int = 20_000, hold: bool = False,
+                  load: str = "scoreboard") -> Replica:
     """One replica on its own 127.x.y.z: a copy of `template`, its Apache
     (`workers` prefork workers; `cores` of CPU if given, via a cgroup), and a
-    `huntlb-agent` on :8080 in front reading that Apache's scoreboard
-    (`load = "apache"`, mod_status every `apache_poll_ms`). The copy goes
-    under `root` (default: a new `shared_dir`)."""
+    `huntlb-agent` on :8080 in front reading that Apache's busy workers every
+    `apache_poll_ms`: from its scoreboard in shared memory (`load="scoreboard"`,
+    the default) or from mod_status (`load="status"`); see `agent_load`. The
+    copy goes under `root` (default: a new `shared_dir`)."""
+    if load not in REPLICA_LOADS:
+        raise ValueError(f"start_replica: load must be one of {REPLICA_LOADS}, got {load!r}")
     host = addrs.host()
     root = root or shared_dir(procs)
     d = copy_template(template, Path(root) / f"replica-{host}")
@@ -624,6 +649,7 @@ def start_replica(procs: Procs, addrs: Addrs, template: Template, workers: int =
         cpu = CpuLimit(f"huntlb-wiki-{os.getpid()}-{host}", cores, cpu_period_us)
         procs.cleanups.append(cpu.remove)
     apache = start_apache(procs, host, d, workers=workers, cpu=cpu, hold=hold)
-    proc, agent, admin = procs.agent(host, apache.addr, policy=policy, load="apache",
-                                     apache_status_url=apache.status_url(), apache_poll_ms=apache_poll_ms, **(agent_opts or {}))
+    # the agent's n is the pool's size (with the scoreboard it may not exceed its slots)
+    opts = {"policy": policy, "workers": workers, **agent_load(apache, load, apache_poll_ms), **(agent_opts or {})}
+    proc, agent, admin = procs.agent(host, apache.addr, **opts)
     return Replica(host, d, apache, agent, admin, proc, cpu)
