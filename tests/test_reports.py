@@ -164,3 +164,20 @@ def test_render_refuses_a_missing_or_an_unused_value():
     assert shown["rows"] == ["| a |", "| b |"] and shown["servers"] == "12"
     with pytest.raises(KeyError, match="placeholder 'servers' is already shown"):
         render("many-proxies", {**values, "servers": 96}, shown=shown)
+
+
+def test_the_fleet_trust_numbers_grep_to_their_runs():
+    # docs/results/fleet-trust.md was written from bench/pairs.py's and
+    # bench/fleet_junk.py's output, kept in bench/data/fleet-trust/: every
+    # number it quotes is in one of those files, except the row whose log was
+    # not kept (it says so).
+    report = (RESULTS / "fleet-trust.md").read_text()
+    kept = "".join(p.read_text() for p in sorted((DATA / "fleet-trust").iterdir()))
+    # rows quoting an earlier commit's report, or a run whose log was not kept
+    quoted = [line for line in report.splitlines() if "its log was not kept" in line or "committed before" in line]
+    assert len(quoted) == 3
+    for line in quoted:
+        report = report.replace(line, "")
+    settings = {"0.5", "0.88"}  # a reader thread's period, the load: what was run, not what was measured
+    missing = [n for n in not_in_data(report, kept, "fleet-trust") if n not in settings]
+    assert not missing, f"docs/results/fleet-trust.md: numbers in no file of bench/data/fleet-trust/: {sorted(set(missing))}"
