@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo fuzz \
-	bench bench-quick bench-many-fronts bench-wiki-setup bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -88,6 +88,13 @@ bench-throughput: bench-setup release
 bench-many-fronts: bench-setup release
 	$(BENCH) bench/many_fronts.py run
 
+# Issue 32: seed 002 § VI, a modelled Wikipedia day replayed against 8 real
+# MediaWiki replicas (RR vs SR_4; both proxies' least-request vs the shipped
+# fronts at 1 and 4 fronts), 3 paired repetitions: about 50 minutes (the
+# 2000-page template about 2 more the first time, then cached in .cache/wiki/).
+bench-wiki: bench-wiki-setup release
+	$(BENCH) bench/wiki_replay.py run --reps 3
+
 # Hunting vs the proxy's own least-request, 1 and 4 fronts, 5 paired repetitions
 # (about 9 minutes; uses the last sweep's lambda0).
 bench-vs-least: bench-setup release
@@ -118,8 +125,9 @@ bench-reliability: bench-setup release
 # committing). Needs nightly Rust and `cargo install cargo-fuzz`; never part of
 # `make test`, which replays the committed corpora on stable
 # (policy/tests/fuzz_replay.rs; agent_headers: agent/tests/fuzz_replay.rs). No
-# sanitizer: the code the targets reach has no unsafe (the agent's one unsafe block,
-# in fleet/read.rs, is not reached by agent_headers).
+# sanitizer: the code the targets reach has no unsafe (the agent's unsafe blocks,
+# in fleet/read.rs and load/scoreboard.rs's read-only mapping, are not reached by
+# agent_headers).
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS ?= spec settings policy_fsm headers fleet_report agent_headers
 fuzz:

@@ -479,6 +479,10 @@ echo "held $ms ms\\n";
 """
 
 
+# Where Debian's APR keeps named shared memory (POSIX shm_open): the scoreboards.
+SHM = Path("/dev/shm")
+
+
 def start_apache(procs: Procs, host: str, wiki_dir: Path, workers: int = 8, port: int = 8081, backlog: int = 128,
                  cpu: "CpuLimit | None" = None, name: str = "replica", hold: bool = False) -> Apache:
     """An Apache for the wiki in `wiki_dir` on host:port, in the foreground
@@ -504,8 +508,13 @@ def start_apache(procs: Procs, host: str, wiki_dir: Path, workers: int = 8, port
     if cpu is not None:
         # join the cgroup, then become Apache: the master and all it forks are limited
         argv = ["/bin/sh", "-c", f'echo $$ > "{cpu.procs_file}" && exec "$@"', "sh", *argv]
+    before = set(SHM.glob("ShM.*"))
     p = procs.start(f"apache-{name}-{host}", argv, env={"PATH": "/usr/sbin:/usr/bin:/bin", "LANG": "C"})
     wait_http(listen, "/server-status?auto", proc=p, want=200, timeout=20)
+    # Its scoreboard's shared memory object: an Apache stopped by SIGKILL (a
+    # teardown's last resort) leaves it behind, so it goes once Apache has.
+    made = set(SHM.glob("ShM.*")) - before
+    procs.cleanups.append(lambda: [f.unlink(missing_ok=True) for f in made])
     return Apache(host, listen, wiki_dir, workers, p, cpu)
 
 

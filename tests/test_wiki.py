@@ -9,11 +9,12 @@ not the bench's cache: about 5 s, the whole test under 20 s."""
 
 import os
 import re
+import signal
 import threading
 import time
 
 import pytest
-from harness import metrics, request, wait_until
+from harness import Procs, metrics, request, wait_until
 from harness import wiki
 
 OFFER = {"hunt-offer": "1", "hunt-target": "1"}
@@ -197,6 +198,23 @@ def test_agent_refuses_a_missing_or_foreign_scoreboard_at_start(procs, addrs, tm
         assert p.wait(10) == 1
         log = p.log()
         assert "config key `apache_scoreboard`" in log and str(path) in log and why in log, log
+
+
+def test_a_stopped_replica_leaves_no_scoreboard_in_shared_memory(addrs, template, tmp_path):
+    """Apache's scoreboard lives in /dev/shm (ShM.*) and outlives an Apache
+    killed by the teardown's SIGKILL: the replica's own cleanup removes it."""
+    (tmp_path / "own").mkdir()
+    own = Procs(tmp_path / "own")
+    try:
+        before = set(wiki.SHM.glob("ShM.*"))
+        r = wiki.start_replica(own, addrs, template, workers=2, policy="always")
+        made = set(wiki.SHM.glob("ShM.*")) - before
+        assert len(made) == 1, made  # its scoreboard, which its agent reads
+        assert metrics(r.admin).get('huntlb_apache_polls_total{result="failed"}', 0) == 0
+        r.apache.proc.signal(signal.SIGKILL)  # no Apache cleanup at all
+    finally:
+        own.stop_all()
+    assert not any(f.exists() for f in made)
 
 
 def test_cpu_limit_caps_a_replica(procs, addrs, template):
