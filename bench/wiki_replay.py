@@ -43,7 +43,7 @@ from benchlib.fleet import FLEET_PORT, FORWARDING, HUNT_POLICIES, STRATEGIES
 from benchlib.fronts import start_front, wait_all_up
 from benchlib.reports import RESULTS, flag, machine, read_data, write_result
 from benchlib.render import render, shown_in
-from benchlib.stats import ci95, median
+from benchlib.stats import ci95, median, t95
 from harness import Addrs, HaproxyRoot, Procs, binary, metrics, request
 from harness import wiki
 
@@ -284,6 +284,13 @@ def run(a) -> int:
     plan = [p for p in PLAN if p[0] in a.proxies and (not a.only or key(*p) in a.only)]
     if not plan:
         raise SystemExit(f"wiki_replay: nothing to run (--only {a.only}; known: {', '.join(key(*p) for p in PLAN)})")
+    old = None
+    if a.more:
+        # more days for the committed replay: same testbed, the next seeds
+        old = read_data(NAME, a.out)
+        if old["testbed"] != t or a.only or a.proxies != ["envoy", "haproxy"]:
+            raise SystemExit("wiki_replay --more: the testbed and plan must be the committed replay's")
+    first = old["reps"] if old else 0
     work = Path(tempfile.mkdtemp(prefix="huntlb-wiki-replay-"))
     started = time.monotonic()
     runs = []
@@ -293,7 +300,7 @@ def run(a) -> int:
         bed.set_agents("always", False)
         idle = bed.idle_cores()
         print(f"warmed every worker ({bad} failed); an idle replica uses {idle:.3f} core", flush=True)
-        for rep in range(a.reps):
+        for rep in range(first, first + a.reps):
             trace = wiki_trace.generate(t["pages"], t["mean_rate"], t["day_seconds"], seed=100 + rep, peak_ratio=t["peak_ratio"])
             tf = work / f"trace-{rep}.txt"
             tf.write_text("".join(f"{s:.3f} {p}\n" for s, p in trace))
@@ -312,9 +319,17 @@ def run(a) -> int:
                       flush=True)
     finally:
         bed.close()
-    data = {"testbed": t, "machine": machine(), "idle_replica_cores": round(idle, 4), "poll_ms": POLL_MS, "reps": a.reps, "minutes": round((time.monotonic() - started) / 60, 1),
-            "trace": {k: v for k, v in wiki_trace.summarize(trace, t["pages"], t["day_seconds"]).items() if k != "rate_per_bin"},
-            "runs": runs}
+    minutes = round((time.monotonic() - started) / 60, 1)
+    if old:
+        old["runs"] += runs
+        old["reps"] += a.reps
+        old["minutes"] = round(old["minutes"] + minutes, 1)
+        data = old
+    else:
+        data = {"testbed": t, "machine": machine(), "idle_replica_cores": round(idle, 4), "poll_ms": POLL_MS, "reps": a.reps,
+                "minutes": minutes,
+                "trace": {k: v for k, v in wiki_trace.summarize(trace, t["pages"], t["day_seconds"]).items() if k != "rate_per_bin"},
+                "runs": runs}
     write_result(NAME, data, report(data), a.out)
     if a.plot:
         plots(data, a.out)
@@ -408,6 +423,7 @@ def report(data: dict) -> str:
     invalid = [f"{key(r['proxy'], r['policy'], r['fronts'])} rep {r['rep']}: {r['invalid_reason']}" for r in data["runs"] if not r["valid"]]
     return render(NAME, {
         "machine": data["machine"], "reps": data["reps"], "minutes": data["minutes"],
+        "t95": f"{t95(data['reps'] - 1):.2f}", "df": data["reps"] - 1,
         "replicas": t["replicas"], "workers": t["workers"], "cores": t["cores"], "pages": t["pages"],
         "mean_rate": t["mean_rate"], "day_seconds": t["day_seconds"], "peak_ratio": t["peak_ratio"],
         "bin_minutes": round(24 * 60 / t["bins"]), "bin_seconds": round(t["day_seconds"] / t["bins"], 1),
@@ -492,6 +508,8 @@ def main() -> int:
         r.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=None, help=f"default {v}")
     r.add_argument("--only", type=lambda s: s.split(","), default=None,
                    help="some of the plan, e.g. 'envoy RR@1,envoy SR_4@1' (a trial; the report needs the whole plan)")
+    r.add_argument("--more", action="store_true",
+                   help="add --reps more days (the next seeds) to the committed replay in --out")
     r.add_argument("--out", type=Path, default=RESULTS)
     r.add_argument("--no-plot", dest="plot", action="store_false")
     p = sub.add_parser("report", help="measure nothing: render the report and plots from the data")
