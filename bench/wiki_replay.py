@@ -371,29 +371,33 @@ def ratios(data: dict) -> str:
             "|---|---|---:|---:|---:|---:|---:|")
     rows = []
     for proxy, cand, base, fronts in PAIRS:
-        c, b = runs_of(data, proxy, cand, fronts), runs_of(data, proxy, base, fronts)
-        pairs = [(x, y) for x in c for y in b if x["rep"] == y["rep"] and "page" in x["classes"] and "page" in y["classes"]]
-        if not pairs:
+        pairs = page_ratios(data, proxy, cand, base, fronts)
+        if not pairs["p50_ms"]:
             continue
         cells = []
         for k in ("p50_ms", "q3_ms", "p99_ms"):
-            rs = [x["classes"]["page"][k] / y["classes"]["page"][k] for x, y in pairs]
+            rs = pairs[k]
             m, h = ci95(rs)
             cells.append(f"**{median(rs):.2f}** ({m:.2f} ± {h:.2f})" if len(rs) > 1 else f"**{m:.2f}**")
-        rows.append(f"| {proxy} | {cand} / {base} | {fronts} | {' | '.join(cells)} | {len(pairs)} |")
+        rows.append(f"| {proxy} | {cand} / {base} | {fronts} | {' | '.join(cells)} | {len(pairs['p50_ms'])} |")
     return head + "\n" + "\n".join(rows)
 
 
-def pair_medians(data: dict, proxy: str, cand: str, base: str, fronts: int) -> dict[str, float] | None:
-    """Median over repetitions of cand / base page times (p50, q3, p99), paired by day."""
+def page_ratios(data: dict, proxy: str, cand: str, base: str, fronts: int) -> dict[str, list[float]]:
+    """cand / base page times (p50, q3, p99) of each day both ran, in day order."""
     c, b = runs_of(data, proxy, cand, fronts), runs_of(data, proxy, base, fronts)
     pairs = [(x, y) for x in c for y in b if x["rep"] == y["rep"] and "page" in x["classes"] and "page" in y["classes"]]
-    if not pairs:
+    return {k: [x["classes"]["page"][k] / y["classes"]["page"][k] for x, y in pairs] for k in ("p50_ms", "q3_ms", "p99_ms")}
+
+
+def pair_medians(data: dict, proxy: str, cand: str, base: str, fronts: int) -> dict | None:
+    """Median over days of each page_ratios, and the p50 and p99 ranges over the days."""
+    rs = page_ratios(data, proxy, cand, base, fronts)
+    if not rs["p50_ms"]:
         return None
-    out = {k: median([x["classes"]["page"][k] / y["classes"]["page"][k] for x, y in pairs]) for k in ("p50_ms", "q3_ms", "p99_ms")}
+    out = {k: median(v) for k, v in rs.items()}
     for k in ("p50_ms", "p99_ms"):
-        rs = [x["classes"]["page"][k] / y["classes"]["page"][k] for x, y in pairs]
-        out[k.replace("_ms", "_range")] = f"{min(rs):.2f}-{max(rs):.2f}"
+        out[k.replace("_ms", "_range")] = f"{min(rs[k]):.2f}-{max(rs[k]):.2f}"
     return out
 
 
