@@ -5,8 +5,8 @@ import os
 import uuid
 
 import pytest
-from harness import (envoy_host_health, envoy_stats, front_config, path_count, request, sidecar_config, start_backends,
-                     start_envoy, wait_envoy_hosts_healthy, wait_until)
+from harness import (app_stats, envoy_host_health, envoy_stats, front_config, path_count, request, sidecar_config, start_backends,
+                     start_envoy, start_front, start_hunted_backends, wait_envoy_hosts_healthy, wait_until)
 
 from workload_hash import fnv64
 
@@ -292,3 +292,54 @@ def test_full_scan_front_leaves_a_dead_agents_backend_at_its_first_failed_connec
     # none in the others. Before, every run had 1-2.
     errors = len(statuses) - statuses.count(200)
     assert errors <= 1, {s: statuses.count(s) for s in set(statuses)}
+
+
+# What an app may answer that a front would act on: Envoy's controls (one
+# ejects the backend that answered, one lowers it) and the refusal header;
+# and names only a prefix covers, as a later version may use.
+APP_CONTROLS = {"x-envoy-immediate-health-check-fail": "true", "x-envoy-degraded": "1", "hunt": "busy",
+                "x-envoy-x-future": "1", "hunt-x-future": "1"}
+
+
+@pytest.mark.parametrize("hunter", ["envoy", "haproxy-2.6", "haproxy-3.0"])
+def test_an_apps_envoy_controls_through_a_sidecar_eject_no_backend(procs, addrs, hunter):
+    # Issue 38 section 4: the agent strips every `x-envoy-*` and `hunt*`
+    # header an app answers (policy::protocol::is_reserved_response_header);
+    # each sidecar role must too. Before, the Envoy and HAProxy sidecars passed
+    # the app's x-envoy-immediate-health-check-fail to the Envoy front, which
+    # ejected both backends: every request after the first two got 503 "no
+    # healthy upstream" (14 of 16).
+    # Two apps behind sidecars that accept every offer, each answering the
+    # controls; the front must keep routing to both. POSTs, counted at the apps.
+    bs = start_hunted_backends(procs, addrs, 2, hunter, "always")
+    f = start_front("envoy", procs, addrs, bs)
+    query = "&".join(f"hdr={k}:{v}" for k, v in APP_CONTROLS.items())
+    # What each sidecar sends a front: none of the app's controls, whatever the
+    # try (its own hunt-served-by stays, and the Envoy sidecar's own
+    # x-envoy-upstream-service-time).
+    for b in bs:
+        for hdrs in ({"hunt-offer": "1", "x-envoy-attempt-count": "1"}, {"hunt-offer": "1", "x-envoy-attempt-count": "2"}, {}):
+            path = f"/controls-direct/{uuid.uuid4()}"
+            status, h, _ = request(b.agent, "POST", f"{path}?{query}", headers=hdrs, body=b"direct")
+            leaked = sorted(set(APP_CONTROLS) & set(h))
+            assert status == 200 and not leaked, f"{hdrs}: {status}, the app's {leaked} passed"
+            assert path_count(bs, path) == 1
+    # Through the front: the app's controls until each backend has answered
+    # them twice (the front picks among idle hosts at random), then 8 without.
+    results, met, status = [], [0, 0], 200
+    while min(met) < 2 and len(results) < 40 and status == 200:
+        path = f"/controls/{uuid.uuid4()}"
+        status, h, _ = request(f.listen, "POST", f"{path}?{query}", body=b"order=%d" % len(results))
+        results.append((path, status, h))
+        met = [met[k] + app_stats(b.app)["paths"].get(path, 0) for k, b in enumerate(bs)]
+    for i in range(8):
+        path = f"/after-controls/{uuid.uuid4()}"
+        results.append((path, *request(f.listen, "POST", path, body=b"after=%d" % i)[:2]))
+    statuses = [s for _, s, _ in results]
+    assert statuses == [200] * len(results), statuses
+    assert min(met) >= 2, f"the backends answered {met} of {len(results) - 8}: one never met the controls"
+    for path, _, h in results:
+        assert not set(APP_CONTROLS) & set(h), h
+        assert path_count(bs, path) == 1, f"{path} processed {path_count(bs, path)} times"
+    assert all(v == "healthy" for v in envoy_host_health(f.envoy_admin).values()), envoy_host_health(f.envoy_admin)
+    assert f.leftover_refusals() == 0
