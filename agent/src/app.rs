@@ -172,7 +172,8 @@ pub(crate) struct Guarded {
     /// None for a forwarded try: its peer's app holds the slot.
     pub(crate) _guard: Option<InflightGuard>,
     /// Some for a forwarded try: a drain waits for it.
-    pub(crate) _relay: Option<RelayGuard>,
+    /// A forward: the tries being relayed, and this agent's count at the peer.
+    pub(crate) _relay: Option<(RelayGuard, crate::fleet::Outstanding)>,
     pub(crate) _front: Option<PerFrontGuard>,
 }
 

@@ -18,6 +18,7 @@ use crate::load::{Inflight, PerFront, Progress, Relaying, Scoreboard};
 use crate::metrics::{Fate, Gauges, Metrics};
 use crate::respond::{busy_response, leaves_rotation, plain, AgentBody};
 use crate::body::Lent;
+use crate::commit::{await_go, Framing, Gated, Go, COMMIT};
 use crate::upstream::Watched;
 use http::{HeaderValue, Request, Response, StatusCode};
 use huntlb_policy::protocol::{self, Mark};
@@ -44,7 +45,7 @@ pub struct Agent {
     pub(crate) fresh_client: Client<Watched, Lent>,
     /// The forwarding tier (`fleet_listen`), and its HTTP/1.1 client to peers.
     pub fleet: Option<Arc<Fleet>>,
-    pub(crate) peer_client: Client<Watched, Lent>,
+    pub(crate) peer_client: Client<Watched, Gated>,
     pub(crate) relaying: Arc<Relaying>,
     pub(crate) app_authority: http::uri::Authority,
     pub(crate) app_up: AtomicBool,
@@ -53,6 +54,12 @@ pub struct Agent {
     pub(crate) stalled: AtomicBool,
     pub(crate) progress: Arc<Progress>,
     pub(crate) draining: AtomicBool,
+    /// Connection slots on `listen` (`max_connections`): the accept loop holds
+    /// one a connection.
+    pub(crate) connections: Arc<tokio::sync::Semaphore>,
+    /// The `listen` socket, once bound (-1 before): its accept queue is read
+    /// for readiness.
+    pub(crate) listen_fd: std::sync::atomic::AtomicI32,
 }
 
 impl Agent {
@@ -96,6 +103,8 @@ impl Agent {
             stalled: AtomicBool::new(false),
             progress: Arc::new(Progress::default()),
             draining: AtomicBool::new(false),
+            connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
+            listen_fd: std::sync::atomic::AtomicI32::new(-1),
             cfg,
         })
     }
@@ -127,9 +136,23 @@ impl Agent {
         self.inflight.on_change(f);
     }
 
-    /// Whether peers may forward here: not draining, app up and answering.
+    /// Whether peers may forward here: not draining, app up and answering,
+    /// and connections to spare (a forward needs one).
     pub fn takes_forwards(&self) -> bool {
-        self.gates() == Gates::OPEN && !self.stalled.load(Ordering::Acquire)
+        self.gates() == Gates::OPEN && !self.stalled.load(Ordering::Acquire) && self.takes_connections()
+    }
+
+    /// Room for a new connection on `listen`: slots to spare (1/64 of
+    /// `max_connections`, at least one: idle connections held by anyone, a
+    /// slowloris, fill them), and an accept queue under half full (the
+    /// kernel's, which fills once the slots are gone).
+    pub fn takes_connections(&self) -> bool {
+        let spare = (self.cfg.max_connections / 64).max(1);
+        if self.connections.available_permits() < spare {
+            return false;
+        }
+        let fd = self.listen_fd.load(Ordering::Acquire);
+        !(fd >= 0 && crate::server::accept_queue(fd).is_some_and(|(queued, max)| queued * 2 > max))
     }
 
     pub fn is_draining(&self) -> bool {
@@ -168,6 +191,16 @@ impl Agent {
         // what it counts is what this agent holds from it.
         let front = front.map(Box::<[u8]>::from);
         let seen = seen.or_else(|| front.as_deref().map(|f| self.per_front.get(f)));
+        // A peer's forward under the commit handshake (`commit`): nothing of
+        // it reaches the app before its go byte.
+        let mut req = req;
+        let mut held = VecDeque::new();
+        if req.headers().contains_key(COMMIT) {
+            match self.take_forward(&mut req, mark).await {
+                Ok(h) => held = h,
+                Err(resp) => return Ok(resp),
+            }
+        }
         // The forwarding tier decides an offer when peers are heard and no gate
         // is shut (a shut gate refuses as without it); the acceptance policy
         // decides when no peer is.
@@ -214,7 +247,7 @@ impl Agent {
                 // Counted for its front until its response body ends, as the
                 // front counts it (Envoy: until the stream completes).
                 let counted = front.as_deref().map(|f| self.per_front.enter(f));
-                self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
+                self.forward(req, held, named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
             }
             Verdict::Refuse(why) => {
                 let (resp, fate) = self.refuse(req, why, named_by_target, front.as_deref()).await;
@@ -234,6 +267,34 @@ impl Agent {
             resp.headers_mut().insert(protocol::ENVOY_HC_FAIL, HeaderValue::from_static("true"));
         }
         Ok(resp)
+    }
+
+    /// A peer's forward (`hunt-commit`): refused at once if there is no room
+    /// (425 `hunt: busy`, before "I take it": the peer serves it itself), else
+    /// taken (reading its body sends `100 Continue`), and given to the app only
+    /// after the go byte; the head then carries the request's own framing.
+    /// `Ok`: what came after the go byte; `Err`: the answer, nothing processed.
+    async fn take_forward(&self, req: &mut Request<Incoming>, mark: Mark) -> Result<VecDeque<hyper::body::Frame<bytes::Bytes>>, Response<AgentBody>> {
+        let framing = match Framing::read(req.headers()) {
+            Ok(f) if mark == Mark::Final && req.version() < http::Version::HTTP_2 => f,
+            Ok(_) => return Err(plain(StatusCode::BAD_REQUEST, "huntlb agent: hunt-commit is for a peer's forward (a final, over HTTP/1.1)\n")),
+            Err(e) => return Err(plain(StatusCode::BAD_REQUEST, &format!("huntlb agent: {e}\n"))),
+        };
+        if self.gates().at_capacity {
+            return Err(busy_response(true));
+        }
+        match await_go(req.body_mut()).await {
+            Go::Given(held) => {
+                framing.restore(req.headers_mut());
+                Ok(held)
+            }
+            Go::Withdrawn => {
+                self.metrics.withdrawn_here.fetch_add(1, Ordering::Relaxed);
+                debug!("forward withdrawn by its peer before go: not processed");
+                Err(plain(StatusCode::BAD_REQUEST, "huntlb agent: forward withdrawn\n"))
+            }
+            Go::Malformed => Err(plain(StatusCode::BAD_REQUEST, "huntlb agent: a forward's body must start with its go byte\n")),
+        }
     }
 
     /// This try's verdict, and the load it saw: the agent knows every gate

@@ -15,6 +15,7 @@
 
 pub mod app;
 pub mod body;
+pub mod commit;
 pub mod config;
 pub mod dispatch;
 pub mod error;

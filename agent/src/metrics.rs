@@ -43,7 +43,10 @@ pub struct Metrics {
     pub forwards_sent: AtomicU64,
     pub forwards_unreachable: AtomicU64,
     pub forwards_refused: AtomicU64,
+    pub forwards_withdrawn: AtomicU64,
     pub forwards_failed: AtomicU64,
+    /// Peers' forwards withdrawn before their go: never given to the app.
+    pub withdrawn_here: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_us: AtomicU64,
@@ -112,8 +115,9 @@ impl Metrics {
             labelled(&mut o, &M::APACHE_POLLS, &[(polls - failed) as f64, failed as f64]);
         }
         if let Some(f) = &g.fleet {
-            let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_failed];
+            let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_withdrawn, &self.forwards_failed];
             labelled(&mut o, &M::FORWARDS, &forwards.map(|a| v(a) as f64));
+            single(&mut o, &M::FORWARDS_WITHDRAWN, v(&self.withdrawn_here) as f64);
             single(&mut o, &M::FLEET_PEERS, f.peers as f64);
             single(&mut o, &M::FLEET_PEERS_WANTING, f.wanting as f64);
             single(&mut o, &M::FLEET_REPORTS_SENT, f.sent as f64);

@@ -1,20 +1,20 @@
 //! Passing an offer to a peer (the forwarding tier): as a final, to the member
-//! `Fleet::pick` chose, at its own address; back here if it reached no one.
+//! `Fleet::pick` chose, at its own address, committed by the handshake of
+//! `commit`; served here if the peer did not take it in time.
 
 use crate::dispatch::Agent;
 use crate::metrics::Fate;
 use crate::fleet::Target;
-use crate::headers::{keep_body_framing, strip_hop_by_hop, strip_reserved_response_headers, to_peer};
+use crate::headers::{strip_hop_by_hop, strip_reserved_response_headers, to_peer};
 use crate::load::PerFrontGuard;
 use crate::respond::{busy_response, plain, source_chain, AgentBody};
 use crate::app::Guarded;
 use crate::body::{Lent, Returned};
-use crate::upstream::closed_before_write;
-use http::{HeaderValue, Request, Response, StatusCode, Uri};
+use crate::commit::{Framing, Gated};
+use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use huntlb_policy::protocol;
 use hyper::body::{Body, Incoming};
-use hyper_util::client::legacy::connect::capture_connection;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -27,80 +27,113 @@ impl Agent {
     /// app's own 425 as 400 (`protocol::carry`). This agent holds no in-flight
     /// slot for it (its app does not work on it), only its front's count.
     ///
-    /// Exactly once: no connection to the peer means nothing reached it, and
-    /// the front gets the refusal and re-sends the request (its final); so
-    /// does a peer's own refusal (it could not reach its app). Anything after
-    /// the try may have reached the peer is an error the client sees (502,
-    /// 504), never a refusal.
+    /// Exactly once, by the commit handshake (`commit`): the peer has
+    /// `fleet_commit_ms` to say it takes the forward; until this agent says go,
+    /// nothing reached the peer's app, and any failure (no connection, no word
+    /// in time, the peer's refusal) serves the offer here. After go, the
+    /// request is the peer's: a failure is an error the client sees (502, 504),
+    /// never a second try.
     pub(crate) async fn relay(&self, req: Request<Incoming>, target: &Target, named_by_target: bool, front: Option<PerFrontGuard>) -> (Response<AgentBody>, Option<Fate>) {
         let to = target.authority.as_str();
         let m = &self.metrics;
+        let Some(fleet) = self.fleet.as_ref() else { return (plain(StatusCode::INTERNAL_SERVER_ERROR, "huntlb agent: no fleet\n"), None) };
         let h1 = req.version() < http::Version::HTTP_2;
-        let has_body = !req.body().is_end_stream();
         let (mut parts, body) = req.into_parts();
-        // What it takes to serve the offer here instead, should the peer not
-        // take the connection: the head as it came, and the body, lent.
+        // `forwardable`: no body, or a declared length.
+        let framing = match parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {
+            Some(n) => Framing::Length(n),
+            None => Framing::None,
+        };
+        let has_body = !body.is_end_stream();
+        // What it takes to serve the offer here instead: the head as it came,
+        // and the body, lent (it comes back whole if the peer never got go).
         let here = (parts.method.clone(), parts.uri.clone(), parts.version, parts.headers.clone());
         let (back_tx, back) = tokio::sync::oneshot::channel();
-        let body = Lent::new(VecDeque::new(), body, Some(back_tx));
-        to_peer(&mut parts.headers, self.fleet.as_ref().map(|f| f.advertise()));
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        let body = Gated::new(go_rx, framing, Lent::new(VecDeque::new(), body, Some(back_tx)));
+        to_peer(&mut parts.headers, Some(fleet.advertise()));
+        framing.mark(&mut parts.headers);
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         parts.uri = match Uri::builder().scheme("http").authority(to).path_and_query(path).build() {
             Ok(u) => u,
             Err(_) => return (plain(StatusCode::BAD_REQUEST, "huntlb agent: bad request target\n"), None),
         };
         parts.version = http::Version::HTTP_11;
-        keep_body_framing(&mut parts.headers, &body);
-        // The peer's own 504 (which names its app) comes first.
         let relay = self.relaying.enter();
-        let limit = self.cfg.app_timeout + Duration::from_secs(1);
         let mut req = Request::from_parts(parts, body);
-        let cap = capture_connection(&mut req);
-        let sent = tokio::time::timeout(limit, self.peer_client.request(req)).await;
-        let lost = |why: &dyn std::fmt::Display| {
-            if let Some(f) = &self.fleet {
-                f.lost(target.member);
+        // The peer's "I take it": its 100 Continue.
+        let (taken_tx, taken) = tokio::sync::oneshot::channel::<()>();
+        let taken_tx = std::sync::Mutex::new(Some(taken_tx));
+        hyper::ext::on_informational(&mut req, move |r| {
+            if r.status() == StatusCode::CONTINUE {
+                if let Some(t) = taken_tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+                    let _ = t.send(());
+                }
             }
-            debug!(peer = to, %why, "forward refused: the front re-sends");
-            m.forwards_refused.fetch_add(1, Ordering::Relaxed);
-            // The front's body may be part read: an HTTP/1 connection closes.
-            busy_response(h1 && has_body)
+        });
+        let mut sending = Box::pin(self.peer_client.request(req));
+        let deadline = tokio::time::sleep(fleet.commit());
+        tokio::pin!(deadline);
+        // Before go: what the peer said, if anything.
+        let early = tokio::select! {
+            biased;
+            t = taken => if t.is_ok() { None } else { Some((&mut sending).await) },
+            r = &mut sending => Some(r),
+            _ = &mut deadline => {
+                // No word in time: withdrawn. Dropping go ends the body with an
+                // error, and hyper closes the connection: the peer sees its end
+                // before any go byte.
+                drop(go_tx);
+                let _ = tokio::time::timeout(Duration::from_millis(100), &mut sending).await;
+                drop(sending);
+                fleet.lost(target.member);
+                drop(relay);
+                m.forwards_withdrawn.fetch_add(1, Ordering::Relaxed);
+                debug!(peer = to, commit_ms = fleet.commit().as_millis() as u64, "forward withdrawn: no word from the peer in time; served here");
+                return self.serve_here(back, here, named_by_target, front, has_body && h1).await;
+            }
         };
-        let resp = match sent {
+        if let Some(r) = early {
+            // The peer answered, or the try failed, before go: its app never
+            // saw it (the peer gives nothing to its app before the go byte).
+            drop(sending);
+            fleet.lost(target.member);
+            drop(relay);
+            match &r {
+                Ok(resp) => {
+                    debug!(peer = to, status = resp.status().as_u16(), "peer did not take the forward: served here");
+                    m.forwards_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    debug!(peer = to, error = %source_chain(e), "peer unreachable: served here");
+                    m.forwards_unreachable.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            drop(go_tx);
+            drop(r);
+            return self.serve_here(back, here, named_by_target, front, has_body && h1).await;
+        }
+        // Go: from here the request is the peer's.
+        let taken_there = fleet.took(target);
+        let _ = go_tx.send(());
+        let limit = self.cfg.app_timeout + Duration::from_secs(1);
+        let resp = match tokio::time::timeout(limit, sending).await {
             Err(_) => {
                 m.forwards_failed.fetch_add(1, Ordering::Relaxed);
                 let msg = format!("huntlb agent: peer {to} did not answer within {} ms\n", limit.as_millis());
                 plain(StatusCode::GATEWAY_TIMEOUT, &msg)
             }
-            // No connection, or the peer had closed our idle one before any of
-            // the try was written: nothing reached it, and the body comes back.
-            // The offer is served here, as if kept (the peer takes no more
-            // forwards until it reports again).
-            Ok(Err(e)) if e.is_connect() || closed_before_write(&cap) => {
-                if let Some(f) = &self.fleet {
-                    f.lost(target.member);
-                }
-                drop(relay);
-                // The client dropped the request with its error; bounded all the same.
-                match tokio::time::timeout(Duration::from_millis(100), back).await {
-                    Ok(Ok(Returned { held, rest })) => {
-                        debug!(peer = to, error = %source_chain(&e), "peer unreachable: offer served here");
-                        m.forwards_unreachable.fetch_add(1, Ordering::Relaxed);
-                        let (method, uri, version, headers) = here;
-                        let mut local = Request::new(rest);
-                        (*local.method_mut(), *local.uri_mut(), *local.version_mut(), *local.headers_mut()) = (method, uri, version, headers);
-                        return (self.forward(local, held, named_by_target, true, front).await, Some(Fate::Accepted));
-                    }
-                    _ => lost(&source_chain(&e)),
-                }
-            }
             Ok(Err(e)) => {
                 m.forwards_failed.fetch_add(1, Ordering::Relaxed);
                 plain(StatusCode::BAD_GATEWAY, &format!("huntlb agent: peer {to} failed: {}\n", source_chain(&e)))
             }
-            // The peer's own refusal (`hunt` is the agent's alone): its app never saw it.
+            // The peer's own refusal after go (`hunt` is the agent's alone): its
+            // app never saw it, but the body went there, so the front re-sends.
             Ok(Ok(resp)) if resp.status().as_u16() == protocol::BUSY_STATUS && resp.headers().contains_key(protocol::BUSY_HEADER) => {
-                lost(&"the peer refused its final")
+                fleet.lost(target.member);
+                debug!(peer = to, "forward refused after go: the front re-sends");
+                m.forwards_refused.fetch_add(1, Ordering::Relaxed);
+                busy_response(h1 && has_body)
             }
             Ok(Ok(resp)) => {
                 m.forwards_sent.fetch_add(1, Ordering::Relaxed);
@@ -121,9 +154,37 @@ impl Agent {
                 if let Some(v) = served_by {
                     parts.headers.insert(protocol::SERVED_BY, v);
                 }
-                Response::from_parts(parts, Guarded { inner: body, _guard: None, _front: front, _relay: Some(relay) }.boxed_unsync())
+                let guards = (relay, taken_there);
+                return (Response::from_parts(parts, Guarded { inner: body, _guard: None, _front: front, _relay: Some(guards) }.boxed_unsync()), None);
             }
         };
         (resp, None)
+    }
+
+    /// A forward the peer never got go for: served here, with the body as it
+    /// came back (whole: nothing of it was sent). Its front counts it here.
+    async fn serve_here(
+        &self,
+        back: tokio::sync::oneshot::Receiver<Returned>,
+        here: (http::Method, Uri, http::Version, http::HeaderMap),
+        named_by_target: bool,
+        front: Option<PerFrontGuard>,
+        close: bool,
+    ) -> (Response<AgentBody>, Option<Fate>) {
+        // The client dropped the request with its error; bounded all the same.
+        match tokio::time::timeout(Duration::from_millis(100), back).await {
+            Ok(Ok(Returned { held, rest })) => {
+                let (method, uri, version, headers) = here;
+                let mut local = Request::new(rest);
+                (*local.method_mut(), *local.uri_mut(), *local.version_mut(), *local.headers_mut()) = (method, uri, version, headers);
+                (self.forward(local, held, named_by_target, true, front).await, Some(Fate::Accepted))
+            }
+            // Never expected (the body comes back when the try is dropped):
+            // refused, so the front re-sends.
+            _ => {
+                self.metrics.forwards_refused.fetch_add(1, Ordering::Relaxed);
+                (busy_response(close), None)
+            }
+        }
     }
 }

@@ -83,7 +83,8 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
 /// `tls`, each connection first completes a TLS handshake (a client certificate
 /// from `tls_client_ca` when set); one that fails is closed before any request.
 async fn serve(listener: TcpListener, agent: Arc<Agent>) {
-    let slots = Arc::new(Semaphore::new(agent.cfg.max_connections));
+    let slots = agent.connections.clone();
+    agent.listen_fd.store(std::os::fd::AsRawFd::as_raw_fd(&listener), std::sync::atomic::Ordering::Release);
     let tls = agent.cfg.tls.as_ref().map(|t| {
         let current = Arc::new(tls::Current::new(t.server.clone()));
         tokio::spawn(tls::watch(t.files.clone(), current.clone()));
@@ -130,6 +131,17 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
             drop(permit);
         });
     }
+}
+
+/// A listening TCP socket's accept queue: (connections waiting, its backlog),
+/// from Linux's TCP_INFO (which reports them as `tcpi_unacked` and
+/// `tcpi_sacked` for a socket in LISTEN).
+pub fn accept_queue(fd: std::os::fd::RawFd) -> Option<(u32, u32)> {
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a valid buffer of `len` bytes for the kernel to fill.
+    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
+    (r == 0 && info.tcpi_state == 10 /* TCP_LISTEN */).then_some((info.tcpi_unacked, info.tcpi_sacked))
 }
 
 /// One proxy connection, plaintext or TLS: HTTP/1.1, or HTTP/2 with prior

@@ -6,7 +6,7 @@
 //!  front ──offer──► agent A ── busy <= seen + seen_margin, or busy <= least peer + peer_margin ──► app A
 //!                      │ else
 //!                      └──final──► agent B (the least peer, ties at random) ──► app B
-//!  agent A ──"hunt-fleet/2 <from> <seq> <busy> <ready> <sub> <mac>"──► the K peers A samples (sub: 1 changes, 0 beats, 2 leave)
+//!  agent A ──"hunt-fleet/3 <from> <to> <boot> <seq> <busy> <ready> <sub> <mine> <yours> <mac>"──► the K peers A samples (sub: 1 changes, 0 beats, 2 leave)
 //!  each of them ──its count, on each change (sub 1) or as a heartbeat──► A
 //! ```
 //!
@@ -85,23 +85,35 @@ pub fn route_with(f: Forwarding, busy: u32, seen: Option<u32>, peers: &[u32], ti
     Route::Forward(i)
 }
 
-/// Longest datagram a sealed [`Report`] may take: a 64-byte address, three
-/// numbers, two flags and the tag fit with room.
-pub const MAX_REPORT_LEN: usize = 192;
-const MAGIC: &str = "hunt-fleet/2";
+/// Longest datagram a sealed [`Report`] may take: two 64-byte addresses, the
+/// numbers, the flags, two nonces and the tag fit with room.
+pub const MAX_REPORT_LEN: usize = 256;
+const MAGIC: &str = "hunt-fleet/3";
+/// Earlier versions of the datagram: authentic ones are told apart from junk
+/// (`Rejected::Version`), so a fleet mid-upgrade says so in its logs instead of
+/// calling its own members malformed.
+const OLDER: &[&str] = &["hunt-fleet/1", "hunt-fleet/2"];
 /// Bytes of the report's MAC (HMAC-SHA256, truncated as RFC 2104 allows; 128
 /// bits leave a forger one chance in 2^128 a datagram).
 pub const TAG_LEN: usize = 16;
 
-/// One agent's count as it goes to a peer, facts about its sender only:
+/// One agent's count as it goes to one peer, facts about its sender only:
 /// who sends it (`from`: the address its reports come from, which the
 /// receiver checks against the datagram's source and its own list of
-/// members), a sequence number (a datagram not newer than one already heard is
-/// dropped: UDP may reorder, and a recorded report must not be replayed), its
-/// count, whether it takes forwards at all (not draining, app up), and what
-/// its sender asks of the receiver ([`Sub`]): an agent hears only the few
-/// peers it samples, so each report to a sampled peer renews that
-/// subscription, and one to a peer dropped from the sample ends it.
+/// members), who it is for (`to`: the receiver's own address, so a report
+/// captured on its way to one member is taken by no other), its count,
+/// whether it takes forwards at all (not draining, app up, connections to
+/// spare), and what its sender asks of the receiver ([`Sub`]).
+///
+/// Freshness is the receiver's to prove, not the sender's clock's: each side
+/// of a pair of members draws a random nonce for the other (`mine`, drawn
+/// again whenever it hears the other under a new `boot`) and echoes the
+/// other's (`yours`, 0 while unknown). A receiver takes a report only if it
+/// echoes the nonce the receiver gave, and, among reports of one boot echoing
+/// it, only a higher `seq` (a counter from 1 at each boot): so a report
+/// recorded before the receiver's last draw (or its restart) is taken
+/// nowhere, ever, and a restarted sender, whatever its clock, is heard one
+/// round trip after it learns the receiver's nonce (docs/protocol.md § 8a).
 ///
 /// A report never says where to send a request: a forward goes to a member of
 /// the receiver's own configured peer set, at the address it configured.
@@ -111,13 +123,20 @@ pub const TAG_LEN: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     pub from: String,
+    pub to: String,
+    /// The sender's boot: random, drawn when it starts. Never 0.
+    pub boot: u64,
     pub seq: u64,
     pub busy: u32,
     pub ready: bool,
     pub sub: Sub,
+    /// The sender's nonce for this receiver: what the receiver's reports must echo. Never 0.
+    pub mine: u64,
+    /// The receiver's nonce for the sender, as the sender last heard it (0: not yet).
+    pub yours: u64,
 }
 
-/// What a report's sender asks of its receiver, the last field on the wire.
+/// What a report's sender asks of its receiver.
 /// Why three: the sender samples a few peers and hears only them, so it
 /// subscribes to each (renewing with every report it sends there), wants
 /// every change only while its offers decide by the counts (with one front
@@ -145,9 +164,22 @@ impl Sub {
 }
 
 impl fmt::Display for Report {
-    /// The text the MAC covers: `hunt-fleet/2 FROM SEQ BUSY READY SUB`.
+    /// The text the MAC covers: `hunt-fleet/3 FROM TO BOOT SEQ BUSY READY SUB MINE YOURS`,
+    /// the boot and the nonces as 16 lowercase hex digits each.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{MAGIC} {} {} {} {} {}", self.from, self.seq, self.busy, u8::from(self.ready), self.sub.wire())
+        write!(
+            f,
+            "{MAGIC} {} {} {:016x} {} {} {} {} {:016x} {:016x}",
+            self.from,
+            self.to,
+            self.boot,
+            self.seq,
+            self.busy,
+            u8::from(self.ready),
+            self.sub.wire(),
+            self.mine,
+            self.yours
+        )
     }
 }
 
@@ -159,6 +191,9 @@ pub enum Rejected {
     /// Its MAC does not match under any key held: not from a key holder, or
     /// changed on the way.
     Unauthenticated,
+    /// Authentic, but an earlier version of the datagram (which one): an
+    /// agent of an older huntlb, which this one neither hears nor forwards to.
+    Version(String),
 }
 
 /// A report's text and its tag, as one datagram.
@@ -198,7 +233,11 @@ pub fn open(d: &[u8], verify: impl FnOnce(&[u8], &[u8; TAG_LEN]) -> bool) -> Res
     if !verify(text, &tag) {
         return Err(Rejected::Unauthenticated);
     }
-    // A key holder sent it; its text is still checked like any input.
+    // A key holder sent it: an older agent's report is said to be one.
+    if let Some(old) = OLDER.iter().find(|m| text.starts_with(m.as_bytes()) && text.get(m.len()) == Some(&b' ')) {
+        return Err(Rejected::Version(old.to_string()));
+    }
+    // Its text is still checked like any input.
     Report::parse(text).map_err(Rejected::Malformed)
 }
 
@@ -211,14 +250,16 @@ impl Report {
         }
         let s = std::str::from_utf8(d).map_err(|_| "not UTF-8".to_string())?;
         let f: Vec<&str> = s.split(' ').collect();
-        let [magic, from, seq, busy, ready, sub] = f[..] else {
-            return Err(format!("{} fields, expected 6: `{MAGIC} FROM SEQ BUSY READY SUB`", f.len()));
+        let [magic, from, to, boot, seq, busy, ready, sub, mine, yours] = f[..] else {
+            return Err(format!("{} fields, expected 10: `{MAGIC} FROM TO BOOT SEQ BUSY READY SUB MINE YOURS`", f.len()));
         };
         if magic != MAGIC {
             return Err(format!("starts `{magic}`, expected `{MAGIC}`"));
         }
-        if !is_forward_addr(from) {
-            return Err(format!("from `{from}`: expected host:port (a name, an IPv4 address or [IPv6]), at most 64 bytes"));
+        for (what, a) in [("from", from), ("to", to)] {
+            if !is_forward_addr(a) {
+                return Err(format!("{what} `{a}`: expected host:port (a name, an IPv4 address or [IPv6]), at most 64 bytes"));
+            }
         }
         let num = |what: &str, v: &str| -> Result<u64, String> {
             if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
@@ -226,6 +267,16 @@ impl Report {
             }
             v.parse::<u64>().map_err(|e| format!("{what} `{v}`: {e}"))
         };
+        let hex = |what: &str, v: &str| -> Result<u64, String> {
+            if v.len() != 16 || !v.bytes().all(|b| HEX.contains(&b)) {
+                return Err(format!("{what} `{v}`: expected 16 lowercase hex digits"));
+            }
+            u64::from_str_radix(v, 16).map_err(|e| format!("{what} `{v}`: {e}"))
+        };
+        let boot = hex("boot", boot)?;
+        if boot == 0 {
+            return Err("boot `0000000000000000`: a boot is never 0".into());
+        }
         let seq = num("seq", seq)?;
         let busy = u32::try_from(num("busy", busy)?).map_err(|_| format!("busy `{busy}`: more than a u32"))?;
         let flag = |what: &str, v: &str| match v {
@@ -239,7 +290,12 @@ impl Report {
             "2" => Sub::Leave,
             other => return Err(format!("sub `{other}`: expected 0 (beats), 1 (changes) or 2 (leave)")),
         };
-        Ok(Report { from: from.to_string(), seq, busy, ready: flag("ready", ready)?, sub })
+        let mine = hex("mine", mine)?;
+        if mine == 0 {
+            return Err("mine `0000000000000000`: a sender's nonce is never 0 (0 is `not yet heard`)".into());
+        }
+        let yours = hex("yours", yours)?;
+        Ok(Report { from: from.to_string(), to: to.to_string(), boot, seq, busy, ready: flag("ready", ready)?, sub, mine, yours })
     }
 }
 
@@ -262,8 +318,8 @@ mod tests {
 
     #[test]
     fn a_report_round_trips_sealed() {
-        let r = Report { from: "127.0.1.2:9700".into(), seq: 7, busy: 31, ready: true, sub: Sub::Beats };
-        assert_eq!(r.to_string(), "hunt-fleet/2 127.0.1.2:9700 7 31 1 0");
+        let r = Report { from: "127.0.1.2:9700".into(), to: "127.0.1.3:9700".into(), boot: 0xb007, seq: 7, busy: 31, ready: true, sub: Sub::Beats, mine: 0xab, yours: 0 };
+        assert_eq!(r.to_string(), "hunt-fleet/3 127.0.1.2:9700 127.0.1.3:9700 000000000000b007 7 31 1 0 00000000000000ab 0000000000000000");
         let tag = [0xa5; TAG_LEN];
         let d = seal(&r.to_string(), &tag);
         assert_eq!(d, format!("{r} {}", "a5".repeat(TAG_LEN)));

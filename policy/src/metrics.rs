@@ -108,13 +108,20 @@ pub const APACHE_POLLS: Metric = Metric {
 pub const FORWARDS: Metric = Metric {
     name: "huntlb_forwards_total",
     kind: Kind::Counter,
-    help: "Offers forwarded to a peer (fleet_listen), by outcome: sent (the peer answered), \
-           unreachable (no connection to the peer: served here instead), refused (the peer could not \
-           take it: refused to the front, which re-sends it), failed (an error after the try may have \
-           reached the peer: never re-sent).",
-    label: Some(("outcome", &["sent", "unreachable", "refused", "failed"])),
+    help: "Offers forwarded to a peer (fleet_listen), by outcome: sent (the peer took it within \
+           fleet_commit_ms and answered), unreachable (no connection to the peer: served here instead), \
+           refused (the peer said it could not take it: served here), withdrawn (no word from the peer \
+           within fleet_commit_ms: withdrawn, never processed there, served here), failed (an error after \
+           the peer took it: never re-sent).",
+    label: Some(("outcome", &["sent", "unreachable", "refused", "withdrawn", "failed"])),
     sidecar: false,
 };
+pub const FORWARDS_WITHDRAWN: Metric = m(
+    "huntlb_forwards_withdrawn_total",
+    Kind::Counter,
+    "Forwards from peers that this agent said it would take but whose peer withdrew them before saying go (it served them itself): never given to the app.",
+    false,
+);
 pub const FLEET_PEERS: Metric = m(
     "huntlb_fleet_peers",
     Kind::Gauge,
@@ -136,9 +143,12 @@ pub const FLEET_REPORTS_BAD: Metric = Metric {
     name: "huntlb_fleet_reports_bad_total",
     kind: Kind::Counter,
     help: "Datagrams on fleet_listen dropped, by reason: stranger (its source is no member of fleet_peers), \
-           malformed (not a sealed hunt-fleet/2 report), unauthenticated (its MAC matches no key in fleet_key_file), \
-           replayed (authentic, but not newer than one heard from that member, or its sender is not its source).",
-    label: Some(("reason", &["stranger", "malformed", "unauthenticated", "replayed"])),
+           malformed (not a sealed hunt-fleet/3 report), unauthenticated (its MAC matches no key in fleet_key_file), \
+           replayed (authentic, but not newer than one taken from that member under the same nonce, or its sender \
+           is not its source, or it is for another member), unproven (authentic, but echoing no nonce this agent \
+           gave its sender: a first contact, a restart, or a replay; answered with the nonce), version (authentic, \
+           from an agent of an earlier tier version, which this one neither hears nor forwards to).",
+    label: Some(("reason", &["stranger", "malformed", "unauthenticated", "replayed", "unproven", "version"])),
     sidecar: false,
 };
 pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
@@ -167,6 +177,7 @@ pub const ALL: &[Metric] = &[
     APP_RESENDS,
     APACHE_POLLS,
     FORWARDS,
+    FORWARDS_WITHDRAWN,
     FLEET_PEERS,
     FLEET_PEERS_WANTING,
     FLEET_REPORTS_SENT,

@@ -303,8 +303,11 @@ fn forward_vectors() {
         let d = c["text"].as_str().unwrap();
         match (Report::parse(d.as_bytes()), c.get("error")) {
             (Ok(r), None) => {
+                let nonce = |k: &str| u64::from_str_radix(c[k].as_str().unwrap(), 16).unwrap();
                 let want = Report {
                     from: c["from"].as_str().unwrap().into(),
+                    to: c["to"].as_str().unwrap().into(),
+                    boot: nonce("boot"),
                     seq: c["seq"].as_u64().unwrap(),
                     busy: c["busy"].as_u64().unwrap() as u32,
                     ready: c["ready"].as_bool().unwrap(),
@@ -314,6 +317,8 @@ fn forward_vectors() {
                         "leave" => Sub::Leave,
                         other => panic!("forward.json: sub `{other}`"),
                     },
+                    mine: nonce("mine"),
+                    yours: nonce("yours"),
                 };
                 assert_eq!(r, want, "{d}");
                 assert_eq!(r.to_string(), d, "a report prints as it parses");
@@ -338,6 +343,12 @@ fn forward_vectors() {
         assert_eq!(seal(text, &tag), d);
         assert_eq!(r.to_string(), text);
         assert_eq!(open(d.as_bytes(), |_, _| false), Err(Rejected::Unauthenticated));
+    }
+    // An older agent's authentic report is told apart from junk, by version.
+    for c in doc["older"].as_array().unwrap() {
+        let d = c["datagram"].as_str().unwrap();
+        assert_eq!(open(d.as_bytes(), |_, _| true), Err(Rejected::Version(c["version"].as_str().unwrap().into())), "`{d}`");
+        assert_eq!(open(d.as_bytes(), |_, _| false), Err(Rejected::Unauthenticated), "`{d}`: the tag comes first");
     }
     for c in doc["unsealed"].as_array().unwrap() {
         let d = c["datagram"].as_str().unwrap();

@@ -46,6 +46,8 @@ pub struct FleetConfig {
     /// `fleet_key_file`: the shared key(s) reports are sealed and checked with.
     pub key_file: String,
     pub keys: crate::seal::Keys,
+    /// Who may read `key_file` besides its owner (checked at every reload too).
+    pub key_readers: crate::seal::Readers,
     /// With `tls_cert`: forwards to peers use TLS (mTLS with our certificate).
     pub tls: Option<crate::tls::PeerTls>,
     pub forwarding: huntlb_policy::forward::Forwarding,
@@ -53,6 +55,9 @@ pub struct FleetConfig {
     pub heartbeat: Duration,
     /// A peer not heard from for this long takes no forwards.
     pub dead_after: Duration,
+    /// A peer has this long to say it takes a forward (`commit`); else the
+    /// forward is withdrawn and served here.
+    pub commit: Duration,
     /// What this agent forwarded to a peer counts in its view of that peer
     /// for this long (until the peer's own count has surely told it).
     pub settle: Duration,
@@ -75,6 +80,8 @@ pub const MAX_MEMBERS: usize = 4096;
 /// them.
 const DEFAULT_SAMPLE: u32 = 8;
 const DEFAULT_KEEP: usize = 4;
+/// `fleet_commit_ms`'s default.
+pub const DEFAULT_COMMIT_MS: u64 = 10;
 
 /// The tier's knobs, taken from `Raw` before the rest is validated.
 pub(super) struct Knobs {
@@ -89,6 +96,8 @@ pub(super) struct Knobs {
     forward_seen_margin: Option<u32>,
     fleet_heartbeat_ms: Option<u64>,
     fleet_dead_after_ms: Option<u64>,
+    fleet_commit_ms: Option<u64>,
+    fleet_key_readable_by_others: Option<bool>,
     fleet_settle_ms: Option<u64>,
     fleet_resolve_ms: Option<u64>,
     fleet_sample: Option<u32>,
@@ -110,6 +119,8 @@ impl Knobs {
             forward_seen_margin: raw.forward_seen_margin.take(),
             fleet_heartbeat_ms: raw.fleet_heartbeat_ms.take(),
             fleet_dead_after_ms: raw.fleet_dead_after_ms.take(),
+            fleet_commit_ms: raw.fleet_commit_ms.take(),
+            fleet_key_readable_by_others: raw.fleet_key_readable_by_others.take(),
             fleet_settle_ms: raw.fleet_settle_ms.take(),
             fleet_resolve_ms: raw.fleet_resolve_ms.take(),
             fleet_sample: raw.fleet_sample.take(),
@@ -134,6 +145,8 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 ("forward_seen_margin", k.forward_seen_margin.is_some()),
                 ("fleet_heartbeat_ms", k.fleet_heartbeat_ms.is_some()),
                 ("fleet_dead_after_ms", k.fleet_dead_after_ms.is_some()),
+                ("fleet_commit_ms", k.fleet_commit_ms.is_some()),
+                ("fleet_key_readable_by_others", k.fleet_key_readable_by_others.is_some()),
                 ("fleet_settle_ms", k.fleet_settle_ms.is_some()),
                 ("fleet_resolve_ms", k.fleet_resolve_ms.is_some()),
                 ("fleet_sample", k.fleet_sample.is_some()),
@@ -212,7 +225,8 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
             let key_file = k.fleet_key_file.ok_or_else(|| {
                 invalid("fleet_key_file", "required with fleet_listen: reports are sealed with a shared key (`openssl rand -hex 32 > fleet.key`)")
             })?;
-            let keys = crate::seal::Keys::load(&key_file).map_err(|e| invalid("fleet_key_file", e))?;
+            let key_readers = if k.fleet_key_readable_by_others == Some(true) { crate::seal::Readers::Any } else { crate::seal::Readers::Owner };
+            let keys = crate::seal::Keys::load(&key_file, key_readers).map_err(|e| invalid("fleet_key_file", e))?;
             let peer_port = match k.fleet_peer_port {
                 Some(0) => return Err(invalid("fleet_peer_port", "0 is no port")),
                 Some(p) => p,
@@ -222,6 +236,13 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
             let dead_after = ms("fleet_dead_after_ms", k.fleet_dead_after_ms, 250, 1)?;
             if dead_after <= heartbeat {
                 return Err(invalid("fleet_dead_after_ms", "must be longer than fleet_heartbeat_ms, or every peer is dead between beats"));
+            }
+            // A LAN's round trip and a loaded agent's wakeup, with room: a
+            // peer slower than this to say it takes a forward costs that
+            // forward this long, then it is served here.
+            let commit = ms("fleet_commit_ms", k.fleet_commit_ms, DEFAULT_COMMIT_MS, 1)?;
+            if commit >= dead_after {
+                return Err(invalid("fleet_commit_ms", "must be shorter than fleet_dead_after_ms"));
             }
             let settle = ms("fleet_settle_ms", k.fleet_settle_ms, 2, 0)?;
             if settle > dead_after {
@@ -255,6 +276,7 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 peer_port,
                 key_file,
                 keys,
+                key_readers,
                 tls: peer_tls,
                 forwarding: huntlb_policy::forward::Forwarding {
                     // The policy crate's defaults, written once there.
@@ -263,6 +285,7 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 },
                 heartbeat,
                 dead_after,
+                commit,
                 settle,
                 resolve: ms("fleet_resolve_ms", k.fleet_resolve_ms, 1000, 100)?,
                 sample,

@@ -87,7 +87,7 @@ impl Raw {
         overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
-            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms,
+            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms, fleet_commit_ms, fleet_key_readable_by_others,
             fleet_settle_ms, fleet_resolve_ms, fleet_sample, fleet_resample_ms, fleet_sample_keep);
         raw.validate()
     }
@@ -177,6 +177,9 @@ impl Raw {
         };
         let listen = addr("listen", self.listen, "127.0.0.1:8080")?;
         let fleet = fleet::validate(knobs, listen, tls.as_ref(), self.tls_client_ca.as_deref())?;
+        if let Some(f) = &fleet {
+            warnings.extend(f.keys.warnings(&f.key_file));
+        }
         Ok(Config {
             fleet,
             warnings,

@@ -163,6 +163,12 @@ pub struct Raw {
     /// A peer not heard from for this long, in ms, takes no forwards [default: 250].
     #[arg(long)]
     pub fleet_dead_after_ms: Option<u64>,
+    /// Take a `fleet_key_file` that group or others may read (a secret store that mounts files 0444) [default: false].
+    #[arg(long)]
+    pub fleet_key_readable_by_others: Option<bool>,
+    /// A peer has this long, in ms, to say it takes a forward; else it is withdrawn and served here [default: 10].
+    #[arg(long)]
+    pub fleet_commit_ms: Option<u64>,
     /// This agent's own forwards count in its view of a peer for this long, in ms [default: 2].
     #[arg(long)]
     pub fleet_settle_ms: Option<u64>,

@@ -42,7 +42,8 @@ fn fleet_keys_are_checked_and_named() {
     assert_eq!(key_of(raw(|r| r.fleet_peers = Some("127.0.0.2:9700".into()))), "fleet_peers");
     assert_eq!(key_of(raw(|r| r.forward_peer_margin = Some(1))), "forward_peer_margin");
     let key = std::env::temp_dir().join(format!("huntlb-config-test-{}.key", std::process::id()));
-    std::fs::write(&key, "k".repeat(40)).unwrap();
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let key = key.to_string_lossy().into_owned();
     let fleet = |peers: &str| {
         let (peers, key) = (peers.to_string(), key.clone());
@@ -188,7 +189,8 @@ fn unknown_file_key_is_named() {
 #[test]
 fn renamed_keys_are_taken_with_a_warning() {
     let key = std::env::temp_dir().join(format!("huntlb-config-renamed-{}.key", std::process::id()));
-    std::fs::write(&key, "k".repeat(40)).unwrap();
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let key = key.to_string_lossy().into_owned();
     let fleet = |r: &mut Raw| {
         r.fleet_listen = Some("127.0.0.1:9700".into());

@@ -46,6 +46,7 @@ impl Fleet {
                 warn!(asked = want, got, members = set.len(), "fleet_listen: receive buffer capped by net.core.rmem_max; a burst of reports may be dropped (raise it: sysctl -w net.core.rmem_max={want})");
             }
         }
+        self.links.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
         self.peers.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
         self.listeners.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
         self.sample.lock().unwrap_or_else(PoisonError::into_inner).retain(|k| set.contains(k));

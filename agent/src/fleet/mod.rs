@@ -18,8 +18,9 @@
 //!
 //! Trust (docs/protocol.md, "Trust"): a datagram is believed only if its source
 //! is a member (an address `fleet_peers` resolves to), its MAC checks under
-//! the shared key, the member it names is its source, and it is newer than the
-//! last heard from that member. Even then it carries facts about its sender
+//! the shared key, the member it names is its source, it is for this agent,
+//! it echoes the nonce this agent gave that member (`Link`), and it is newer
+//! than the last taken under that nonce. Even then it carries facts about its sender
 //! (a count, whether it takes forwards, what it asks of us), never where
 //! a request goes: a forward goes to the member's own address, as resolved
 //! here, on the configured port, and a count to the member's own address.
@@ -39,18 +40,44 @@ use members::{resolve_all, Members};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tracing::debug;
 
 struct Peer {
     busy: u32,
-    seq: u64,
     ready: bool,
     heard: Instant,
     /// When this agent forwarded there, for `settle`: not yet in `busy`.
     sent: VecDeque<Instant>,
+    /// This agent's forwards the peer took and has not answered yet: the
+    /// least it can hold, whatever it reports (a member that always says 0
+    /// draws from each agent only until that agent's own forwards there
+    /// make it no longer the least).
+    outstanding: Arc<AtomicU32>,
+    /// Out of the view until then: a forward there failed (`lost`).
+    benched: Option<Instant>,
+    /// Failed forwards in a row: each doubles the bench, up to `BENCH_MAX`.
+    strikes: u32,
+}
+
+/// What this agent and one member know of each other's boots: the nonce this
+/// agent gave the member (its reports must echo it), the member's boot and
+/// nonce as last taken (ours echo that nonce), and the highest sequence taken
+/// under our nonce. Freshness is proven by the echo, not by the sender's clock:
+/// a report recorded before our nonce was drawn (or before we restarted) is
+/// taken nowhere, and a member that restarts with any clock is heard once it
+/// has learnt our nonce, one round trip.
+struct Link {
+    mine: u64,
+    boot: u64,
+    theirs: u64,
+    seq: u64,
+    /// When a report from the member was last taken.
+    taken: Option<Instant>,
+    /// When an unproven report from it was last answered (at most one an `ANSWER_EVERY`).
+    answered: Option<Instant>,
 }
 
 /// A member that samples this agent: what it asked for, when it last renewed,
@@ -69,7 +96,15 @@ pub enum Bad {
     Malformed = 1,
     Unauthenticated = 2,
     Replayed = 3,
+    /// Sealed, but echoing a nonce this agent did not give the sender or no
+    /// longer holds: a first contact, a restart on either side, or a replay.
+    Unproven = 4,
+    /// Sealed by an agent of an earlier version (`hunt-fleet/2`).
+    Version = 5,
 }
+
+/// How many reasons `Bad` has.
+pub const BAD_REASONS: usize = 6;
 
 pub use crate::config::MAX_MEMBERS;
 
@@ -83,6 +118,11 @@ pub struct Fleet {
     keys: RwLock<Keys>,
     /// Members' last reports, by member address; only members have entries.
     peers: Mutex<HashMap<SocketAddr, Peer>>,
+    /// What this agent and each member know of each other (nonces, sequence);
+    /// only members have entries. Locked before `peers` when both are.
+    links: Mutex<HashMap<SocketAddr, Link>>,
+    /// This agent's boot, as its reports name it: random, so no clock decides.
+    boot: u64,
     /// Who the members are (`fleet_peers` resolved): the only senders
     /// heard, the only places counts and forwards go.
     members: RwLock<Members>,
@@ -90,16 +130,16 @@ pub struct Fleet {
     sample: Mutex<Vec<SocketAddr>>,
     /// The members that sample this agent.
     listeners: Mutex<HashMap<SocketAddr, Listener>>,
-    /// Starts at the clock's microseconds, so a restarted agent's reports are
-    /// newer than its old ones at every peer. Locked while the count is read,
-    /// so a later number always carries a later count (threads race to send).
+    /// Counts this boot's reports from 1 (peers order them per boot, under
+    /// their nonce: no clock is read). Locked while the count is read, so a
+    /// later number always carries a later count (threads race to send).
     seq: Mutex<u64>,
     /// The stream for draws and ties (splitmix64 over a counter).
     draws: AtomicU64,
     /// Lines about bad datagrams (or failed reads) logged in the current 10 s window.
     bad_logged: Mutex<(Instant, u32)>,
     /// Datagrams dropped, by `Bad`.
-    bad: [AtomicU64; 4],
+    bad: [AtomicU64; BAD_REASONS],
     /// Reports sent, and reports taken: the tier's cost.
     sent: AtomicU64,
     taken: AtomicU64,
@@ -145,6 +185,19 @@ const ASK_WAIT: Duration = Duration::from_micros(500);
 const READ_AT_MOST: usize = 1024;
 /// How often the key file is looked at for a rotation.
 const KEYS_EVERY: Duration = Duration::from_secs(2);
+/// An unproven report from a member is answered at once (it learns our nonce:
+/// the handshake that makes a restarted member heard within a round trip),
+/// then at most once this often: replayed captures make us send that member,
+/// at its own address, at most 100 datagrams a second.
+const ANSWER_EVERY: Duration = Duration::from_millis(10);
+/// A forward to a member failed (no connection, no answer within
+/// `fleet_commit_ms`, refused): out of the view this long, doubled at each
+/// failure in a row, up to `BENCH_MAX`. Longer than a heartbeat, so a member
+/// that reports ready while it cannot take connections is not tried again at
+/// its next report; below a second at most, so one that recovers is back
+/// within a second.
+const BENCH_FIRST: Duration = Duration::from_millis(100);
+const BENCH_MAX: Duration = Duration::from_millis(800);
 
 /// Where one offer goes.
 #[derive(Debug, PartialEq, Eq)]
@@ -159,10 +212,57 @@ pub enum Pick {
 
 /// A member, and where its agent takes forwards: its own address, resolved
 /// here, on `fleet_peer_port`. Nothing a datagram says goes into it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Target {
     pub member: SocketAddr,
     pub authority: String,
+    /// This agent's forwards in flight there (`Outstanding` counts one).
+    pub outstanding: Arc<AtomicU32>,
+}
+
+impl PartialEq for Target {
+    fn eq(&self, o: &Target) -> bool {
+        (self.member, &self.authority) == (o.member, &o.authority)
+    }
+}
+impl Eq for Target {}
+
+/// One forward the peer took, until its answer ends (`Fleet::took`).
+pub struct Outstanding(Arc<AtomicU32>);
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Peer {
+    /// Ready, heard within `dead_after`, and not benched by a failed forward.
+    fn in_view(&self, now: Instant, dead_after: Duration) -> bool {
+        self.ready && now.duration_since(self.heard) <= dead_after && self.benched.is_none_or(|t| now >= t)
+    }
+
+    /// What this agent takes the peer to hold: its last count plus what was
+    /// forwarded there since (`settle`), and never less than this agent's own
+    /// forwards it has yet to answer.
+    fn count(&self) -> u32 {
+        self.busy.saturating_add(self.sent.len() as u32).max(self.outstanding.load(Ordering::Acquire))
+    }
+}
+
+/// A random 64-bit number, never 0 (a boot, a nonce, the draws' seed).
+pub(crate) fn nonce() -> u64 {
+    use ring::rand::SecureRandom;
+    let rng = ring::rand::SystemRandom::new();
+    loop {
+        let mut b = [0u8; 8];
+        if rng.fill(&mut b).is_ok() {
+            let n = u64::from_le_bytes(b);
+            if n != 0 {
+                return n;
+            }
+        }
+    }
 }
 
 /// The tier's gauges and counters, for `/metrics`.
@@ -174,7 +274,7 @@ pub struct Gauges {
     pub wanting: usize,
     pub sent: u64,
     pub taken: u64,
-    pub bad: [u64; 4],
+    pub bad: [u64; BAD_REASONS],
 }
 
 impl Fleet {
@@ -184,17 +284,18 @@ impl Fleet {
         use anyhow::Context;
         let sock = Socket::new(Domain::for_address(cfg.listen), Type::DGRAM, Some(Protocol::UDP)).context("config key `fleet_listen`: socket")?;
         sock.bind(&SockAddr::from(cfg.listen)).with_context(|| format!("config key `fleet_listen`: bind {}", cfg.listen))?;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let resolved = resolve_all(&cfg.peers, &[]).await;
         let fleet = Fleet {
             sock,
             keys: RwLock::new(cfg.keys.clone()),
             peers: Mutex::new(HashMap::new()),
+            links: Mutex::new(HashMap::new()),
+            boot: nonce(),
             members: RwLock::new(Members::default()),
             sample: Mutex::new(Vec::new()),
             listeners: Mutex::new(HashMap::new()),
-            seq: Mutex::new(now.as_micros() as u64),
-            draws: AtomicU64::new(now.as_nanos() as u64 ^ u64::from(std::process::id()) << 32),
+            seq: Mutex::new(0),
+            draws: AtomicU64::new(nonce()),
             bad_logged: Mutex::new((Instant::now(), 0)),
             bad: Default::default(),
             sent: AtomicU64::new(0),
@@ -233,14 +334,14 @@ impl Fleet {
         let mut counts = Vec::with_capacity(sample.len());
         for member in sample {
             let Some(p) = peers.get_mut(&member) else { continue };
-            if !p.ready || now.duration_since(p.heard) > self.cfg.dead_after {
+            if !p.in_view(now, self.cfg.dead_after) {
                 continue;
             }
             while p.sent.front().is_some_and(|t| now.duration_since(*t) > self.cfg.settle) {
                 p.sent.pop_front();
             }
             members.push(member);
-            counts.push(p.busy.saturating_add(p.sent.len() as u32));
+            counts.push(p.count());
         }
         if counts.is_empty() {
             return Pick::NoPeers;
@@ -251,12 +352,21 @@ impl Fleet {
                 let member = members[i];
                 // Why this offer was forwarded: its inputs, as `route` saw them.
                 debug!(busy, ?seen, to = %member, least = counts[i], peers = counts.len(), "offer forwarded: not the least of its sample");
-                if let Some(p) = peers.get_mut(&member) {
-                    p.sent.push_back(now);
-                }
-                Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), self.cfg.peer_port).to_string() })
+                let outstanding = match peers.get_mut(&member) {
+                    Some(p) => {
+                        p.sent.push_back(now);
+                        p.outstanding.clone()
+                    }
+                    None => Arc::default(),
+                };
+                Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), self.cfg.peer_port).to_string(), outstanding })
             }
         }
+    }
+
+    /// How long a peer has to say it takes a forward (`fleet_commit_ms`).
+    pub fn commit(&self) -> Duration {
+        self.cfg.commit
     }
 
     /// This agent as it names itself on what it forwards (`hunt-via`).
@@ -265,7 +375,7 @@ impl Fleet {
     }
 
     /// Datagrams dropped, by reason (`Bad`'s order).
-    pub fn reports_bad(&self) -> [u64; 4] {
+    pub fn reports_bad(&self) -> [u64; BAD_REASONS] {
         self.bad.each_ref().map(|a| a.load(Ordering::Relaxed))
     }
 
@@ -274,7 +384,7 @@ impl Fleet {
         let now = Instant::now();
         let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
         let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        sample.iter().filter_map(|m| peers.get(m)).filter(|p| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after).count()
+        sample.iter().filter_map(|m| peers.get(m)).filter(|p| p.in_view(now, self.cfg.dead_after)).count()
     }
 
     /// Members sampling this agent, renewed within `dead_after`, that want every change of our count.
@@ -293,12 +403,28 @@ impl Fleet {
         }
     }
 
-    /// A forward to `member` found no one there, or a peer that cannot reach
-    /// its app: it takes no more until it reports again.
+    /// A forward to `member` was not taken (no connection, no word within
+    /// `fleet_commit_ms`, refused): out of the view for `BENCH_FIRST`, twice
+    /// that after each failure in a row, at most `BENCH_MAX`, whatever it
+    /// reports meanwhile (a member flooded with connections, or frozen, may
+    /// still say it is ready).
     pub fn lost(&self, member: SocketAddr) {
         if let Some(p) = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&member) {
-            p.ready = false;
+            p.strikes = p.strikes.saturating_add(1);
+            let bench = BENCH_FIRST.saturating_mul(1 << (p.strikes - 1).min(8)).min(BENCH_MAX);
+            p.benched = Some(Instant::now() + bench);
+            debug!(peer = %member, strikes = p.strikes, bench_ms = bench.as_millis() as u64, "peer benched: a forward was not taken");
         }
+    }
+
+    /// A forward to `target` was taken by its peer: the strikes are forgotten,
+    /// and the forward counts there until its answer ends (drop the guard).
+    pub fn took(&self, target: &Target) -> Outstanding {
+        if let Some(p) = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&target.member) {
+            (p.strikes, p.benched) = (0, None);
+        }
+        target.outstanding.fetch_add(1, Ordering::AcqRel);
+        Outstanding(target.outstanding.clone())
     }
 
     fn draw(&self) -> u64 {

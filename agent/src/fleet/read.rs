@@ -2,7 +2,7 @@
 //! drains the socket every `READ_EVERY` and when an offer asks, and believes a
 //! datagram only from a member, sealed, naming its source, newer than the last.
 
-use super::{Bad, Fleet, Peer, ASK_WAIT, READ_AT_MOST, READ_EVERY};
+use super::{nonce, Bad, Fleet, Link, Peer, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY};
 use huntlb_policy::forward::{open, Rejected};
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 impl Fleet {
     /// The reader thread: it drains the socket every `READ_EVERY` (liveness,
@@ -71,7 +71,9 @@ impl Fleet {
     }
 
     /// One datagram: believed only from a member, sealed under a key held,
-    /// naming its source as its sender, and newer than the last from it.
+    /// naming its source as its sender and this agent as its receiver,
+    /// echoing the nonce this agent gave that member, and newer than the
+    /// last taken under that nonce.
     pub(super) fn take(&self, d: &[u8], from: SocketAddr) {
         if !self.members.read().unwrap_or_else(PoisonError::into_inner).set.contains(&from) {
             return self.drop_bad(Bad::Stranger, from, "source is no member of fleet_peers");
@@ -84,6 +86,9 @@ impl Fleet {
             Ok(r) => r,
             Err(Rejected::Unauthenticated) => return self.drop_bad(Bad::Unauthenticated, from, "MAC matches no key in fleet_key_file"),
             Err(Rejected::Malformed(e)) => return self.drop_bad(Bad::Malformed, from, &e),
+            Err(Rejected::Version(v)) => {
+                return self.drop_bad(Bad::Version, from, &format!("{v}: an agent of an earlier huntlb; agents of different tier versions neither hear nor forward to each other: upgrade it"))
+            }
         };
         // A recorded report sent again from another member's address.
         if r.from.parse::<SocketAddr>().ok() != Some(from) {
@@ -92,29 +97,80 @@ impl Fleet {
         if from == self.cfg.from {
             return;
         }
+        // A report recorded on its way to another member.
+        if r.to.parse::<SocketAddr>().ok() != Some(self.cfg.from) {
+            return self.drop_bad(Bad::Replayed, from, "is for another member");
+        }
         let now = Instant::now();
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        let link = links.entry(from).or_insert_with(|| Link { mine: nonce(), boot: 0, theirs: 0, seq: 0, taken: None, answered: None });
+        if r.yours != link.mine {
+            // It does not know our nonce (yet, or any more): answer with it,
+            // echoing its own, and it is heard from its next report on.
+            let answer = link.answered.is_none_or(|t| now.duration_since(t) >= ANSWER_EVERY);
+            if answer {
+                link.answered = Some(now);
+            }
+            drop(links);
+            self.bad[Bad::Unproven as usize].fetch_add(1, Ordering::Relaxed);
+            debug!(%from, answer, "fleet_listen: report echoes no nonce of ours (first contact, a restart, or a replay): not taken");
+            if answer {
+                self.answer(from, r.mine);
+            }
+            return;
+        }
+        let mut answer = false;
+        if r.boot != link.boot {
+            // The member's first report under our nonce, or its new boot: taken,
+            // and our nonce drawn again, so that nothing sent before (by
+            // its earlier boot, or recorded) is ever taken again.
+            if link.boot != 0 {
+                info!(peer = %from, "peer restarted: heard under a new nonce");
+            }
+            (link.boot, link.theirs, link.seq, link.mine) = (r.boot, r.mine, r.seq, nonce());
+            answer = true;
+        } else if r.seq <= link.seq {
+            // Not newer than what we took under this nonce: reordered by UDP,
+            // or replayed. If the member has not been taken for half its
+            // dead_after, its own reports are what is being dropped (a
+            // forged sequence from a key holder): our nonce is drawn again,
+            // the sequence starts over, and it is back one round trip later.
+            let starved = link.taken.is_none_or(|t| now.duration_since(t) >= self.cfg.dead_after / 2);
+            if starved {
+                (link.mine, link.seq) = (nonce(), 0);
+                link.answered = Some(now);
+            }
+            drop(links);
+            self.drop_bad(Bad::Replayed, from, "not newer than the last report from this member");
+            if starved {
+                warn!(peer = %from, "fleet_listen: a member's reports have been dropped as old for half of fleet_dead_after_ms: nonce drawn again, its sequence starts over");
+                self.answer(from, r.mine);
+            }
+            return;
+        } else {
+            (link.seq, link.theirs) = (r.seq, r.mine);
+        }
+        link.taken = Some(now);
+        drop(links);
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         match peers.get_mut(&from) {
-            // Not newer than what we know: reordered by UDP, or replayed.
-            // (A peer restarts with a larger sequence: its clock's.)
-            Some(p) if r.seq <= p.seq => {
-                drop(peers);
-                return self.drop_bad(Bad::Replayed, from, "not newer than the last report from this member");
-            }
             Some(p) => {
                 if !p.ready && r.ready {
                     info!(peer = %from, "peer takes forwards again");
                 }
-                (p.busy, p.seq, p.ready, p.heard) = (r.busy, r.seq, r.ready, now);
+                (p.busy, p.ready, p.heard) = (r.busy, r.ready, now);
             }
             None => {
                 info!(peer = %from, busy = r.busy, ready = r.ready, "peer heard");
-                peers.insert(from, Peer { busy: r.busy, seq: r.seq, ready: r.ready, heard: now, sent: VecDeque::new() });
+                peers.insert(
+                    from,
+                    Peer { busy: r.busy, ready: r.ready, heard: now, sent: VecDeque::new(), outstanding: Default::default(), benched: None, strikes: 0 },
+                );
             }
         }
         drop(peers);
         self.taken.fetch_add(1, Ordering::Relaxed);
-        self.listen(from, r.sub);
+        self.listen(from, r.sub, answer);
     }
 
     /// Counted; at most 10 lines per 10 s, so a flood cannot fill the log.

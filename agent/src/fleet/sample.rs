@@ -8,7 +8,7 @@
 //! or beats), any other is told to send nothing. So a draw that drops a
 //! member ends that subscription with the same datagram that would renew it.
 
-use super::{Fleet, Listener, ReportFn, KEYS_EVERY};
+use super::{nonce, Fleet, Link, Listener, ReportFn, KEYS_EVERY};
 use huntlb_policy::forward::{seal, Report, Sub};
 use socket2::SockAddr;
 use std::net::SocketAddr;
@@ -146,8 +146,9 @@ impl Fleet {
 
     /// A member subscribed (`Beats` or `Changes`) or left: note it, and send
     /// a new listener (or one that now wants changes) our count at once, so
-    /// that it need not wait a beat to know us.
-    pub(super) fn listen(&self, from: SocketAddr, sub: Sub) {
+    /// that it need not wait a beat to know us; so too a member that must
+    /// learn our nonce (`answer`: we drew it again).
+    pub(super) fn listen(&self, from: SocketAddr, sub: Sub, answer: bool) {
         let now = Instant::now();
         let mut l = self.listeners.lock().unwrap_or_else(PoisonError::into_inner);
         let first = match sub {
@@ -171,9 +172,17 @@ impl Fleet {
             }
         };
         drop(l);
-        if first {
+        if first || answer {
             self.send(&[from]);
         }
+    }
+
+    /// Our count to `to`, a member whose report echoed no nonce of ours,
+    /// echoing the nonce that report carried (`echo`): if it was the
+    /// member's own, it takes this one and learns our nonce; if it was a
+    /// replay, the member drops this and answers with its own.
+    pub(super) fn answer(&self, to: SocketAddr, echo: u64) {
+        self.send_with(&[to], Some(echo));
     }
 
     /// Our count now, sealed, to each of `to` (members), each report asking
@@ -181,6 +190,13 @@ impl Fleet {
     /// ended if not. Never waits: a full send buffer drops a report, and the
     /// next change or beat resends. False once the agent is gone.
     pub(super) fn send(&self, to: &[SocketAddr]) -> bool {
+        self.send_with(to, None)
+    }
+
+    /// `send`, echoing `echo` instead of each member's nonce as last taken.
+    /// Each report is for one receiver (its address, our nonce for it, its
+    /// nonce for us), so each is sealed apart: one HMAC a datagram.
+    fn send_with(&self, to: &[SocketAddr], echo: Option<u64>) -> bool {
         let Some(report) = self.report.get() else { return false };
         let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let sub = if self.wants() { Sub::Changes } else { Sub::Beats };
@@ -190,17 +206,18 @@ impl Fleet {
             *seq += 1;
             (*seq, busy, ready)
         };
+        let from = self.cfg.from.to_string();
         let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
-        // At most two texts: to the sample, and to the others.
-        let mut sealed: [Option<String>; 2] = [None, None];
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
         for peer in to {
-            let (i, s) = if sample.contains(peer) { (0, sub) } else { (1, Sub::Leave) };
-            let d = sealed[i].get_or_insert_with(|| {
-                let text = Report { from: self.cfg.from.to_string(), seq, busy, ready, sub: s }.to_string();
-                seal(&text, &keys.tag(text.as_bytes()))
-            });
+            let link = links.entry(*peer).or_insert_with(|| Link { mine: nonce(), boot: 0, theirs: 0, seq: 0, taken: None, answered: None });
+            let s = if sample.contains(peer) { sub } else { Sub::Leave };
+            let text = Report { from: from.clone(), to: peer.to_string(), boot: self.boot, seq, busy, ready, sub: s, mine: link.mine, yours: echo.unwrap_or(link.theirs) }
+                .to_string();
+            let d = seal(&text, &keys.tag(text.as_bytes()));
             let _ = self.sock.send_to_with_flags(d.as_bytes(), &SockAddr::from(*peer), libc::MSG_DONTWAIT);
         }
+        drop(links);
         drop(keys);
         self.sent.fetch_add(to.len() as u64, Ordering::Relaxed);
         let now = Instant::now();
@@ -215,7 +232,7 @@ impl Fleet {
 
     fn reload_keys(&self) {
         let current = self.keys.read().unwrap_or_else(PoisonError::into_inner).clone();
-        match current.reload_if_changed(&self.cfg.key_file) {
+        match current.reload_if_changed(&self.cfg.key_file, self.cfg.key_readers) {
             Ok(None) => {}
             Ok(Some(k)) => {
                 info!(keys = k.len(), "fleet_key_file changed: reports sealed with its first key, taken under any");

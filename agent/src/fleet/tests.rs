@@ -24,6 +24,7 @@ fn key_file() -> String {
     FILE.get_or_init(|| {
         let p = std::env::temp_dir().join(format!("huntlb-fleet-test-{}.key", std::process::id()));
         std::fs::write(&p, KEY).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         p.to_string_lossy().into_owned()
     })
     .clone()
@@ -37,12 +38,14 @@ fn cfg(listen: &str, peers: &[&str]) -> FleetConfig {
         advertise: listen.into(),
         from: listen.parse().unwrap(),
         peer_port: 8080,
-        keys: Keys::load(&key_file).unwrap(),
+        keys: Keys::load(&key_file, crate::seal::Readers::Owner).unwrap(),
+        key_readers: crate::seal::Readers::Owner,
         tls: None,
         key_file,
         forwarding: huntlb_policy::forward::Forwarding { peer_margin: 0, seen_margin: None },
         heartbeat: Duration::from_secs(60),
         dead_after: Duration::from_secs(120),
+        commit: Duration::from_millis(10),
         settle: Duration::ZERO,
         resolve: Duration::from_secs(1),
         sample: 8,
@@ -84,7 +87,90 @@ fn soon(what: &str, mut ok: impl FnMut() -> bool) {
 
 fn forward_to(member: &str) -> Pick {
     let member: SocketAddr = member.parse().unwrap();
-    Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), 8080).to_string() })
+    Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), 8080).to_string(), outstanding: Arc::default() })
+}
+
+/// A member played by the test over a plain socket, speaking the handshake:
+/// it learns the agent's nonce from every datagram that echoes its own.
+struct Fake {
+    sock: std::net::UdpSocket,
+    addr: String,
+    to: String,
+    boot: u64,
+    seq: u64,
+    mine: u64,
+    theirs: u64,
+    keys: Keys,
+    /// Every datagram it sent, as sent (a recording to replay).
+    sent: Vec<Vec<u8>>,
+}
+
+impl Fake {
+    fn new(addr: &str, to: &str) -> Fake {
+        let sock = std::net::UdpSocket::bind(addr).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let keys = Keys::load(&key_file(), crate::seal::Readers::Owner).unwrap();
+        Fake { sock, addr: addr.into(), to: to.into(), boot: nonce(), seq: 0, mine: nonce(), theirs: 0, keys, sent: Vec::new() }
+    }
+
+    /// A restart: a new boot and nonce, its sequence from 1 again (lower than
+    /// before, as a clock stepped back would make it), the agent's nonce forgotten.
+    fn restart(&mut self) {
+        (self.boot, self.seq, self.mine, self.theirs) = (nonce(), 0, nonce(), 0);
+    }
+
+    fn datagram(&mut self, busy: u32, seq: u64) -> Vec<u8> {
+        let text = Report { from: self.addr.clone(), to: self.to.clone(), boot: self.boot, seq, busy, ready: true, sub: Sub::Beats, mine: self.mine, yours: self.theirs }.to_string();
+        seal(&text, &self.keys.tag(text.as_bytes())).into_bytes()
+    }
+
+    fn send(&mut self, busy: u32) -> Vec<u8> {
+        self.seq += 1;
+        let d = self.datagram(busy, self.seq);
+        self.raw(&d);
+        d
+    }
+
+    fn raw(&mut self, d: &[u8]) {
+        self.sock.send_to(d, self.to.as_str()).unwrap();
+        self.sent.push(d.to_vec());
+    }
+
+    /// Read what the agent sent until one echoes our nonce (or 5 s): its nonce learnt.
+    fn hear(&mut self) -> Report {
+        let mut buf = [0u8; 512];
+        loop {
+            let (n, _) = self.sock.recv_from(&mut buf).expect("the agent answers within 5 s");
+            let r = open(&buf[..n], |t, tag| self.keys.verify(t, tag)).unwrap();
+            if r.yours == self.mine {
+                self.theirs = r.mine;
+                return r;
+            }
+        }
+    }
+
+    /// Drop what the agent sent so far.
+    fn drain(&mut self) {
+        let mut buf = [0u8; 512];
+        self.sock.set_nonblocking(true).unwrap();
+        while let Ok((n, _)) = self.sock.recv_from(&mut buf) {
+            if let Ok(r) = open(&buf[..n], |t, tag| self.keys.verify(t, tag)) {
+                if r.yours == self.mine {
+                    self.theirs = r.mine;
+                }
+            }
+        }
+        self.sock.set_nonblocking(false).unwrap();
+    }
+
+    /// First contact (or after a restart): unproven, answered; proven, taken
+    /// (a new boot: the agent draws its nonce again and answers with it).
+    fn handshake(&mut self, busy: u32) {
+        self.send(busy);
+        self.hear();
+        self.send(busy);
+        self.hear();
+    }
 }
 
 /// An offer decides on what the reader thread has taken from the sample;
@@ -117,8 +203,11 @@ async fn an_offer_goes_to_the_least_member_at_its_own_address() {
     let sent = fa.gauges().sent;
     assert!(!fa.send(&[b.parse().unwrap()]));
     assert_eq!(fa.gauges().sent, sent);
-    assert_eq!(fa.reports_bad(), [0; 4]);
-    assert_eq!(fb.reports_bad(), [0; 4]);
+    // Nothing dropped but the handshake's first reports (each echoed no nonce yet).
+    for f in [&fa, &fb] {
+        let bad = f.reports_bad();
+        assert_eq!((bad[..4].to_vec(), bad[Bad::Version as usize]), (vec![0; 4], 0), "{bad:?}");
+    }
 }
 
 /// A change goes only to the members that want it: one whose offers are
@@ -134,6 +223,13 @@ async fn changes_go_to_the_peers_that_want_them() {
     let fb = agent(seen(b), &cb).await;
     assert!(fa.redraw() && fb.redraw());
     soon("both heard", || fa.ready_peers() == 1 && fb.ready_peers() == 1);
+    // The handshakes' last answers (A's count, 7) may still be on the way.
+    let mut last = (0, 0);
+    soon("the handshakes settled", || {
+        std::thread::sleep(Duration::from_millis(30));
+        let now = (fa.gauges().sent, fb.gauges().sent);
+        std::mem::replace(&mut last, now) == now
+    });
     assert_eq!(fb.pick(3, Some(3)), Pick::Keep, "the front knew B's load");
     assert_eq!(fa.peers_wanting(), 0, "B subscribed to beats only");
     // B wants nothing: A's change does not go to it, and B still sees 7.
@@ -144,7 +240,15 @@ async fn changes_go_to_the_peers_that_want_them() {
     assert_eq!(fb.pick(5, None), Pick::Keep, "B holds 5, A as last heard 7");
     // That offer decided by the counts: B's next report says it wants them.
     fb.changed();
-    soon("A knows B wants", || fa.peers_wanting() == 1);
+    // Both drew at once, so each answered the other's first report while its
+    // own was on the way: a report may echo a nonce drawn again since, and
+    // its answer wait out ANSWER_EVERY. In a running agent the next beat or
+    // renewal carries it; here, the next report does.
+    let to_a = [a.parse().unwrap()];
+    soon("A knows B wants", || {
+        std::thread::sleep(super::ANSWER_EVERY);
+        fa.peers_wanting() == 1 || !fb.send(&to_a)
+    });
     soon("A's 1 at B (sent on the upgrade)", || fb.pick(5, None) == forward_to(a));
 }
 
@@ -161,22 +265,16 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
     let count = Count::default();
     count.set(0, true);
     let fa = agent(FleetConfig { sample: 3, keep: 1, ..cfg(a, &all) }, &count).await;
-    let keys = Keys::load(&key_file()).unwrap();
-    let socks: Vec<UdpSocket> = others.iter().map(|o| UdpSocket::bind(o.as_str()).unwrap()).collect();
-    for s in &socks {
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    }
-    let mut seq = 100;
+    let keys = Keys::load(&key_file(), crate::seal::Readers::Owner).unwrap();
+    let mut fakes: Vec<Fake> = others.iter().map(|o| Fake::new(o, a)).collect();
     // Member i reports busy 10 + i (member 5 holds the least, 3).
-    let mut report = |i: usize, busy: u32| {
-        seq += 1;
-        let text = Report { from: others[i].clone(), seq, busy, ready: true, sub: Sub::Beats }.to_string();
-        socks[i].send_to(seal(&text, &keys.tag(text.as_bytes())).as_bytes(), a).unwrap();
-    };
-    for i in 0..others.len() {
-        report(i, if i == 5 { 3 } else { 10 + i as u32 });
+    for (i, f) in fakes.iter_mut().enumerate() {
+        f.handshake(if i == 5 { 3 } else { 10 + i as u32 });
     }
     soon("every member's report taken", || fa.gauges().taken == others.len() as u64);
+    // Two answers each (the unproven first report's, the new boot's), counted just after they leave.
+    soon("every handshake answered", || fa.gauges().sent == 2 * others.len() as u64);
+    let socks: Vec<&UdpSocket> = fakes.iter().map(|f| &f.sock).collect();
     let sample = |f: &Fleet| f.sample.lock().unwrap().clone();
     let mut seen_in_sample = std::collections::HashSet::new();
     let mut with_5 = 0;
@@ -190,7 +288,7 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
         assert!(after.iter().all(|m| after.iter().filter(|x| *x == m).count() == 1), "distinct: {after:?}");
         // Sent: the new sample (renewed) and the dropped (ended), at most 2K.
         let dropped = before.iter().filter(|m| !after.contains(m)).count();
-        assert_eq!(fa.gauges().sent - sent, (3 + dropped) as u64);
+        assert_eq!(fa.gauges().sent - sent, (3 + dropped) as u64, "{before:?} -> {after:?}");
         // The least of the old sample stays.
         let five: SocketAddr = others[5].parse().unwrap();
         if before.contains(&five) {
@@ -204,7 +302,7 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
     // What a member hears: a renewal while it is sampled, a leave once dropped.
     let last = sample(&fa);
     let out: Vec<usize> = (0..others.len()).filter(|i| !last.contains(&others[*i].parse().unwrap())).collect();
-    let mut buf = [0u8; 256];
+    let mut buf = [0u8; 512];
     for s in &socks {
         s.set_nonblocking(true).unwrap();
         while s.recv_from(&mut buf).is_ok() {}
@@ -219,48 +317,136 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
 }
 
 /// Attackers on the fleet port: a stranger, a member's address without the
-/// key, a replay, a report naming another sender. None reaches the table.
+/// key, an older agent, a replay, a report naming another sender or for
+/// another member. None reaches the table.
 #[tokio::test]
-async fn only_sealed_new_reports_from_members_are_taken() {
+async fn only_sealed_fresh_reports_from_members_for_us_are_taken() {
     use std::net::UdpSocket;
     let (a, b, c) = ("127.77.9.3:9700", "127.77.9.4:9700", "127.77.9.5:9700");
     let count = Count::default();
     count.set(2, true);
     let fa = agent(cfg(a, &[a, b, c]), &count).await;
-    assert!(fa.redraw(), "A samples B and C");
-    let sent = fa.gauges().sent;
-    let keys = Keys::load(&key_file()).unwrap();
-    let sealed = |from: &str, seq: u64, busy: u32| {
-        let text = Report { from: from.into(), seq, busy, ready: true, sub: Sub::Changes }.to_string();
-        seal(&text, &keys.tag(text.as_bytes()))
-    };
+    let keys = Keys::load(&key_file(), crate::seal::Readers::Owner).unwrap();
+    let bad = |why: Bad| fa.reports_bad()[why as usize];
     let stranger = UdpSocket::bind("127.77.9.8:0").unwrap();
-    stranger.send_to(sealed("127.77.9.8:9700", 1, 0).as_bytes(), a).unwrap();
-    soon("a stranger", || fa.reports_bad()[Bad::Stranger as usize] == 1);
-    let pb = UdpSocket::bind(b).unwrap();
-    let pc = UdpSocket::bind(c).unwrap();
-    pb.send_to(b"not a report", a).unwrap();
-    soon("junk", || fa.reports_bad()[Bad::Malformed as usize] == 1);
+    let mut fb = Fake::new(b, a);
+    let d = fb.datagram(0, 1);
+    stranger.send_to(&d, a).unwrap();
+    soon("a stranger", || bad(Bad::Stranger) == 1);
+    fb.raw(b"not a report");
+    soon("junk", || bad(Bad::Malformed) == 1);
     // Unsealed, or sealed under another key.
-    let text = Report { from: b.into(), seq: 5, busy: 0, ready: true, sub: Sub::Changes }.to_string();
-    pb.send_to(seal(&text, &[0; 16]).as_bytes(), a).unwrap();
-    soon("a forged tag", || fa.reports_bad()[Bad::Unauthenticated as usize] == 1);
-    assert_eq!(fa.ready_peers(), 0);
-    // None of them subscribed: nothing was sent to anyone, nobody wants changes.
-    assert_eq!((fa.gauges().sent, fa.peers_wanting()), (sent, 0));
-    // B's real report, then the same again (a replay), then an older one.
-    pb.send_to(sealed(b, 10, 4).as_bytes(), a).unwrap();
-    soon("B heard", || fa.ready_peers() == 1);
-    // B's subscription is real: A's count goes to B, at B's own address.
-    soon("A answers B", || fa.gauges().sent == sent + 1);
-    assert_eq!(fa.peers_wanting(), 1);
-    pb.send_to(sealed(b, 10, 0).as_bytes(), a).unwrap();
-    pb.send_to(sealed(b, 9, 0).as_bytes(), a).unwrap();
-    soon("replays", || fa.reports_bad()[Bad::Replayed as usize] == 2);
+    let text = String::from_utf8(d[..d.len() - 33].to_vec()).unwrap();
+    fb.raw(seal(&text, &[0; 16]).as_bytes());
+    soon("a forged tag", || bad(Bad::Unauthenticated) == 1);
+    // An older agent's report, sealed: told apart, not taken.
+    let old = "hunt-fleet/2 127.77.9.4:9700 7 0 1 1";
+    fb.raw(seal(old, &keys.tag(old.as_bytes())).as_bytes());
+    soon("an older agent", || bad(Bad::Version) == 1);
+    assert_eq!((fa.ready_peers(), fa.peers_wanting(), fa.gauges().sent), (0, 0, 0), "none of them heard, none answered");
+    // B's first report echoes no nonce of A's: not taken, answered with A's nonce.
+    fb.send(4);
+    let answer = fb.hear();
+    assert_eq!((answer.from.as_str(), answer.to.as_str(), answer.yours), (a, b, fb.mine));
+    assert_eq!((bad(Bad::Unproven), fa.gauges().taken), (1, 0));
+    // Echoing it: taken.
+    fb.send(4);
+    soon("B heard", || fa.gauges().taken == 1);
+    fb.hear();
+    assert_eq!(fa.peers_wanting(), 0, "B asked for beats");
+    // The same datagram again, and an older one: replays.
+    let last = fb.send(4);
+    soon("taken", || fa.gauges().taken == 2);
+    fb.raw(&last);
+    let older = fb.datagram(0, fb.seq - 1);
+    fb.raw(&older);
+    soon("replays", || bad(Bad::Replayed) == 2);
     // B's report sent from C's address: C is a member, but not its sender.
-    pc.send_to(sealed(b, 11, 0).as_bytes(), a).unwrap();
-    soon("moved", || fa.reports_bad()[Bad::Replayed as usize] == 3);
-    assert_eq!(fa.ready_peers(), 1);
+    let pc = UdpSocket::bind(c).unwrap();
+    pc.send_to(&fb.datagram(0, fb.seq + 1), a).unwrap();
+    soon("moved", || bad(Bad::Replayed) == 3);
+    // B's report for C, replayed to A from B's address: for another member.
+    let for_c = { let mut f = Fake { to: c.into(), ..Fake::new("127.77.9.9:9700", a) }; (f.addr, f.boot, f.mine, f.theirs) = (b.into(), fb.boot, fb.mine, fb.theirs); f.datagram(0, fb.seq + 1) };
+    fb.raw(&for_c);
+    soon("for C", || bad(Bad::Replayed) == 4);
+    assert_eq!(fa.gauges().taken, 2);
+    assert!(fa.redraw(), "A samples B and C");
+    soon("B in A's view", || fa.ready_peers() == 1);
     assert_eq!(fa.pick(5, None), forward_to(b), "B as it really reported (4), at B's own address");
     assert_eq!(fa.pick(3, None), Pick::Keep, "not the replayed 0");
+}
+
+/// A member that restarts starts its sequence again from 1 (as a clock
+/// stepped back would), and is heard one round trip later; what was recorded
+/// from its earlier boot is never taken again.
+#[tokio::test]
+async fn a_restarted_member_is_heard_at_once_and_its_old_reports_never_again() {
+    let (a, b) = ("127.77.12.1:9700", "127.77.12.2:9700");
+    let count = Count::default();
+    count.set(2, true);
+    let fa = agent(cfg(a, &[a, b]), &count).await;
+    let mut fb = Fake::new(b, a);
+    fb.seq = 1 << 40; // the old boot had counted far
+    fb.handshake(7);
+    for busy in 8..12 {
+        fb.send(busy);
+    }
+    soon("B's reports taken", || fa.gauges().taken == 5);
+    let recorded = fb.sent.clone();
+    fb.restart();
+    fb.handshake(1);
+    soon("B heard again, from sequence 2", || fa.gauges().taken == 6);
+    let before = fa.reports_bad();
+    for d in &recorded {
+        fb.raw(d);
+    }
+    soon("every recording dropped", || {
+        let now = fa.reports_bad();
+        now[Bad::Unproven as usize] + now[Bad::Replayed as usize] - before[Bad::Unproven as usize] - before[Bad::Replayed as usize] == recorded.len() as u64
+    });
+    assert_eq!(fa.gauges().taken, 6, "none of the old boot's reports taken");
+    fb.drain();
+    fb.send(3);
+    soon("B's new boot still heard", || fa.gauges().taken == 7);
+}
+
+/// A key holder forges B's report with the highest sequence there is (an
+/// insider can: the key is shared). B's own reports are then dropped as old,
+/// but only until B has gone unheard for half of dead_after: A draws its
+/// nonce again and B is heard from its next report, well within dead_after.
+#[tokio::test]
+async fn a_forged_sequence_locks_a_member_out_for_less_than_dead_after() {
+    let (a, b) = ("127.77.12.5:9700", "127.77.12.6:9700");
+    let count = Count::default();
+    count.set(2, true);
+    let dead_after = Duration::from_millis(400);
+    let fa = agent(FleetConfig { dead_after, ..cfg(a, &[a, b]) }, &count).await;
+    assert!(fa.redraw());
+    let mut fb = Fake::new(b, a);
+    fb.handshake(1);
+    soon("B in view", || fa.ready_peers() == 1);
+    fb.drain();
+    let forged = fb.datagram(0, u64::MAX);
+    fb.raw(&forged);
+    soon("the forgery taken", || fa.gauges().taken == 2);
+    let locked = Instant::now();
+    // B reports every 20 ms, as a heartbeat would.
+    let mut heard_again = None;
+    while locked.elapsed() < Duration::from_secs(3) {
+        let taken = fa.gauges().taken;
+        fb.drain();
+        fb.send(1);
+        std::thread::sleep(Duration::from_millis(20));
+        if fa.gauges().taken > taken {
+            heard_again = Some(locked.elapsed());
+            break;
+        }
+    }
+    let back = heard_again.expect("B heard again");
+    assert!(back < dead_after, "B out for {back:?}, dead_after {dead_after:?}");
+    assert!(fa.ready_peers() == 1, "B never left A's view");
+    // The forgery, sent again, echoes a nonce A no longer holds.
+    let unproven = fa.reports_bad()[Bad::Unproven as usize];
+    fb.raw(&forged);
+    soon("dropped", || fa.reports_bad()[Bad::Unproven as usize] == unproven + 1);
 }
