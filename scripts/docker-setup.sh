@@ -4,16 +4,18 @@
 #
 #   scripts/docker-setup.sh install   apt: docker.io, docker-compose (1.29), chromium (--chromium)
 #   scripts/docker-setup.sh start     start dockerd if none answers; prints its PID if this call started it
-#   scripts/docker-setup.sh stop PID  stop the dockerd this script started (by its PID)
+#   scripts/docker-setup.sh stop PID  stop the dockerd this script started (by its PID), undo what it changed
 #   scripts/docker-setup.sh base      build debian:bookworm-slim locally if missing (no registry pull)
 #   scripts/docker-setup.sh compose-v2   optional: build Compose v2 from source, install it as `docker compose`
 #
 # Idempotent: each step does nothing when its work is already done.
 set -euo pipefail
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+PATH=$PATH:/usr/sbin:/sbin   # iptables, nft, dockerd: not on a normal user's PATH on Debian
 
 install() {
-    local pkgs=(docker.io docker-compose iptables debootstrap)
+    # nftables: `stop` deletes the iptables-nft tables dockerd created (iptables cannot)
+    local pkgs=(docker.io docker-compose iptables nftables debootstrap)
     [ "${1:-}" = "--chromium" ] && pkgs+=(chromium fonts-dejavu-core)
     local missing=()
     for p in "${pkgs[@]}"; do
@@ -27,15 +29,95 @@ install() {
     fi
 }
 
-# dockerd adds iptables chains and rules, sets the FORWARD policy to DROP and
-# leaves its docker0 bridge when it exits: `start` keeps the rules as they were,
-# `stop` puts them back and removes the bridge, so the machine is left as found.
-SAVED_RULES=/run/huntlb-dockerd.iptables
+# dockerd changes the machine and leaves it so when it exits: iptables chains
+# and rules in the filter and nat tables (creating them if absent), the FORWARD
+# policy set to DROP, IPv4 forwarding on (net.ipv4.ip_forward, which also sets
+# every interface's conf/*/forwarding and turns conf/all/accept_redirects off),
+# with IPv6 enabled its ip6tables and IPv6 forwarding too, and bridges (docker0,
+# br-<id> per network). `start` records how they were; `stop` puts each back:
+# saved tables restored whole, tables dockerd created deleted, the sysctls
+# rewritten, its bridges removed, so the machine is left as it was found.
+# Recorded in /run (gone at reboot, as is what dockerd changed), once: a second
+# `start` after a dockerd that died keeps the first record.
+SAVED=/run/huntlb-dockerd     # $SAVED.iptables, $SAVED.ip6tables: iptables-save before dockerd
+SAVED_SYSCTL=$SAVED.sysctl    # /proc/sys path and value, in the order they are put back
+SAVED_LINKS=$SAVED.links      # interface names before dockerd
+
+# The sysctls dockerd changes. ip_forward (and conf/all/forwarding) rewrite every
+# interface's forwarding and conf/all/accept_redirects, so those follow it.
+sysctl_paths() {
+    local f
+    for f in /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv4/conf/*/forwarding /proc/sys/net/ipv4/conf/all/accept_redirects \
+             /proc/sys/net/ipv6/conf/*/forwarding /proc/sys/net/bridge/bridge-nf-call-iptables /proc/sys/net/bridge/bridge-nf-call-ip6tables; do
+        if [ -f "$f" ]; then echo "$f"; fi
+    done
+}
+
+record_machine() {
+    if [ -f "$SAVED_SYSCTL" ]; then return 0; fi   # recorded before a dockerd that is gone: that is how it was found
+    local fam f
+    for fam in iptables ip6tables; do
+        command -v "$fam-save" >/dev/null || continue
+        # none recorded (no such family here, IPv6 off): none restored
+        $SUDO sh -c "$fam-save > $SAVED.$fam" || $SUDO rm -f "$SAVED.$fam"
+    done
+    ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | $SUDO tee "$SAVED_LINKS" >/dev/null
+    for f in $(sysctl_paths); do echo "$f $(cat "$f")"; done | $SUDO tee "$SAVED_SYSCTL.tmp" >/dev/null
+    $SUDO mv "$SAVED_SYSCTL.tmp" "$SAVED_SYSCTL"   # last: its presence says the record is whole
+}
+
+# Put one family's tables back as iptables-save found them: each saved table
+# replaced whole by iptables-restore (its chains, rules and policies; chains
+# dockerd added go), each table that was not there deleted (iptables-nft: an
+# nftables table; iptables-legacy cannot unload one, so it is emptied: no rules,
+# no chains of its own, ACCEPT policies, as an unloaded table behaves).
+restore_tables() {
+    local fam=$1 saved=$SAVED.$1 nftfam t c
+    [ -f "$saved" ] || return 0
+    if [ "$fam" = iptables ]; then nftfam=ip; else nftfam=ip6; fi
+    if grep -q '^\*' "$saved"; then $SUDO sh -c "$fam-restore < $saved"; fi
+    for t in $($SUDO "$fam-save" | sed -n 's/^\*//p'); do
+        if grep -qx "\*$t" "$saved"; then continue; fi
+        if "$fam" --version 2>/dev/null | grep -q nf_tables && command -v nft >/dev/null; then
+            $SUDO nft delete table "$nftfam" "$t"
+        else
+            $SUDO "$fam" -t "$t" -F
+            $SUDO "$fam" -t "$t" -X
+            for c in $($SUDO "$fam" -t "$t" -S | awk '$1 == "-P" {print $2}'); do $SUDO "$fam" -t "$t" -P "$c" ACCEPT; done
+        fi
+    done
+    $SUDO rm -f "$saved"
+}
+
+restore_machine() {
+    local name path value
+    # bridges dockerd made: docker0, and br-<12 hex> per network not there before
+    for name in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}'); do
+        case $name in
+            docker0) ;;
+            br-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f])
+                if [ -f "$SAVED_LINKS" ] && grep -qx "$name" "$SAVED_LINKS"; then continue; fi ;;
+            *) continue ;;
+        esac
+        $SUDO ip link delete "$name" 2>/dev/null || true
+    done
+    $SUDO rm -f "$SAVED_LINKS"
+    restore_tables iptables
+    restore_tables ip6tables
+    if [ -f "$SAVED_SYSCTL" ]; then
+        # in the order recorded: ip_forward first, as writing it rewrites the others
+        while read -r path value; do
+            if [ -f "$path" ] && [ "$(cat "$path")" != "$value" ]; then echo "$value" | $SUDO tee "$path" >/dev/null; fi
+        done <"$SAVED_SYSCTL"
+        $SUDO rm -f "$SAVED_SYSCTL"
+    fi
+    return 0
+}
 
 start() {
     if docker info >/dev/null 2>&1; then return 0; fi
     local log=${HUNTLB_DOCKERD_LOG:-/tmp/huntlb-dockerd.log}
-    $SUDO sh -c "iptables-save > $SAVED_RULES"
+    record_machine
     # overlay2 where the kernel allows it (fast), else vfs (always works, slower builds)
     for driver in overlay2 vfs; do
         $SUDO dockerd --storage-driver "$driver" --pidfile /run/huntlb-dockerd.pid >"$log" 2>&1 &
@@ -49,6 +131,7 @@ start() {
         wait "$pid" 2>/dev/null || true
         echo "docker-setup: dockerd with $driver did not come up (log: $log)" >&2
     done
+    restore_machine   # no dockerd to stop: undo what the tries changed
     return 1
 }
 
@@ -59,10 +142,7 @@ stop() {
         for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
         kill -9 "$pid" 2>/dev/null || true
     fi
-    if [ -f "$SAVED_RULES" ]; then
-        $SUDO sh -c "iptables-restore < $SAVED_RULES" && $SUDO rm -f "$SAVED_RULES"
-    fi
-    $SUDO ip link delete docker0 2>/dev/null || true
+    restore_machine
 }
 
 base() {

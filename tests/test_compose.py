@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from docker_state import as_root, differences, machine_state
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = ROOT / "compose"
@@ -150,6 +151,8 @@ def delta(a: dict, b: dict) -> dict:
 @pytest.fixture(scope="module")
 def dockerd():
     assert shutil.which("docker") and shutil.which("dockerd"), "no Docker: run scripts/docker-setup.sh install"
+    # the machine as dockerd found it (rules, forwarding, interfaces; root needed to read the rules)
+    before = machine_state() if as_root() is not None else None
     started = run([str(ROOT / "scripts/docker-setup.sh"), "start"], timeout=120).stdout.strip()
     log(f"dockerd {'started, PID ' + started if started else 'was already running'}")
     try:
@@ -157,6 +160,9 @@ def dockerd():
     finally:
         if started:
             run([str(ROOT / "scripts/docker-setup.sh"), "stop", started], timeout=60, check=False)
+    if started and before is not None:
+        # and as it was left: what that dockerd changed undone (tests/test_docker_setup.py)
+        assert differences(before, machine_state()) == {}, "scripts/docker-setup.sh stop left the machine changed"
 
 
 def test_compose_demo(dockerd):
