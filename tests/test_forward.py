@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from harness.fleetwire import Member, seal, text
 from harness import OFFER, app_stats, path_count, request, start_fleet, start_front, wait_until
 from workload_hash import fnv64
 
@@ -143,28 +144,66 @@ def test_a_dead_peer_costs_nothing_the_offer_is_served_here(procs, addrs):
     assert counts(bs, path) == [1, 0]
 
 
-def test_a_peer_frozen_with_the_try_gets_an_error_never_a_resend(procs, addrs):
+def test_a_frozen_peer_costs_a_forward_its_commit_bound_never_an_error(procs, addrs):
     # b's agent is stopped (SIGSTOP) once the peers know it idle: the kernel
-    # still takes the connection, so a's try may have reached it. The client
-    # gets 504; the request goes nowhere else.
+    # still takes the connection and the forward's head, but b never says it
+    # takes it. Before: 504 after app_timeout_ms + 1 s, the request lost. Now
+    # a withdraws it after fleet_commit_ms and serves it itself; thawed, b
+    # finds the connection ended before the go byte and gives its app nothing.
     a, b, c = bs = start_fleet(procs, addrs, 3, policy="always",
-                               agent_opts={"fleet_dead_after_ms": 30000, "app_timeout_ms": 1500})
+                               agent_opts={"fleet_dead_after_ms": 30000, "app_timeout_ms": 1500, "fleet_commit_ms": 50})
     hold(a, 2)
     hold(c, 2)
     wait_until(lambda: a.metrics()["huntlb_inflight"] == 2 and c.metrics()["huntlb_inflight"] == 2)
     b.agent_proc.signal(signal.SIGSTOP)
     try:
         path = f"/frozen/{uuid.uuid4()}"
-        status, _, body = request(a.agent, "POST", path, headers=OFFER, body=b"order", timeout=20)
-        assert status == 504, body
-        assert b"peer" in body
-        assert a.metrics()['huntlb_forwards_total{outcome="failed"}'] == 1
+        body = bytes(range(256)) * 8
+        status, h, got = request(a.agent, "POST", path, headers=OFFER, body=body, timeout=20)
+        assert status == 200 and h["hunt-served-by"] == a.id, (status, got)
+        assert f'"fnv64":"{fnv64(body):016x}"' in got.decode(), "the whole body, served here"
+        m = a.metrics()
+        assert m['huntlb_forwards_total{outcome="withdrawn"}'] == 1 and m['huntlb_forwards_total{outcome="failed"}'] == 0
     finally:
         b.agent_proc.signal(signal.SIGCONT)
-    # Thawed, b's agent passes on what it had read: at most once, and only at b.
-    time.sleep(0.5)
-    got = counts(bs, path)
-    assert got[0] == 0 and got[2] == 0 and got[1] <= 1, got
+    # Thawed, b reads the head, says it takes it, and finds no go: nothing processed there.
+    wait_until(lambda: b.metrics()["huntlb_forwards_withdrawn_total"] == 1, what="b saw the forward withdrawn")
+    assert counts(bs, path) == [1, 0, 0]
+
+
+def test_a_peer_with_no_connection_slots_reports_itself_not_ready(procs, addrs):
+    # Idle connections (a slowloris, no key needed) fill b's max_connections:
+    # before, b still reported itself ready, and every forward there waited
+    # the connect limit. Now b's reports say not ready while its slots are
+    # gone, peers forward elsewhere, and b is back once they are freed.
+    import socket
+    a, b, c = bs = start_fleet(procs, addrs, 3, policy="always", agent_opts={"max_connections": 64})
+    hold(a, 3)
+    hold(c, 1)
+    wait_until(lambda: a.metrics()["huntlb_fleet_peers"] == 2)
+    idle = []
+    try:
+        for _ in range(70):
+            s = socket.socket()
+            s.settimeout(2)
+            try:
+                s.connect((b.host, 8080))
+            except OSError:
+                s.close()
+                break
+            idle.append(s)
+        wait_until(lambda: a.metrics()["huntlb_fleet_peers"] == 1, what="b out of a's view")
+        for _ in range(5):
+            path = f"/slots/{uuid.uuid4()}"
+            status, h, _ = request(a.agent, "POST", path, headers=OFFER, body=b"x")
+            assert status == 200 and h["hunt-served-by"] == c.id, (status, h)
+            assert counts(bs, path) == [0, 0, 1]
+        m = a.metrics()
+        assert m['huntlb_forwards_total{outcome="withdrawn"}'] == 0 and m['huntlb_forwards_total{outcome="unreachable"}'] == 0
+    finally:
+        for s in idle:
+            s.close()
+    wait_until(lambda: a.metrics()["huntlb_fleet_peers"] == 2, what="b back in a's view once its slots are free")
 
 
 @pytest.mark.parametrize("front_kind", ["envoy", "haproxy-2.6"])
@@ -319,11 +358,12 @@ def test_a_datagram_never_decides_where_a_request_goes(procs, addrs):
     # report carries only its sender's count: the forwards it draws go to that
     # member's own address (nothing listens there), are found unreachable and
     # served where they were offered.
-    key = procs.fleet_key()
+    attacker.close()
+    insider = Member(procs.fleet_key(), gone)
+    procs.cleanups.append(insider.close)
+    agents = [f"{b.host}:9700" for b in bs]
     for i in range(10):
-        d = sealed(key, f"hunt-fleet/2 {gone}:9700 {10_000 + i} 0 1 1")
-        for b in bs:
-            attacker.sendto(d, (b.host, 9700))
+        insider.report(agents, 0)
         wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == 3 for b in bs), what="the keyed member heard")
         path = f"/insider/{uuid.uuid4()}"
         status, h, out = request(front.listen, "POST", path, body=b"x" * 100)
@@ -344,7 +384,7 @@ def test_junk_on_the_fleet_port_is_counted_and_grows_nothing(procs, addrs):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((gone, 9700))
         for i in range(20_000):
-            s.sendto(sealed(key, f"hunt-fleet/2 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:9700 {i + 1} 0 1 1"), (a.host, 9700))
+            s.sendto(seal(key, text(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:9700", f"{a.host}:9700", 1, i + 1, 0)), (a.host, 9700))
             if i % 2000 == 1999:
                 time.sleep(0.02)  # the kernel's buffer, not the agent, would drop the rest
     wait_until(lambda: a.metrics()['huntlb_fleet_reports_bad_total{reason="replayed"}'] >= 15_000, timeout=20,
