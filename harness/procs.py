@@ -146,12 +146,12 @@ class Procs:
         wait_http(addr, "/.workload/health", proc=p)
         return p, addr
 
-    def agent(self, host: str, app: str, wait: bool = True, **opts) -> tuple[Proc, str, str]:
+    def agent(self, host: str, app: str, wait: bool = True, env: dict | None = None, **opts) -> tuple[Proc, str, str]:
         listen, admin = opts.pop("listen", f"{host}:8080"), opts.pop("admin", f"{host}:9901")
         argv = [binary("huntlb-agent"), "--listen", listen, "--admin", admin, "--app", app, "--id", opts.pop("id", f"agent-{host}")]
         for k, v in opts.items():
             argv += [f"--{k.replace('_', '-')}", str(v)]
-        p = self.start(f"agent-{host}", argv, env={**os.environ, "RUST_LOG": "info"})
+        p = self.start(f"agent-{host}", argv, env={**os.environ, "RUST_LOG": "info", **(env or {})})
         if wait:
             wait_http(admin, "/metrics", proc=p)
         return p, listen, admin

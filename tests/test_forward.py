@@ -167,7 +167,7 @@ def test_a_frozen_peer_costs_a_forward_its_commit_bound_never_an_error(procs, ad
     finally:
         b.agent_proc.signal(signal.SIGCONT)
     # Thawed, b reads the head, says it takes it, and finds no go: nothing processed there.
-    wait_until(lambda: b.metrics()["huntlb_forwards_withdrawn_total"] == 1, what="b saw the forward withdrawn")
+    wait_until(lambda: b.metrics()['huntlb_forwards_in_total{outcome="withdrawn"}'] == 1, what="b saw the forward withdrawn")
     assert counts(bs, path) == [1, 0, 0]
 
 

@@ -285,6 +285,7 @@ impl Agent {
         }
         match await_go(req.body_mut()).await {
             Go::Given(held) => {
+                self.metrics.taken_here.fetch_add(1, Ordering::Relaxed);
                 framing.restore(req.headers_mut());
                 Ok(held)
             }

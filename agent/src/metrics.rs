@@ -45,7 +45,8 @@ pub struct Metrics {
     pub forwards_refused: AtomicU64,
     pub forwards_withdrawn: AtomicU64,
     pub forwards_failed: AtomicU64,
-    /// Peers' forwards withdrawn before their go: never given to the app.
+    /// Peers' forwards given to the app after their go, and withdrawn before it.
+    pub taken_here: AtomicU64,
     pub withdrawn_here: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
@@ -117,7 +118,7 @@ impl Metrics {
         if let Some(f) = &g.fleet {
             let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_withdrawn, &self.forwards_failed];
             labelled(&mut o, &M::FORWARDS, &forwards.map(|a| v(a) as f64));
-            single(&mut o, &M::FORWARDS_WITHDRAWN, v(&self.withdrawn_here) as f64);
+            labelled(&mut o, &M::FORWARDS_IN, &[v(&self.taken_here) as f64, v(&self.withdrawn_here) as f64]);
             single(&mut o, &M::FLEET_PEERS, f.peers as f64);
             single(&mut o, &M::FLEET_PEERS_WANTING, f.wanting as f64);
             single(&mut o, &M::FLEET_REPORTS_SENT, f.sent as f64);

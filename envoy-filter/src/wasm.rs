@@ -334,9 +334,12 @@ impl HttpContext for Sidecar {
         }
         let id = &self.settings.id;
         // The refusal space is the sidecar's: no app response may look like a
-        // refusal, or the front would re-send a request the app processed.
+        // refusal, or the front would re-send a request the app processed; nor
+        // carry Envoy's own controls (`x-envoy-immediate-health-check-fail`
+        // would eject this backend at an Envoy front), where the sidecar runs
+        // without the example's upstream header filter (an Istio WasmPlugin).
         for (name, _) in self.get_http_response_headers() {
-            if protocol::is_hunt_header(&name) {
+            if protocol::is_reserved_response_header(&name) {
                 self.set_http_response_header(&name, None);
             }
         }

@@ -116,12 +116,14 @@ pub const FORWARDS: Metric = Metric {
     label: Some(("outcome", &["sent", "unreachable", "refused", "withdrawn", "failed"])),
     sidecar: false,
 };
-pub const FORWARDS_WITHDRAWN: Metric = m(
-    "huntlb_forwards_withdrawn_total",
-    Kind::Counter,
-    "Forwards from peers that this agent said it would take but whose peer withdrew them before saying go (it served them itself): never given to the app.",
-    false,
-);
+pub const FORWARDS_IN: Metric = Metric {
+    name: "huntlb_forwards_in_total",
+    kind: Kind::Counter,
+    help: "Forwards from peers that this agent said it would take, by outcome: taken (the peer said go: \
+           given to the app), withdrawn (the peer withdrew it before go and served it itself: never given to the app).",
+    label: Some(("outcome", &["taken", "withdrawn"])),
+    sidecar: false,
+};
 pub const FLEET_PEERS: Metric = m(
     "huntlb_fleet_peers",
     Kind::Gauge,
@@ -177,7 +179,7 @@ pub const ALL: &[Metric] = &[
     APP_RESENDS,
     APACHE_POLLS,
     FORWARDS,
-    FORWARDS_WITHDRAWN,
+    FORWARDS_IN,
     FLEET_PEERS,
     FLEET_PEERS_WANTING,
     FLEET_REPORTS_SENT,

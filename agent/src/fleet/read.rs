@@ -119,7 +119,7 @@ impl Fleet {
             }
             return;
         }
-        let mut answer = false;
+        let answer;
         if r.boot != link.boot {
             // The member's first report under our nonce, or its new boot: taken,
             // and our nonce drawn again, so that nothing sent before (by
@@ -148,6 +148,10 @@ impl Fleet {
             }
             return;
         } else {
+            // It drew its nonce for us again (our boot is new to it, or it
+            // healed a lock-out): our report goes back at once, echoing it, so
+            // that it hears us now rather than at our next beat.
+            answer = r.mine != link.theirs;
             (link.seq, link.theirs) = (r.seq, r.mine);
         }
         link.taken = Some(now);

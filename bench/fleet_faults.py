@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""One member of the forwarding tier frozen (SIGSTOP) or flooded with idle
+connections (a slowloris: no key, no privilege) for part of a run, at 4 fronts
+under the vs-least load, paired with the same run without the fault.
+
+Usage (after `make release`):
+  PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/fleet_faults.py envoy --reps 5 [--json F]
+
+Each repetition runs, on the same arrivals and jobs (a shared seed), the
+proxy's hunting front with the tier (FWD/*) without a fault and with each
+fault, the order reversed every other repetition. A fault starts FAULT_AT s
+into the 10 s run and lasts FAULT_FOR s, on backend 0's agent. Prints each
+run (client errors flagged), the fault / none ratios of mean and p99 (median
+over repetitions, mean and 95% CI), and how long after the fault ended the
+faulty member took its first forward again (its app's arrivals of forwards,
+polled every 20 ms): "back in use". Issue 38's bars: 0 client errors, p99
+within 1.5x, back within 1 s.
+"""
+
+import argparse
+import json
+import resource
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import srlb
+from benchlib.stats import ci95
+
+FAULT_AT, FAULT_FOR = 3.0, 4.0
+STRATEGY = {"envoy": "FWD/full", "haproxy": "FWD/least"}
+
+
+class Fault:
+    """Injected into the next run's load (srlb.drive is wrapped), on backend 0."""
+
+    def __init__(self, bench, kind):
+        self.bench, self.kind = bench, kind
+        self.back_after = None
+        self.idle = []
+
+    def _finals(self, b):
+        m = b.metrics()
+        return m.get('huntlb_forwards_in_total{outcome="taken"}', 0)
+
+    def run(self, started):
+        b = self.bench.fleet.backends[0]
+        time.sleep(max(0.0, started + FAULT_AT - time.monotonic()))
+        if self.kind == "frozen":
+            b.agent_proc.signal(signal.SIGSTOP)
+        else:
+            # More than max_connections (10000) and the accept queue (1024) take.
+            for i in range(11_500):
+                s = socket.socket()
+                s.setblocking(False)
+                try:
+                    s.connect_ex((b.host, 8080))
+                except OSError:
+                    s.close()
+                    break
+                self.idle.append(s)
+        time.sleep(max(0.0, started + FAULT_AT + FAULT_FOR - time.monotonic()))
+        if self.kind == "frozen":
+            b.agent_proc.signal(signal.SIGCONT)
+        else:
+            for s in self.idle:
+                s.close()
+            self.idle = []
+        ended = time.monotonic()
+        # Back in use: a forward from a peer reaches it (its finals grow).
+        try:
+            f0 = self._finals(b)
+            while time.monotonic() - ended < 5:
+                if self._finals(b) > f0:
+                    self.back_after = time.monotonic() - ended
+                    return
+                time.sleep(0.02)
+        except OSError:
+            pass
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("proxy", choices=["envoy", "haproxy"])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--faults", default="frozen,slowloris")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    faults = a.faults.split(",")
+    rate = 0.88 * srlb.last_lambda0()
+    b = srlb.Bench(Path(tempfile.mkdtemp(prefix="huntlb-faults-")), [a.proxy], False)
+    drive = srlb.drive
+    pending = []
+
+    def driven(*args, **kw):
+        t = None
+        if pending:
+            f = pending.pop()
+            t = threading.Thread(target=f.run, args=(time.monotonic(),), daemon=True)
+            t.start()
+        try:
+            return drive(*args, **kw)
+        finally:
+            if t:
+                t.join(15)
+
+    srlb.drive = driven
+    runs = []
+    try:
+        for rep in range(a.reps):
+            kinds = ["none", *faults] if rep % 2 == 0 else [*reversed(faults), "none"]
+            for kind in kinds:
+                f = None
+                if kind != "none":
+                    f = Fault(b, kind)
+                    pending.append(f)
+                r = b.run(a.proxy, STRATEGY[a.proxy], rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
+                          keep_cdf=False, seed=srlb.common_seed(rate, rep, 4))
+                r.policy = kind
+                back = f.back_after if f else None
+                print(f"    {kind}: back in use after {back:.3f} s" if back is not None else f"    {kind}", flush=True)
+                runs.append((r, back))
+    finally:
+        b.close()
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text("".join(json.dumps({**r.to_json(), "fault": r.policy, "back_after_s": back}, sort_keys=True) + "\n"
+                                  for r, back in runs))
+    bad = [r for r, _ in runs if r.errors or not r.valid]
+    for r in bad:
+        print(f"FLAGGED: {r.policy} rep {r.rep}: {r.errors} client errors, valid {r.valid}")
+    for kind in faults:
+        for key in ("mean_ms", "p99_ms"):
+            xs = []
+            for rep in range(a.reps):
+                pair = {r.policy: r for r, _ in runs if r.rep == rep and r not in bad}
+                if "none" in pair and kind in pair:
+                    xs.append(getattr(pair[kind], key) / getattr(pair["none"], key))
+            if xs:
+                m, h = ci95(xs)
+                print(f"{a.proxy} {kind} / none, 4 fronts, {key[:-3]}: median {statistics.median(xs):.3f}, "
+                      f"mean {m:.3f} ± {h:.3f} ({len(xs)} pairs)")
+        backs = [back for r, back in runs if r.policy == kind]
+        ok = [x for x in backs if x is not None]
+        print(f"{a.proxy} {kind}: back in use after the fault, s: "
+              f"{', '.join(f'{x:.2f}' for x in ok)}{f' ({len(backs) - len(ok)} not within 5 s)' if len(ok) < len(backs) else ''}")
+        errs = [r.errors for r, _ in runs if r.policy == kind]
+        print(f"{a.proxy} {kind}: client errors per run: {errs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
