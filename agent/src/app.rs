@@ -31,13 +31,26 @@ impl Agent {
     /// front's count here, held, like the in-flight slot, until the body ends.
     pub(crate) async fn forward(
         &self,
-        mut req: Request<Incoming>,
+        req: Request<Incoming>,
         held: VecDeque<Frame<Bytes>>,
         named_by_target: bool,
         resendable: bool,
         front: Option<PerFrontGuard>,
     ) -> Response<AgentBody> {
-        let guard = self.inflight.enter();
+        self.forward_in(req, held, named_by_target, resendable, front, self.inflight.enter()).await
+    }
+
+    /// `forward`, in an in-flight slot already taken (a peer's forward holds
+    /// one from the moment this agent says it takes it).
+    pub(crate) async fn forward_in(
+        &self,
+        mut req: Request<Incoming>,
+        held: VecDeque<Frame<Bytes>>,
+        named_by_target: bool,
+        resendable: bool,
+        front: Option<PerFrontGuard>,
+        guard: crate::load::InflightGuard,
+    ) -> Response<AgentBody> {
         // An upgrade (WebSocket) passes through: the app answers the handshake,
         // and on 101 the two connections are joined (`tunnel`).
         let upgrade = upgrade_of(req.headers());

@@ -192,14 +192,18 @@ impl Agent {
         let front = front.map(Box::<[u8]>::from);
         let seen = seen.or_else(|| front.as_deref().map(|f| self.per_front.get(f)));
         // A peer's forward under the commit handshake (`commit`): nothing of
-        // it reaches the app before its go byte.
-        let mut req = req;
-        let mut held = VecDeque::new();
+        // it reaches the app before its go byte; after it, the request is
+        // this agent's, a final (no policy, no refusal).
         if req.headers().contains_key(COMMIT) {
-            match self.take_forward(&mut req, mark).await {
-                Ok(h) => held = h,
-                Err(resp) => return Ok(resp),
-            }
+            let mut req = req;
+            return Ok(match self.take_forward(&mut req, mark).await {
+                Ok((held, slot)) => {
+                    self.metrics.finals.fetch_add(1, Ordering::Relaxed);
+                    let counted = front.as_deref().map(|f| self.per_front.enter(f));
+                    self.forward_in(req, held, named_by_target, true, counted, slot).await
+                }
+                Err(resp) => resp,
+            });
         }
         // The forwarding tier decides an offer when peers are heard and no gate
         // is shut (a shut gate refuses as without it); the acceptance policy
@@ -247,7 +251,7 @@ impl Agent {
                 // Counted for its front until its response body ends, as the
                 // front counts it (Envoy: until the stream completes).
                 let counted = front.as_deref().map(|f| self.per_front.enter(f));
-                self.forward(req, held, named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
+                self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
             }
             Verdict::Refuse(why) => {
                 let (resp, fate) = self.refuse(req, why, named_by_target, front.as_deref()).await;
@@ -273,8 +277,14 @@ impl Agent {
     /// (425 `hunt: busy`, before "I take it": the peer serves it itself), else
     /// taken (reading its body sends `100 Continue`), and given to the app only
     /// after the go byte; the head then carries the request's own framing.
-    /// `Ok`: what came after the go byte; `Err`: the answer, nothing processed.
-    async fn take_forward(&self, req: &mut Request<Incoming>, mark: Mark) -> Result<VecDeque<hyper::body::Frame<bytes::Bytes>>, Response<AgentBody>> {
+    /// It counts in this agent's load from the moment it is taken, as a try
+    /// that arrived would: peers deciding meanwhile see it here.
+    /// `Ok`: what came after the go byte, and its slot; `Err`: the answer, nothing processed.
+    async fn take_forward(
+        &self,
+        req: &mut Request<Incoming>,
+        mark: Mark,
+    ) -> Result<(VecDeque<hyper::body::Frame<bytes::Bytes>>, crate::load::InflightGuard), Response<AgentBody>> {
         let framing = match Framing::read(req.headers()) {
             Ok(f) if mark == Mark::Final && req.version() < http::Version::HTTP_2 => f,
             Ok(_) => return Err(plain(StatusCode::BAD_REQUEST, "huntlb agent: hunt-commit is for a peer's forward (a final, over HTTP/1.1)\n")),
@@ -283,11 +293,12 @@ impl Agent {
         if self.gates().at_capacity {
             return Err(busy_response(true));
         }
+        let slot = self.inflight.enter();
         match await_go(req.body_mut()).await {
             Go::Given(held) => {
                 self.metrics.taken_here.fetch_add(1, Ordering::Relaxed);
                 framing.restore(req.headers_mut());
-                Ok(held)
+                Ok((held, slot))
             }
             Go::Withdrawn => {
                 self.metrics.withdrawn_here.fetch_add(1, Ordering::Relaxed);

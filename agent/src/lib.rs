@@ -22,6 +22,7 @@ pub mod error;
 pub mod fleet;
 pub mod headers;
 pub mod health;
+pub mod insider;
 pub mod load;
 pub mod metrics;
 pub mod refuse;

@@ -16,7 +16,15 @@ use http_body_util::BodyExt;
 use huntlb_policy::protocol;
 use hyper::body::{Body, Incoming};
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// A forward's `decided`: nothing yet, go said (by the peer's 100 Continue),
+/// or withdrawn (by this agent: the peer's answer or failure before go, or
+/// `fleet_commit_ms` passed). Exactly one of the last two, ever.
+const PENDING: u8 = 0;
+const GO: u8 = 1;
+const WITHDRAWN: u8 = 2;
 use std::time::Duration;
 use tracing::debug;
 
@@ -61,63 +69,84 @@ impl Agent {
         parts.version = http::Version::HTTP_11;
         let relay = self.relaying.enter();
         let mut req = Request::from_parts(parts, body);
-        // The peer's "I take it": its 100 Continue.
+        // The peer's "I take it" is its 100 Continue. Go is said right there,
+        // in hyper's connection task (no hop to this one), unless this task
+        // has withdrawn the forward first: whichever takes `decided` decides.
+        let decided = Arc::new(AtomicU8::new(PENDING));
         let (taken_tx, taken) = tokio::sync::oneshot::channel::<()>();
-        let taken_tx = std::sync::Mutex::new(Some(taken_tx));
+        let on_continue = Arc::new(std::sync::Mutex::new(Some((go_tx, taken_tx))));
+        let (d, on) = (decided.clone(), on_continue.clone());
         hyper::ext::on_informational(&mut req, move |r| {
-            if r.status() == StatusCode::CONTINUE {
-                if let Some(t) = taken_tx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
-                    let _ = t.send(());
+            if r.status() == StatusCode::CONTINUE && d.compare_exchange(PENDING, GO, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if let Some((go, taken)) = on.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+                    let _ = go.send(());
+                    let _ = taken.send(());
                 }
             }
         });
+        // Withdrawn: go is dropped, so the body ends in an error, hyper
+        // abandons the request and closes the connection, and the body
+        // comes back at once.
+        let withdraw = || {
+            let won = decided.compare_exchange(PENDING, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire).is_ok();
+            if won {
+                drop(on_continue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+            }
+            won
+        };
         let mut sending = Box::pin(self.peer_client.request(req));
         let deadline = tokio::time::sleep(fleet.commit());
         tokio::pin!(deadline);
         // Before go: what the peer said, if anything.
-        let early = tokio::select! {
+        let mut answered = None;
+        tokio::select! {
             biased;
-            t = taken => if t.is_ok() { None } else { Some((&mut sending).await) },
-            r = &mut sending => Some(r),
+            _ = taken => {}
+            r = &mut sending => {
+                if withdraw() {
+                    // The peer answered, or the try failed, before go: its app
+                    // never saw it (the peer gives nothing to its app before
+                    // the go byte).
+                    drop(sending);
+                    fleet.lost(target.member);
+                    drop(relay);
+                    match &r {
+                        Ok(resp) => {
+                            debug!(peer = to, status = resp.status().as_u16(), "peer did not take the forward: served here");
+                            m.forwards_refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            debug!(peer = to, error = %source_chain(e), "peer unreachable: served here");
+                            m.forwards_unreachable.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    drop(r);
+                    return self.serve_here(back, here, named_by_target, front, has_body && h1).await;
+                }
+                answered = Some(r);
+            }
             _ = &mut deadline => {
-                // No word in time: withdrawn. Dropping go ends the body with an
-                // error, and hyper closes the connection: the peer sees its end
-                // before any go byte.
-                drop(go_tx);
-                let _ = tokio::time::timeout(Duration::from_millis(100), &mut sending).await;
-                drop(sending);
-                fleet.lost(target.member);
-                drop(relay);
-                m.forwards_withdrawn.fetch_add(1, Ordering::Relaxed);
-                debug!(peer = to, commit_ms = fleet.commit().as_millis() as u64, "forward withdrawn: no word from the peer in time; served here");
-                return self.serve_here(back, here, named_by_target, front, has_body && h1).await;
-            }
-        };
-        if let Some(r) = early {
-            // The peer answered, or the try failed, before go: its app never
-            // saw it (the peer gives nothing to its app before the go byte).
-            drop(sending);
-            fleet.lost(target.member);
-            drop(relay);
-            match &r {
-                Ok(resp) => {
-                    debug!(peer = to, status = resp.status().as_u16(), "peer did not take the forward: served here");
-                    m.forwards_refused.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    debug!(peer = to, error = %source_chain(e), "peer unreachable: served here");
-                    m.forwards_unreachable.fetch_add(1, Ordering::Relaxed);
+                if withdraw() {
+                    // No word in time: withdrawn. The peer sees the connection
+                    // end before any go byte.
+                    let _ = tokio::time::timeout(Duration::from_millis(100), &mut sending).await;
+                    drop(sending);
+                    fleet.lost(target.member);
+                    drop(relay);
+                    m.forwards_withdrawn.fetch_add(1, Ordering::Relaxed);
+                    debug!(peer = to, commit_ms = fleet.commit().as_millis() as u64, "forward withdrawn: no word from the peer in time; served here");
+                    return self.serve_here(back, here, named_by_target, front, has_body && h1).await;
                 }
             }
-            drop(go_tx);
-            drop(r);
-            return self.serve_here(back, here, named_by_target, front, has_body && h1).await;
         }
-        // Go: from here the request is the peer's.
+        // Go was said: from here the request is the peer's.
         let taken_there = fleet.took(target);
-        let _ = go_tx.send(());
         let limit = self.cfg.app_timeout + Duration::from_secs(1);
-        let resp = match tokio::time::timeout(limit, sending).await {
+        let sent = match answered {
+            Some(r) => Ok(r),
+            None => tokio::time::timeout(limit, sending).await,
+        };
+        let resp = match sent {
             Err(_) => {
                 m.forwards_failed.fetch_add(1, Ordering::Relaxed);
                 let msg = format!("huntlb agent: peer {to} did not answer within {} ms\n", limit.as_millis());

@@ -69,7 +69,7 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
         // Each change goes out from the thread that made it; the heartbeat
         // covers what changes without the count (app up or down, stalled).
         let a = Arc::downgrade(&agent);
-        let report = move || a.upgrade().map(|a| (a.busy_now(), a.takes_forwards()));
+        let report = move || a.upgrade().map(|a| (crate::insider::busy(a.busy_now()), a.takes_forwards()));
         let f = fleet.clone();
         agent.on_inflight_change(Box::new(move || f.changed()));
         tokio::spawn(fleet.run(Box::new(report)));
