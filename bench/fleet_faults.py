@@ -89,8 +89,10 @@ def main() -> int:
     ap.add_argument("proxy", choices=["envoy", "haproxy"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--faults", default="frozen,slowloris")
+    ap.add_argument("--strategy", help="instead of the hunting front with the tier (FWD/*): e.g. LR/full, leastconn")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    strategy = a.strategy or STRATEGY[a.proxy]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     faults = a.faults.split(",")
@@ -121,7 +123,7 @@ def main() -> int:
                 if kind != "none":
                     f = Fault(b, kind)
                     pending.append(f)
-                r = b.run(a.proxy, STRATEGY[a.proxy], rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
+                r = b.run(a.proxy, strategy, rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
                           keep_cdf=False, seed=srlb.common_seed(rate, rep, 4))
                 r.policy = kind
                 back = f.back_after if f else None

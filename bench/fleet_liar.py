@@ -9,8 +9,8 @@ Needs a bench-only build (the `insider` feature, in its own target folder):
   CARGO_TARGET_DIR=target/insider cargo build --release -p huntlb-agent --features insider -p huntlb-instruments
   CARGO_TARGET_DIR=target/insider PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/fleet_liar.py envoy --reps 5
 
-Prints each run, the liar's share of the work (its app's busy time over the
-fleet's), and mean and p99 over the honest fleet's (median over repetitions,
+Prints each run, the liar's share of the requests (its app's over the
+fleet's, served during the run), and mean and p99 over the honest fleet's (median over repetitions,
 mean and 95% CI).
 """
 
@@ -54,11 +54,13 @@ def main() -> int:
         for rep in range(a.reps):
             for v in VARIANTS if rep % 2 == 0 else list(reversed(VARIANTS)):
                 variant[0] = v
+                before = b.fleet.stats()
                 r = b.run(a.proxy, STRATEGY[a.proxy], rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
                           keep_cdf=False, seed=srlb.common_seed(rate, rep, 4))
                 r.policy = v
-                share = r.load_per_server[0] / sum(r.load_per_server)
-                print(f"    {v}: the liar's share of the work {share:.3f}", flush=True)
+                served = [x["served"] - y["served"] for x, y in zip(b.fleet.stats(), before)]
+                share = served[0] / sum(served)
+                print(f"    {v}: the liar's share of the requests served {share:.3f}", flush=True)
                 runs.append((r, share))
     finally:
         b.close()
@@ -71,7 +73,7 @@ def main() -> int:
     n = len(b.fleet.backends)
     for v in VARIANTS:
         shares = [s for r, s in runs if r.policy == v and r not in bad]
-        print(f"{a.proxy} {v}: the liar's share, median {statistics.median(shares):.3f} (fair: {1 / n:.3f})")
+        print(f"{a.proxy} {v}: the liar's share of the requests, median {statistics.median(shares):.3f} (fair: {1 / n:.3f})")
     for v in VARIANTS[1:]:
         for key in ("mean_ms", "p99_ms"):
             xs = []

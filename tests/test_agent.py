@@ -360,3 +360,32 @@ def test_fds_return_to_their_idle_count_after_a_burst(procs, addrs):
             t.join(timeout=10)
         wait_until(lambda: fds() <= idle, timeout=5, what=f"fds back to {idle} after burst {burst} (at {fds()}, {grown} during it)")
         assert grown >= idle + 40, f"the burst held {grown} fds, {idle} idle: it did not open a connection per request"
+
+
+def test_a_fleet_key_others_may_read_is_refused_and_a_weak_one_warned_about(procs, addrs, tmp_path):
+    # As ssh does with a private key: whoever reads the fleet key speaks for
+    # every member. Before, a key file of mode 0644 and a key of 32 identical
+    # characters started without a word.
+    import os
+    import secrets
+    host = addrs.host()
+    fleet = {"fleet_listen": f"{host}:9700", "fleet_peers": f"{host}:9700"}
+    key = tmp_path / "fleet.key"
+    key.write_text(secrets.token_hex(32) + "\n")
+    os.chmod(key, 0o644)
+    p, _, _ = procs.agent(host, f"{host}:9000", wait=False, fleet_key_file=key, **fleet)
+    assert p.wait(timeout=10) == 2
+    assert "`fleet_key_file`" in p.log() and "mode 0644" in p.log() and "chmod 600" in p.log()
+    assert key.read_text().strip() not in p.log(), "the error never shows the key"
+    # Told that a secret store mounts it so: taken.
+    p, _, admin = procs.agent(host, f"{host}:9000", fleet_key_file=key, fleet_key_readable_by_others="true", **fleet)
+    assert p.alive()
+    p.stop()
+    # A key that looks guessable: taken, with a warning naming the file and line.
+    weak = tmp_path / "weak.key"
+    weak.write_text("a" * 32 + "\n")
+    os.chmod(weak, 0o600)
+    p, _, _ = procs.agent(host, f"{host}:9000", fleet_key_file=weak, **fleet)
+    assert p.alive()
+    log = p.log()
+    assert "looks guessable" in log and str(weak) in log and "line 1" in log and "a" * 32 not in log

@@ -181,3 +181,15 @@ def test_the_fleet_trust_numbers_grep_to_their_runs():
     settings = {"0.5", "0.88"}  # a reader thread's period, the load: what was run, not what was measured
     missing = [n for n in not_in_data(report, kept, "fleet-trust") if n not in settings]
     assert not missing, f"docs/results/fleet-trust.md: numbers in no file of bench/data/fleet-trust/: {sorted(set(missing))}"
+
+
+def test_the_fleet_faults_numbers_grep_to_their_runs():
+    # docs/results/fleet-faults.md was written from bench/pairs.py's,
+    # bench/fleet_faults.py's, bench/fleet_liar.py's and bench/forward_cost.py's
+    # output, kept in bench/data/fleet-faults/: every number it quotes is in
+    # one of those files, or is a setting it names.
+    report = (RESULTS / "fleet-faults.md").read_text()
+    kept = "".join(p.read_text() for p in sorted((DATA / "fleet-faults").iterdir()) if p.suffix == ".txt")
+    settings = {"0.88", "1.5", "0.84", "2", "4", "10", "12", "32", "20", "3", "7", "100", "800", "250", "50", "38", "0.5"}
+    missing = [n for n in not_in_data(report, kept, "fleet-faults") if n not in settings]
+    assert not missing, f"docs/results/fleet-faults.md: numbers in no file of bench/data/fleet-faults/: {sorted(set(missing))}"

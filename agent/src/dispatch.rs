@@ -60,6 +60,9 @@ pub struct Agent {
     /// The `listen` socket, once bound (-1 before): its accept queue is read
     /// for readiness.
     pub(crate) listen_fd: std::sync::atomic::AtomicI32,
+    /// When the accept queue was last read (microseconds, even), and whether
+    /// it was over half full (the low bit).
+    pub(crate) queue_checked: std::sync::atomic::AtomicU64,
 }
 
 impl Agent {
@@ -105,6 +108,7 @@ impl Agent {
             draining: AtomicBool::new(false),
             connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
             listen_fd: std::sync::atomic::AtomicI32::new(-1),
+            queue_checked: std::sync::atomic::AtomicU64::new(0),
             cfg,
         })
     }
@@ -151,8 +155,17 @@ impl Agent {
         if self.connections.available_permits() < spare {
             return false;
         }
-        let fd = self.listen_fd.load(Ordering::Acquire);
-        !(fd >= 0 && crate::server::accept_queue(fd).is_some_and(|(queued, max)| queued * 2 > max))
+        // The accept queue is read at most every millisecond (a syscall;
+        // reports go out thousands of times a second).
+        let now = self.progress.now_us();
+        let last = self.queue_checked.load(Ordering::Relaxed);
+        if now.saturating_sub(last & !1) >= 1000 {
+            let fd = self.listen_fd.load(Ordering::Acquire);
+            let full = fd >= 0 && crate::server::accept_queue(fd).is_some_and(|(queued, max)| queued * 2 > max);
+            self.queue_checked.store((now & !1) | u64::from(full), Ordering::Relaxed);
+            return !full;
+        }
+        last & 1 == 0
     }
 
     pub fn is_draining(&self) -> bool {

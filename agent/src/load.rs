@@ -148,6 +148,11 @@ impl Progress {
     }
 
     /// A request starts waiting for its response head; the guard ends the wait.
+    /// Microseconds since this agent started.
+    pub fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
     pub fn wait(self: &Arc<Self>) -> WaitGuard {
         if self.waiting.fetch_add(1, Ordering::AcqRel) == 0 {
             self.answered();

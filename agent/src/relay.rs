@@ -128,8 +128,10 @@ impl Agent {
             _ = &mut deadline => {
                 if withdraw() {
                     // No word in time: withdrawn. The peer sees the connection
-                    // end before any go byte.
-                    let _ = tokio::time::timeout(Duration::from_millis(100), &mut sending).await;
+                    // end before any go byte. Dropping the try (still
+                    // connecting, or waiting on the peer) gives the body back
+                    // at once: hyper drops it with the request, or on the
+                    // body's error.
                     drop(sending);
                     fleet.lost(target.member);
                     drop(relay);

@@ -450,3 +450,30 @@ async fn a_forged_sequence_locks_a_member_out_for_less_than_dead_after() {
     fb.raw(&forged);
     soon("dropped", || fa.reports_bad()[Bad::Unproven as usize] == unproven + 1);
 }
+
+/// A member that always reports 0 (an insider): each agent takes it to hold
+/// at least its own forwards there that are not answered yet, so it stops
+/// drawing this agent's offers once those pass the others' counts.
+#[tokio::test]
+async fn a_member_reporting_zero_is_held_to_the_forwards_it_has_not_answered() {
+    let (a, b, c) = ("127.77.13.1:9700", "127.77.13.2:9700", "127.77.13.3:9700");
+    let count = Count::default();
+    count.set(5, true);
+    let fa = agent(cfg(a, &[a, b, c]), &count).await;
+    assert!(fa.redraw());
+    let (mut fb, mut fc) = (Fake::new(b, a), Fake::new(c, a));
+    fb.handshake(0);
+    fc.handshake(2);
+    soon("B and C in view", || fa.ready_peers() == 2);
+    // B says 0 whatever it holds: A's offers go there, until A's own
+    // unanswered forwards there pass C's 2 (the settle window is 0 here).
+    let Pick::Forward(to_b) = fa.pick(5, None) else { panic!("forwarded") };
+    assert_eq!(to_b.member, b.parse::<SocketAddr>().unwrap());
+    let held: Vec<Outstanding> = (0..3).map(|_| fa.took(&to_b)).collect();
+    let Pick::Forward(t) = fa.pick(5, None) else { panic!("forwarded") };
+    assert_eq!(t.member, c.parse::<SocketAddr>().unwrap(), "B holds at least A's 3 unanswered, more than C's 2");
+    // Answered: B is back to what it says.
+    drop(held);
+    let Pick::Forward(t) = fa.pick(5, None) else { panic!("forwarded") };
+    assert_eq!(t.member, b.parse::<SocketAddr>().unwrap());
+}
