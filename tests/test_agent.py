@@ -369,7 +369,7 @@ def test_a_fleet_key_others_may_read_is_refused_and_a_weak_one_warned_about(proc
     import os
     import secrets
     host = addrs.host()
-    fleet = {"fleet_listen": f"{host}:9700", "fleet_peers": f"{host}:9700"}
+    fleet = {"fleet_listen": f"{host}:9700", "fleet_peers": f"{host}:9700,{addrs.host()}:9700"}
     key = tmp_path / "fleet.key"
     key.write_text(secrets.token_hex(32) + "\n")
     os.chmod(key, 0o644)
