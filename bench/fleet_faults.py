@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import srlb
-from benchlib.stats import ci95
+from benchlib.stats import ci95, rep_ratios
 
 FAULT_AT, FAULT_FOR = 3.0, 4.0
 STRATEGY = {"envoy": "FWD/full", "haproxy": "FWD/least"}
@@ -140,11 +140,7 @@ def main() -> int:
         print(f"FLAGGED: {r.policy} rep {r.rep}: {r.errors} client errors, valid {r.valid}")
     for kind in faults:
         for key in ("mean_ms", "p99_ms"):
-            xs = []
-            for rep in range(a.reps):
-                pair = {r.policy: r for r, _ in runs if r.rep == rep and r not in bad}
-                if "none" in pair and kind in pair:
-                    xs.append(getattr(pair[kind], key) / getattr(pair["none"], key))
+            xs = rep_ratios([r for r, _ in runs], "none", kind, key)
             if xs:
                 m, h = ci95(xs)
                 print(f"{a.proxy} {kind} / none, 4 fronts, {key[:-3]}: median {statistics.median(xs):.3f}, "

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import srlb
-from benchlib.stats import ci95
+from benchlib.stats import ci95, rep_ratios
 
 STRATEGY = {"envoy": "FWD/full", "haproxy": "FWD/least"}
 VARIANTS = ["honest", "liar, no bound", "liar, bound"]
@@ -76,11 +76,7 @@ def main() -> int:
         print(f"{a.proxy} {v}: the liar's share of the requests, median {statistics.median(shares):.3f} (fair: {1 / n:.3f})")
     for v in VARIANTS[1:]:
         for key in ("mean_ms", "p99_ms"):
-            xs = []
-            for rep in range(a.reps):
-                pair = {r.policy: r for r, _ in runs if r.rep == rep and r not in bad}
-                if "honest" in pair and v in pair:
-                    xs.append(getattr(pair[v], key) / getattr(pair["honest"], key))
+            xs = rep_ratios([r for r, _ in runs], "honest", v, key)
             m, h = ci95(xs)
             print(f"{a.proxy} {v} / honest, {key[:-3]}: median {statistics.median(xs):.3f}, mean {m:.3f} ± {h:.3f} ({len(xs)} pairs)")
     return 0

@@ -59,6 +59,18 @@ def paired_ratio(num: list[dict], den: list[dict], key: str = "rps") -> dict:
     return {"median": median(xs), "median_ci95": [lo, hi], "mean": m, "ci95": h, "ratios": xs}
 
 
+def rep_ratios(runs, baseline: str, candidate: str, key: str) -> list[float]:
+    """candidate / baseline of `key` in each repetition that has both (runs
+    carry .rep and .policy); a run with client errors or flagged invalid is
+    left out with its pair."""
+    by_rep: dict = {}
+    for r in runs:
+        if not r.errors and r.valid:
+            by_rep.setdefault(r.rep, {})[r.policy] = r
+    return [getattr(p[candidate], key) / getattr(p[baseline], key) for _, p in sorted(by_rep.items())
+            if baseline in p and candidate in p]
+
+
 def jain(xs: list[float]) -> float | None:
     """Jain's fairness index: 1 when every value is equal, 1/n when one holds all."""
     s, s2 = sum(xs), sum(x * x for x in xs)
