@@ -25,6 +25,7 @@ KNOWN = {
     "hunt-seen": "777",
     "hunt-front": "forged-front",
     "hunt-via": "x",
+    "hunt-commit": "5",
     "hunt-served-by": "forged-agent",
     "hunt-status": "425",
 }

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 /// On a forward: the length of the request's own body (`none`: it had no
 /// `content-length`); the body sent is one byte more, the go byte first.
-pub const COMMIT: &str = "hunt-commit";
+pub use huntlb_policy::protocol::COMMIT;
 /// The first byte of a committed forward's body: go.
 pub const GO: u8 = b'G';
 /// How long a peer waits for the go byte after saying it takes a forward.

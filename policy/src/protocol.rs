@@ -48,6 +48,10 @@ pub const ENVOY_HC_FAIL: &str = "x-envoy-immediate-health-check-fail";
 /// could not take it at all (`max_inflight`), as no app has seen it then; the
 /// forwarding agent turns that into a refusal its front re-sends.
 pub const VIA: &str = "hunt-via";
+/// Only on a forward between agents: the request's own body length (`none`
+/// without one); the body is one byte longer, the go byte first (the agent's
+/// `commit`). Fronts remove a client's, as they remove `hunt-via`.
+pub const COMMIT: &str = "hunt-commit";
 /// Optional on an accepted response: which agent served it.
 pub const SERVED_BY: &str = "hunt-served-by";
 /// The agent's own health path.
