@@ -306,10 +306,15 @@ impl Agent {
         if self.gates().at_capacity {
             return Err(busy_response(true));
         }
+        // A forward taken while busy is a final accepted while busy: the scaling signal.
+        let busy = self.policy.is_busy(Load { busy: self.busy(), workers: self.cfg.workers, seen: None });
         let slot = self.inflight.enter();
         match await_go(req.body_mut()).await {
             Go::Given(held) => {
                 self.metrics.taken_here.fetch_add(1, Ordering::Relaxed);
+                if busy {
+                    self.metrics.finals_busy.fetch_add(1, Ordering::Relaxed);
+                }
                 framing.restore(req.headers_mut());
                 Ok((held, slot))
             }
