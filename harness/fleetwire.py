@@ -92,9 +92,9 @@ class Member:
             self.hear(0.05)
 
 
-def loopback_udp_recorder(port):
-    """A raw AF_PACKET socket on `lo` that sees every UDP datagram to `port`
-    (root). `record(sock, seconds)` reads what came."""
+def loopback_udp_recorder():
+    """A raw AF_PACKET socket on `lo` that sees every frame on it (root);
+    `record` picks the UDP datagrams wanted."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0003))
     s.bind(("lo", 0))
     s.settimeout(0.05)
@@ -104,7 +104,8 @@ def loopback_udp_recorder(port):
 def record(sock, port, seconds, src=None, dst=None, limit=10_000):
     """Datagrams to UDP `port` seen on `lo` for `seconds` (at most `limit`):
     [(src ip, src port, dst ip, payload)]. Loopback frames carry a 14-byte
-    Ethernet header; each datagram shows once (outgoing) on `lo`."""
+    Ethernet header, and each shows twice on `lo` (going out, coming in): the
+    incoming copy is kept."""
     out = []
     until = time.monotonic() + seconds
     while time.monotonic() < until and len(out) < limit:

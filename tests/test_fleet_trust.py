@@ -45,7 +45,7 @@ def peers_over(b, seconds, every=0.02):
 
 
 def sniff(src, dst, seconds=1.0):
-    rec = loopback_udp_recorder(9700)
+    rec = loopback_udp_recorder()
     try:
         return [d for _, _, _, d in record(rec, 9700, seconds, src=src, dst=dst)]
     finally:
