@@ -23,15 +23,18 @@ def constant_run(app, tmp_path, rate, seconds, *args):
 
 def test_reports_the_servers_fixed_delay(procs, addrs, tmp_path):
     host = addrs.host()
-    # 50 ms per request, cores high enough that requests never share one. (The
-    # loopback and debug-build cost, ~1.3 ms on a slow machine, stays well inside
-    # 5% of 50 ms; at 20 ms it did not.)
+    # 50 ms per request, cores high enough that requests never share one. The
+    # generator times from each request's scheduled send, so it can never report
+    # less than the server's 50 ms; above, the loopback, the debug builds and the
+    # timer's millisecond rounding add ~1.3 ms on a quiet machine and 3.1 ms was
+    # seen on a loaded CI runner. A unit or scheduling bug is off by far more
+    # than the 10% allowed (at 20 ms the same costs did not fit).
     _, app = procs.workload(host, cores=1000, workers=1000, demand="const:50")
     # Lateness allowed up to 10% of the delay under test (the 2 ms default is for
     # scaled-down workloads; a stall of a slow shared VM passed it at 200 req/s).
     # Falling behind is tested on its own below.
     stdout, rep, p50_ms = constant_run(app, tmp_path, 200, 3, "--served-by-header", "workload-id", "--max-lateness-us", "5000")
-    assert abs(p50_ms - 50.0) / 50.0 < 0.05, f"p50 {p50_ms:.2f} ms for a 50 ms server"
+    assert 49.5 <= p50_ms < 55.0, f"p50 {p50_ms:.2f} ms for a 50 ms server"
     assert rep["valid"] and rep["errors"] == 0
     assert rep["completed"] == rep["scheduled"] == 600
     assert rep["served_by"] == {f"app-{host}": 600}
