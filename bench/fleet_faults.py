@@ -15,11 +15,18 @@ over repetitions, mean and 95% CI), and how long after the fault ended the
 faulty member took its first forward again (its app's arrivals of forwards,
 polled every 20 ms): "back in use". Issue 38's bars: 0 client errors, p99
 within 1.5x, back within 1 s.
+
+`--ideal SEEDS` instead runs the simulator's ideal (JSQ on true counts, which
+also knows a frozen server and sends it nothing) on the same fleet, load and
+freeze over that many seeds: what losing backend 0 for FAULT_FOR s costs when
+nothing else goes wrong, the floor under the frozen ratio.
 """
 
 import argparse
 import json
+import os
 import resource
+import subprocess
 import signal
 import socket
 import statistics
@@ -84,6 +91,30 @@ class Fault:
             pass
 
 
+def ideal(seeds: int) -> int:
+    """The simulator's JSQ with and without backend 0 frozen, paired by seed."""
+    sim = Path(os.environ.get("CARGO_TARGET_DIR", srlb.ROOT / "target")) / "release" / "huntlb-sim"
+    base = [str(sim), "--dispatch", "jsq", "--servers", str(srlb.SERVERS), "--workers", str(srlb.WORKERS),
+            "--cores", f"{srlb.CORES:g}", "--backlog", str(srlb.BACKLOG), "--mean-ms", f"{srlb.MEAN_MS:g}",
+            "--rho", "0.88"]
+    # As many requests as a 10 s run at rho 0.88 sends.
+    requests = int(0.88 * srlb.SERVERS * srlb.CORES / (srlb.MEAN_MS / 1e3) * 10)
+    ratios = {"mean_ms": [], "p99_ms": []}
+    for seed in range(1, seeds + 1):
+        run = lambda *extra: json.loads(subprocess.run([*base, "--requests", str(requests), "--seed", str(seed), *extra],
+                                                       check=True, capture_output=True, text=True).stdout)
+        none, frozen = run(), run("--freeze", f"0:{FAULT_AT:g}:{FAULT_AT + FAULT_FOR:g}")
+        print(f"  seed {seed}: p99 {none['p99_ms']:.1f} -> {frozen['p99_ms']:.1f} ms, mean {none['mean_ms']:.1f} -> "
+              f"{frozen['mean_ms']:.1f} ms, backend 0 served {none['served_per_server'][0]} -> {frozen['served_per_server'][0]}")
+        for k in ratios:
+            ratios[k].append(frozen[k] / none[k])
+    for k, xs in ratios.items():
+        m, h = ci95(xs)
+        print(f"ideal (simulated JSQ) frozen / none, {k[:-3]}: median {statistics.median(xs):.3f}, mean {m:.3f} ± {h:.3f} "
+              f"({seeds} seeds)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("proxy", choices=["envoy", "haproxy"])
@@ -91,7 +122,10 @@ def main() -> int:
     ap.add_argument("--faults", default="frozen,slowloris")
     ap.add_argument("--strategy", help="instead of the hunting front with the tier (FWD/*): e.g. LR/full, leastconn")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--ideal", type=int, metavar="SEEDS", help="the simulated ideal's ratios instead (no proxy runs)")
     a = ap.parse_args()
+    if a.ideal:
+        return ideal(a.ideal)
     strategy = a.strategy or STRATEGY[a.proxy]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))

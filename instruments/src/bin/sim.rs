@@ -90,6 +90,9 @@ struct Args {
     /// Sample busy workers per server this often, seconds (0: never).
     #[arg(long, default_value_t = 0.0)]
     sample_every: f64,
+    /// Stop one server for a while: SERVER:FROM_S:TO_S (e.g. 0:3:7); its jobs wait, as under SIGSTOP.
+    #[arg(long)]
+    freeze: Option<sim::Freeze>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -149,6 +152,9 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(a.fleet_sample < cores.len(), "--fleet-sample: {} peers, but there are only {} other servers", a.fleet_sample, cores.len() - 1);
     anyhow::ensure!(a.rate.iter().all(|r| *r > 0.0 && r.is_finite()), "--rate: every rate must be positive");
     anyhow::ensure!(a.rho.iter().all(|r| *r > 0.0 && r.is_finite()), "--rho: every load must be positive");
+    if let Some(f) = a.freeze {
+        anyhow::ensure!(f.server < cores.len(), "--freeze: server {} of {}", f.server, cores.len());
+    }
     let mut cfg = sim::Config {
         fleet,
         backlog: a.backlog,
@@ -170,6 +176,7 @@ fn main() -> anyhow::Result<()> {
         demand,
         seed: a.seed,
         sample_every_s: a.sample_every,
+        freeze: a.freeze,
     };
     let rates: Vec<f64> = if a.rate.is_empty() { a.rho.iter().map(|r| r * cfg.capacity()).collect() } else { a.rate };
     for rate in rates {

@@ -50,7 +50,8 @@ impl Sim<'_> {
                 }
             }
             Dispatch::Jsq => {
-                let true_load: Vec<u32> = self.servers.iter().map(|s| s.inflight()).collect();
+                // The ideal knows the truth, a frozen server's too: it sends it nothing.
+                let true_load: Vec<u32> = self.servers.iter().map(|s| if s.frozen { u32::MAX } else { s.inflight() }).collect();
                 direct(pick(Rule::Least { k: 1 }, &true_load, None, rng))
             }
             Dispatch::Prequal(spec) => {

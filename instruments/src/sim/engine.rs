@@ -166,6 +166,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             state: f.c_min.map_or(policy, |m| with_c_min(policy, m)).initial_state(),
             version: 0,
             served: 0,
+            frozen: false,
         })
         .collect();
     let prequal = matches!(cfg.dispatch, Dispatch::Prequal(_));
@@ -214,11 +215,32 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
     let mut next_arrival = exp(rng, 1.0 / cfg.rate);
     let mut id = 0u64;
     let mut last_arrival = 0.0;
+    // The freeze's two instants, each taken once (INFINITY when done or none).
+    if let Some(f) = cfg.freeze {
+        assert!(f.server < n && f.to_s > f.from_s);
+    }
+    let (mut freeze_at, mut thaw_at) = cfg.freeze.map_or((f64::INFINITY, f64::INFINITY), |f| (f.from_s, f.to_s));
 
     loop {
         let next_done = sim.heap.peek().map_or(f64::INFINITY, |e: &Event| e.t);
         let next_transit = sim.transit.peek().map_or(f64::INFINITY, |t| t.t);
-        let work = next_arrival.min(next_done).min(next_transit);
+        let next_freeze = freeze_at.min(thaw_at);
+        // A frozen server's jobs wait for the thaw even after the last arrival.
+        let work = next_arrival.min(next_done).min(next_transit).min(if sim.servers.iter().any(|s| s.frozen) { thaw_at } else { f64::INFINITY });
+        if next_freeze <= work && next_freeze.is_finite() {
+            let f = cfg.freeze.expect("an instant is set only with a freeze");
+            let srv = &mut sim.servers[f.server];
+            srv.advance(next_freeze);
+            srv.frozen = freeze_at <= thaw_at;
+            if srv.frozen {
+                freeze_at = f64::INFINITY;
+            } else {
+                thaw_at = f64::INFINITY;
+            }
+            // Frozen: its pending completion is void; thawed: due again.
+            reschedule(srv, f.server, &mut sim.heap);
+            continue;
+        }
         if !work.is_finite() {
             break; // every request served: re-draws alone go on forever
         }

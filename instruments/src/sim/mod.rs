@@ -132,6 +132,37 @@ pub struct Config {
     pub seed: u64,
     /// Sample per-server busy workers this often (seconds); 0: never.
     pub sample_every_s: f64,
+    /// One server stopped between two instants: (server, from s, to s). Its
+    /// jobs make no progress and nothing it holds completes meanwhile, as a
+    /// frozen agent (SIGSTOP) answers nothing; what is sent to it waits there.
+    pub freeze: Option<Freeze>,
+}
+
+/// A server stopped from `from_s` to `to_s` (see [`Config::freeze`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Freeze {
+    pub server: usize,
+    pub from_s: f64,
+    pub to_s: f64,
+}
+
+impl std::str::FromStr for Freeze {
+    type Err = String;
+    /// `SERVER:FROM_S:TO_S`, e.g. `0:3:7`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let bad = || format!("{s:?}: expected SERVER:FROM_S:TO_S, e.g. 0:3:7");
+        let [server, from, to] = parts[..] else { return Err(bad()) };
+        let f = Freeze {
+            server: server.parse().map_err(|_| bad())?,
+            from_s: from.parse().map_err(|_| bad())?,
+            to_s: to.parse().map_err(|_| bad())?,
+        };
+        if !(f.from_s >= 0.0 && f.to_s > f.from_s && f.to_s.is_finite()) {
+            return Err(format!("{s:?}: need 0 <= FROM_S < TO_S"));
+        }
+        Ok(f)
+    }
 }
 
 impl Config {

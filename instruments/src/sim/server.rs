@@ -25,6 +25,8 @@ pub(super) struct Server {
     pub(super) policy: Option<Policy>,
     pub(super) version: u64,
     pub(super) served: u64,
+    /// Stopped (see `Config::freeze`): no progress, no completion.
+    pub(super) frozen: bool,
 }
 
 impl Server {
@@ -34,7 +36,9 @@ impl Server {
 
     fn rate(&self) -> f64 {
         let b = self.in_service.len();
-        if b == 0 {
+        if self.frozen {
+            0.0
+        } else if b == 0 {
             1.0
         } else {
             (self.cores / b as f64).min(1.0)
@@ -49,7 +53,7 @@ impl Server {
     /// Real time of the next completion, if any job is in service.
     pub(super) fn next_done(&self) -> Option<f64> {
         let min_v = self.in_service.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
-        min_v.is_finite().then(|| self.last + ((min_v - self.v).max(0.0)) / self.rate())
+        (min_v.is_finite() && !self.frozen).then(|| self.last + ((min_v - self.v).max(0.0)) / self.rate())
     }
 }
 

@@ -26,6 +26,7 @@ fn cfg(dispatch: &str, rho: f64) -> Config {
         demand: Demand::Exp,
         seed: 7,
         sample_every_s: 0.0,
+        freeze: None,
     }
 }
 
@@ -302,4 +303,33 @@ fn a_stale_view_herds_and_the_k_least_spread_it() {
     // A refresh period far below the inter-arrival time (0.47 ms) is nearly the live view.
     let tiny = at("least", 1e-5);
     assert!((tiny / fresh - 1.0).abs() < 0.05, "{tiny} vs {fresh}");
+}
+
+#[test]
+fn a_frozen_server_holds_its_jobs_and_the_ideal_sends_it_nothing() {
+    // 60,000 requests at rho 0.7 (1,680 a second, 140 a server) last about
+    // 36 s; server 0 stops from 2 to 12 s.
+    let freeze = Some(Freeze { server: 0, from_s: 2.0, to_s: 12.0 });
+    let plain = run(&cfg("jsq", 0.7));
+    let frozen = run(&Config { freeze, ..cfg("jsq", 0.7) });
+    // Everything is served; server 0 loses about its 10 s share (1,400).
+    assert_eq!(frozen.served_per_server.iter().sum::<u64>(), 60_000);
+    let lost = plain.served_per_server[0] as i64 - frozen.served_per_server[0] as i64;
+    assert!((1_000..1_600).contains(&lost), "server 0 served {lost} fewer");
+    // Random keeps sending it a twelfth of the load: 160 fill its workers and
+    // backlog and wait for the thaw, the other ~1,200 are rejected.
+    let random = run(&Config { freeze, ..cfg("random", 0.7) });
+    assert!((1_000..1_500).contains(&random.rejected), "random rejected {}", random.rejected);
+    assert_eq!(frozen.rejected, 0);
+    // The ideal sends it nothing meanwhile: only the capacity is lost.
+    assert!(frozen.p99_ms < 2.0 * plain.p99_ms, "{} against {}", frozen.p99_ms, plain.p99_ms);
+}
+
+#[test]
+fn a_freeze_spec_parses_and_a_bad_one_is_refused_by_its_shape() {
+    assert_eq!("0:3:7".parse::<Freeze>(), Ok(Freeze { server: 0, from_s: 3.0, to_s: 7.0 }));
+    for bad in ["0:3", "x:1:2", "0:5:4", "0:-1:2", "0:1:inf"] {
+        let e = bad.parse::<Freeze>().unwrap_err();
+        assert!(e.contains(bad), "{bad}: {e}");
+    }
 }
