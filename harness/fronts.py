@@ -41,11 +41,13 @@ class Front:
         return sum(s.get(f"cluster.backends.upstream_rq_retry_{k}", 0) for k in ("limit_exceeded", "overflow"))
 
 
-def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: bool = True, warm: bool = True) -> Front:
+def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: bool = True, warm: bool = True,
+                example: str | None = None) -> Front:
     """The committed hunting front of `kind` (one of FRONTS) over `backends`,
     returned once every backend passed its health checks and it serves.
     hunting=False: the same shipped config as the plain proxy (the baseline).
-    warm=False: no plain GET to see it serve (apps that answer none, gRPC)."""
+    warm=False: no plain GET to see it serve (apps that answer none, gRPC).
+    example (HAProxy): another shipped front, e.g. front-tier.cfg."""
     host = addrs.host()
     listen = f"{host}:10000"
     if kind == "envoy":
@@ -61,7 +63,8 @@ def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: 
     hr = HaproxyRoot(kind.split("-")[1])
     procs.cleanups.append(hr.cleanup)
     stats = str(hr.dir / f"{host}.sock")  # the shipped unix socket, in this instance's folder
-    wait_runtime(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends, hunting=hunting)))
+    wait_runtime(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends, hunting=hunting,
+                                                                                    **({"example": example} if example else {}))))
     wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
     if warm:
         wait_until(lambda: request(listen, "GET", "/warmup")[0] == 200, what="front serving")

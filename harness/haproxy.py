@@ -111,17 +111,19 @@ def random_offer(hr: HaproxyRoot, text: str) -> str:
 
 
 def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list, server_opts: str = "",
-                       offer: str = "least", **kw) -> str:
+                       offer: str = "least", example: str = "front.cfg", **kw) -> str:
     """The shipped front over `backends` (servers web1..webN, its pick block
     rewritten for them). offer="random": the paper's random first candidate
-    (random_offer)."""
-    text = haproxy_config(hr, "front.cfg", {"127.0.2.254:10000": listen}, **kw)
+    (random_offer). example: front-tier.cfg, the front over a forwarding tier."""
+    text = haproxy_config(hr, example, {"127.0.2.254:10000": listen}, **kw)
     # the runtime API: the shipped unix socket moved to `stats` (a path, or a
     # test's own loopback host:port; `mode` is for unix sockets only)
     text = text.replace("stats socket /run/haproxy/huntlb-front.sock mode 600 level admin",
                         f"stats socket {stats} mode 600 level admin" if stats.startswith("/") else f"stats socket {stats} level admin")
     lines = [l for l in text.splitlines() if not re.match(r"\s*server web\d+ ", l)]
-    text = least_pick.rewrite("\n".join(lines) + "\n" + servers_section(backends, opts=server_opts) + "\n")
+    text = "\n".join(lines) + "\n" + servers_section(backends, opts=server_opts) + "\n"
+    if least_pick.BEGIN in text:  # front-tier.cfg has no pick block: leastconn picks
+        text = least_pick.rewrite(text)
     return random_offer(hr, text) if offer == "random" else text
 
 

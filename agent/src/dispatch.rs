@@ -199,7 +199,7 @@ impl Agent {
         if req.uri().path() == self.cfg.health_path {
             return Ok(self.health().await);
         }
-        let Hunt { mark, named_by_target, from_envoy, front, seen } = read_try(req.headers());
+        let Hunt { mark, named_by_target, from_envoy, front, seen, pass } = read_try(req.headers());
         // A front that cannot say what it counts here names itself instead:
         // what it counts is what this agent holds from it.
         let front = front.map(Box::<[u8]>::from);
@@ -218,11 +218,15 @@ impl Agent {
                 Err(resp) => resp,
             });
         }
-        // The forwarding tier decides an offer when peers are heard and no gate
-        // is shut (a shut gate refuses as without it); the acceptance policy
-        // decides when no peer is.
+        // The forwarding tier decides an offer, or a try its front lets pass
+        // (`hunt-pass`), when peers are heard and no gate is shut (a shut gate
+        // refuses an offer as without it); the acceptance policy decides an
+        // offer when no peer is. A passed try that stays is never refused: its
+        // mark (plain, or final) is what the policy sees.
         let pick = match &self.fleet {
-            Some(fleet) if mark == Mark::Offer && self.gates() == Gates::OPEN && forwardable(&req) => fleet.pick(self.busy(), seen),
+            Some(fleet) if (mark == Mark::Offer || (pass && mark != Mark::Malformed)) && self.gates() == Gates::OPEN && forwardable(&req) => {
+                fleet.pick(self.busy(), seen)
+            }
             _ => Pick::NoPeers,
         };
         if let Pick::Forward(to) = pick {

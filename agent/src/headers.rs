@@ -52,6 +52,9 @@ pub struct Hunt<'a> {
     pub front: Option<&'a [u8]>,
     /// `hunt-seen`, when well formed: the front's own count here.
     pub seen: Option<u32>,
+    /// `hunt-pass: 1`: the front never re-sends this try; the tier may pass it
+    /// on to a peer, and it is never refused.
+    pub pass: bool,
 }
 
 /// Read a try's hunt headers. Pure: nothing here depends on the agent's state
@@ -67,6 +70,7 @@ pub fn read_try(h: &HeaderMap) -> Hunt<'_> {
         from_envoy: !named_by_target && attempt != Field::Absent,
         front: protocol::parse_front(field(h, protocol::FRONT)),
         seen: protocol::parse_seen(field(h, protocol::SEEN)),
+        pass: protocol::passes(field(h, protocol::PASS)),
     }
 }
 

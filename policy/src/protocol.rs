@@ -24,6 +24,14 @@ pub const MAX_SEEN_DIGITS: usize = 9;
 /// front's own name. The agent counts the requests it holds from each name,
 /// which is that front's own count at this backend, and uses it as `hunt-seen`.
 pub const FRONT: &str = "hunt-front";
+/// Set on every try by a front that never re-sends a refused try (no copy of
+/// the request, no retry on 425): `hunt-pass: 1`. The backend may pass such a
+/// try on to a peer through the forwarding tier (which commits it only when the
+/// peer takes it, and otherwise serves it where it landed), and never refuses
+/// it. So the front is the proxy's own balancer plus two headers, whatever the
+/// fleet's size. See [`passes`]; hosts without a tier (the sidecars) need not
+/// read it: to them such a try is plain, never refused either.
+pub const PASS: &str = "hunt-pass";
 /// On a refusal: `hunt: busy`.
 pub const BUSY_HEADER: &str = "hunt";
 pub const BUSY_VALUE: &str = "busy";
@@ -128,6 +136,13 @@ pub fn parse_front(f: Field<'_>) -> Option<&[u8]> {
         Field::One(v) if !v.is_empty() && v.len() <= MAX_MARK_LEN && v.iter().all(|&b| b.is_ascii_graphic() && b != b',') => Some(v),
         _ => None,
     }
+}
+
+/// Whether a try may be passed on to a peer though it is no offer: `hunt-pass`
+/// once, exactly `1`. Anything else (repeated, another value) is no leave to
+/// pass it on, and the try is served where it landed as its mark says.
+pub fn passes(f: Field<'_>) -> bool {
+    f == Field::One(b"1")
 }
 
 /// Whether a refusal should take its backend out of an Envoy front's rotation
@@ -318,6 +333,14 @@ pub fn held_refusal(read: u64, ended: bool, waited_out: bool, replay_limit: u64)
 mod tests {
     use super::*;
     use Field::*;
+
+    #[test]
+    fn only_one_pass_of_exactly_1_lets_a_try_pass() {
+        assert!(passes(One(b"1")));
+        for no in [Absent, Repeated, One(b""), One(b"0"), One(b"01"), One(b"1 "), One(b"yes")] {
+            assert!(!passes(no), "{no:?}");
+        }
+    }
 
     #[test]
     fn classification() {
