@@ -26,6 +26,7 @@ KNOWN = {
     "hunt-front": "forged-front",
     "hunt-via": "x",
     "hunt-commit": "5",
+    "hunt-pass": "forged-pass",
     "hunt-served-by": "forged-agent",
     "hunt-status": "425",
 }
@@ -35,7 +36,10 @@ KNOWN = {
 UNKNOWN = {"hunt-x-future": "forged"}
 FORGED = {**KNOWN, **UNKNOWN}
 # What each front sets itself, per try: every other hunt header is a leak.
-FRONT_SETS = {"envoy": {"hunt-offer", "hunt-front"}, "haproxy": {"hunt-offer", "hunt-target", "hunt-seen"}}
+FRONT_SETS = {"envoy": {"hunt-offer", "hunt-front"}, "haproxy": {"hunt-offer", "hunt-target", "hunt-seen"},
+              "front-tier.cfg": {"hunt-pass", "hunt-front"}}
+# Every shipped front: (kind, example), the HAProxy front over a tier too.
+SHIPPED = [(k, None) for k in FRONTS] + [(k, "front-tier.cfg") for k in FRONTS if k.startswith("haproxy")]
 # Envoy response headers a client Envoy acts on: ejecting (or degrading) the front.
 ENVOY_CONTROLS = {"x-envoy-immediate-health-check-fail": "true", "x-envoy-degraded": "1"}
 
@@ -94,11 +98,11 @@ def recorders(procs, addrs, n: int) -> list[Recorder]:
     return out
 
 
-@pytest.mark.parametrize("front_kind", FRONTS)
-def test_a_clients_hunt_headers_never_reach_a_backend(procs, addrs, front_kind):
+@pytest.mark.parametrize("front_kind,example", SHIPPED)
+def test_a_clients_hunt_headers_never_reach_a_backend(procs, addrs, front_kind, example):
     rs = recorders(procs, addrs, 2)
-    f = start_front(front_kind, procs, addrs, rs)
-    sets = FRONT_SETS[front_kind.split("-")[0]]
+    f = start_front(front_kind, procs, addrs, rs, example=example)
+    sets = FRONT_SETS[example or front_kind.split("-")[0]]
     prefix = f"/forged/{uuid.uuid4()}"
     for i, (method, body) in enumerate([("GET", None), ("POST", b"x" * 100), ("POST", b"y" * 20_000)] * 2):
         status, _, _ = request(f.listen, method, f"{prefix}/{i}", headers=FORGED, body=body)
@@ -118,10 +122,10 @@ def test_a_clients_hunt_headers_never_reach_a_backend(procs, addrs, front_kind):
             assert dict(hunt).get("hunt-front") == f.listen, hunt
 
 
-@pytest.mark.parametrize("front_kind", FRONTS)
-def test_an_apps_envoy_controls_reach_no_client(procs, addrs, front_kind):
+@pytest.mark.parametrize("front_kind,example", SHIPPED)
+def test_an_apps_envoy_controls_reach_no_client(procs, addrs, front_kind, example):
     rs = recorders(procs, addrs, 2)
-    f = start_front(front_kind, procs, addrs, rs)
+    f = start_front(front_kind, procs, addrs, rs, example=example)
     # Two: the Envoy front acts on the header itself and takes each host that
     # sent it out of rotation until its health checks pass (the agent does
     # not let an app's through).
