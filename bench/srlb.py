@@ -108,7 +108,8 @@ class Bench:
     def front(self, proxy: str, strategy: str, instance: int = 0):
         key = (proxy, strategy, instance)
         if key not in self.fronts:
-            self.fronts[key] = self.fleet.front(proxy, *STRATEGIES[proxy][strategy], self.hr,
+            hunting, lb, *example = STRATEGIES[proxy][strategy]
+            self.fronts[key] = self.fleet.front(proxy, hunting, lb, self.hr, example=example[0] if example else None,
                                                 name=f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{instance}")
         return self.fronts[key]
 

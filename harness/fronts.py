@@ -47,12 +47,13 @@ def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: 
     returned once every backend passed its health checks and it serves.
     hunting=False: the same shipped config as the plain proxy (the baseline).
     warm=False: no plain GET to see it serve (apps that answer none, gRPC).
-    example (HAProxy): another shipped front, e.g. front-tier.cfg."""
+    example: another shipped front (front-tier.yaml for Envoy, front-tier.cfg for HAProxy)."""
     host = addrs.host()
     listen = f"{host}:10000"
     if kind == "envoy":
         admin = f"{host}:9902"
-        start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends], hunting=hunting))
+        start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends], hunting=hunting,
+                                                         example=example or "front.yaml"))
         wait_envoy_hosts_healthy(admin, len(backends))
         # The admin API reports health from the main thread; a worker learns of it
         # a moment later, and until then a final can only return to the host

@@ -37,9 +37,9 @@ UNKNOWN = {"hunt-x-future": "forged"}
 FORGED = {**KNOWN, **UNKNOWN}
 # What each front sets itself, per try: every other hunt header is a leak.
 FRONT_SETS = {"envoy": {"hunt-offer", "hunt-front"}, "haproxy": {"hunt-offer", "hunt-target", "hunt-seen"},
-              "front-tier.cfg": {"hunt-pass", "hunt-front"}}
+              "front-tier.cfg": {"hunt-pass", "hunt-front"}, "front-tier.yaml": {"hunt-pass", "hunt-front"}}
 # Every shipped front: (kind, example), the HAProxy front over a tier too.
-SHIPPED = [(k, None) for k in FRONTS] + [(k, "front-tier.cfg") for k in FRONTS if k.startswith("haproxy")]
+SHIPPED = [(k, None) for k in FRONTS] + [(k, "front-tier.cfg" if k.startswith("haproxy") else "front-tier.yaml") for k in FRONTS]
 # Envoy response headers a client Envoy acts on: ejecting (or degrading) the front.
 ENVOY_CONTROLS = {"x-envoy-immediate-health-check-fail": "true", "x-envoy-degraded": "1"}
 

@@ -34,13 +34,18 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, wait_
 # `hunt/full` to the least loaded of all (FULL_SCAN), naming itself (hunt-front)
 # so seen_margin policies count what it holds there (the shipped front.yaml).
 # `hunt/own` is each proxy's shipped front (hunting over its own least-loaded
-# pick), under one name for reports that span both proxies.
+# pick), under one name for reports that span both proxies. `hunt/pass` is the
+# front over a tier (front-tier.yaml, front-tier.cfg: the proxy's own least
+# plus hunt-pass and hunt-front, no retry on a refusal); a third element names
+# the example config a strategy's front is written from.
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
               "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN),
-              "hunt/full": (True, FULL_SCAN_NAMED), "hunt/own": (True, FULL_SCAN_NAMED)},
+              "hunt/full": (True, FULL_SCAN_NAMED), "hunt/own": (True, FULL_SCAN_NAMED),
+              "hunt/pass": (True, FULL_SCAN_NAMED, "front-tier.yaml")},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
-                "random(2)": (False, "random(2)"), "hunt/least": (True, None), "hunt/own": (True, None)},
+                "random(2)": (False, "random(2)"), "hunt/least": (True, None), "hunt/own": (True, None),
+                "hunt/pass": (True, None, "front-tier.cfg")},
 }
 
 # The acceptance policy each hunting strategy asks of the agents. A name with a

@@ -39,7 +39,7 @@ class Front:
 def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting: bool, *, lb: str | None = None,
                 hr: HaproxyRoot | None = None, name: str = "front", served_by: bool = True, threads: int | None = None,
                 server_opts: str = "", edit: Callable[[str], str] | None = None, every_ms: int | None = None,
-                argv_prefix: list[str] | None = None) -> Front:
+                argv_prefix: list[str] | None = None, example: str | None = None) -> Front:
     """A front of `proxy` over `backends` (anything with an .agent address), from
     the committed example config; hunting=False is the same config without its
     hunting parts. lb: the balancer (Envoy lb_policy, HAProxy balance; None keeps
@@ -52,7 +52,7 @@ def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting:
     if proxy == "envoy":
         admin = f"{host}:9902"
         p = start_envoy(procs, name, front_config(listen, admin, [b.agent for b in backends], lb_policy=lb, hunting=hunting,
-                                                  keep_served_by=served_by), concurrency=1)
+                                                  keep_served_by=served_by, example=example or "front.yaml"), concurrency=1)
         health = lambda: {k: v == "healthy" for k, v in envoy_host_health(admin).items()}  # noqa: E731
     else:
         stats = f"{host}:9999"
@@ -60,6 +60,8 @@ def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting:
         # final (harness.haproxy.random_offer); otherwise the shipped offer to
         # HAProxy's own least-loaded server.
         kw = {"offer": "random"} if lb == "random-offer" else {"balance": lb} if lb else {}
+        if example:
+            kw["example"] = example
         text = haproxy_front_text(hr, listen, stats, backends, hunting=hunting, keep_served_by=served_by,
                                   server_opts=server_opts, **kw)
         if threads:
@@ -98,7 +100,7 @@ def pin(pid: int, cpu: int) -> None:
     subprocess.run(["taskset", "-a", "-pc", str(cpu), str(pid)], check=True, capture_output=True)
 
 
-def static_backends(procs: Procs, hr: HaproxyRoot, addrs: Addrs, n: int = BACKENDS) -> list:
+def static_backends(procs: Procs, hr: HaproxyRoot, addrs: Addrs, n: int = BACKENDS, name: str = "static-backends") -> list:
     """One HAProxy answering 200 on n addresses, pinned to CPU 1: backends
     without agents (they ignore hunt headers, so every offer is accepted)."""
     hosts = [addrs.host() for _ in range(n)]
@@ -113,7 +115,7 @@ frontend static
 {binds}
     http-request return status 200 content-type text/plain string "ok\\n"
 """
-    p = start_haproxy(procs, hr, "static-backends", text)
+    p = start_haproxy(procs, hr, name, text)
     wait_tcp(f"{hosts[0]}:8080", p)
     pin(p.pid, 1)
     return [SimpleNamespace(agent=f"{h}:8080") for h in hosts]

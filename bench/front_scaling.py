@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""What a hunting front costs as the fleet grows (issue 39): req/s and CPU per
+request of each front over the same front with every hunting line removed, at
+3, 12, 48 and 128 servers, bare and browser-like requests.
+
+Usage (after `make release` and `make bench-setup`):
+  PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/front_scaling.py haproxy --reps 10 [--json F]
+
+The fronts: `tier` (HAProxy `front-tier.cfg`: leastconn plus hunt-pass and
+hunt-front; Envoy `front-tier.yaml`: FULL_SCAN plus the same two headers; both
+over a forwarding tier) and `refusing` (HAProxy `front.cfg`: one pick rule per
+server, a buffered copy of each request for the busy retry; Envoy
+`front.yaml`: the offer and its retry policy), each against the same file with
+every hunting line removed (plain: the same balancing). As in `make
+bench-proxies`: one proxy worker pinned to CPU 0, a static responder (on 128
+addresses, the first N of them the servers) and wrk on CPU 1, 1 s runs, the
+variants' order reversed every other repetition; ratios are per repetition
+(side by side), then median with its 95% CI. A run with non-2xx answers or
+socket errors is flagged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib.fronts import pin, start_front, static_backends
+from benchlib.stats import ci95, median, paired_ratio
+from benchlib.tools import proc_cpu_seconds, wrk, wrk_errors
+from harness import Addrs, HaproxyRoot, Procs
+from proxy_overhead import REQUESTS
+
+FRONTS = {"haproxy": {"tier": "front-tier.cfg", "refusing": "front.cfg"},
+          "envoy": {"tier": "front-tier.yaml", "refusing": "front.yaml"}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("proxy", choices=["envoy", "haproxy"])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--seconds", type=int, default=1)
+    ap.add_argument("--servers", default="3,12,48,128")
+    ap.add_argument("--fronts", default="tier,refusing")
+    ap.add_argument("--haproxy", default="2.6", choices=["2.6", "3.0"])
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    counts = [int(x) for x in a.servers.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="huntlb-front-scaling-"))
+    procs, addrs, hr = Procs(work), Addrs(), HaproxyRoot(a.haproxy)
+    label = f"haproxy {a.haproxy}" if a.proxy == "haproxy" else "envoy"
+    out = {"proxy": label, "reps": a.reps, "seconds": a.seconds, "runs": {}}
+    try:
+        backends = static_backends(procs, hr, addrs, max(counts))
+        for n in counts:
+            fronts = {}
+            for f in a.fronts.split(","):
+                for hunting in (False, True):
+                    name = f"{f} {'hunting' if hunting else 'plain'}"
+                    fr = start_front(procs, addrs, a.proxy, backends[:n], hunting, hr=hr, name=f"{f}-{n}-{int(hunting)}",
+                                     served_by=False, threads=1, example=FRONTS[a.proxy][f])
+                    pin(fr.pid, 0)
+                    fronts[name] = fr
+            runs = {f"{name}, {kind}": [] for kind in REQUESTS for name in fronts}
+            for rep in range(a.reps):
+                order = list(fronts.items())[:: -1 if rep % 2 else 1]
+                for kind, headers in REQUESTS.items():
+                    for name, fr in order:
+                        c0, t0 = proc_cpu_seconds(fr.pid), time.monotonic()
+                        r = wrk(fr.url, 32, a.seconds, headers=headers)
+                        used = proc_cpu_seconds(fr.pid) - c0
+                        r["cpu_us_per_req"] = used / max(r["rps"] * a.seconds, 1) * 1e6
+                        r["proxy_cpu_util"] = used / (time.monotonic() - t0)
+                        runs[f"{name}, {kind}"].append(r)
+            for fr in fronts.values():
+                fr.proc.stop()
+            out["runs"][str(n)] = runs
+            for f in a.fronts.split(","):
+                for kind in REQUESTS:
+                    h, p = runs[f"{f} hunting, {kind}"], runs[f"{f} plain, {kind}"]
+                    pr = paired_ratio(h, p)
+                    cpu = ci95([r["cpu_us_per_req"] for r in h])
+                    errs = wrk_errors(h) + wrk_errors(p)
+                    print(f"{label}, {n:3d} servers, {f:8s} {kind:12s}: hunting/plain req/s median "
+                          f"{pr['median']:.3f} (95% CI {pr['median_ci95'][0]:.3f}-{pr['median_ci95'][1]:.3f}; mean "
+                          f"{pr['mean']:.3f} ± {pr['ci95']:.3f}), hunting {median([r['rps'] for r in h]):.0f} req/s, "
+                          f"CPU {cpu[0]:.1f} ± {cpu[1]:.1f} us/req (plain "
+                          f"{median([r['cpu_us_per_req'] for r in p]):.1f})"
+                          f"{f', FLAGGED: {errs} client errors' if errs else ''}", flush=True)
+    finally:
+        procs.stop_all()
+        hr.cleanup()
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
