@@ -52,8 +52,8 @@ pub struct Hunt<'a> {
     pub front: Option<&'a [u8]>,
     /// `hunt-seen`, when well formed: the front's own count here.
     pub seen: Option<u32>,
-    /// `hunt-pass: 1`: the front never re-sends this try; the tier may pass it
-    /// on to a peer, and it is never refused.
+    /// `hunt-pass`, naming a front: the front never re-sends this try; the
+    /// tier may pass it on to a peer, and it is never refused.
     pub pass: bool,
 }
 
@@ -63,14 +63,17 @@ pub fn read_try(h: &HeaderMap) -> Hunt<'_> {
     let target = field(h, protocol::TARGET);
     let attempt = field(h, protocol::ENVOY_ATTEMPT);
     let named_by_target = target != Field::Absent;
+    let pass = protocol::pass_front(field(h, protocol::PASS));
     Hunt {
         mark: protocol::classify(field(h, protocol::OFFER), protocol::per_try_mark(target, attempt)),
         named_by_target,
         // An Envoy front names its tries by its own attempt count, never by hunt-target.
         from_envoy: !named_by_target && attempt != Field::Absent,
-        front: protocol::parse_front(field(h, protocol::FRONT)),
+        // A passed try is counted for the front its hunt-pass names, unless
+        // it names itself apart (hunt-front).
+        front: protocol::parse_front(field(h, protocol::FRONT)).or(pass),
         seen: protocol::parse_seen(field(h, protocol::SEEN)),
-        pass: protocol::passes(field(h, protocol::PASS)),
+        pass: pass.is_some(),
     }
 }
 

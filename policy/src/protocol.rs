@@ -25,12 +25,14 @@ pub const MAX_SEEN_DIGITS: usize = 9;
 /// which is that front's own count at this backend, and uses it as `hunt-seen`.
 pub const FRONT: &str = "hunt-front";
 /// Set on every try by a front that never re-sends a refused try (no copy of
-/// the request, no retry on 425): `hunt-pass: 1`. The backend may pass such a
-/// try on to a peer through the forwarding tier (which commits it only when the
-/// peer takes it, and otherwise serves it where it landed), and never refuses
-/// it. So the front is the proxy's own balancer plus two headers, whatever the
-/// fleet's size. See [`passes`]; hosts without a tier (the sidecars) need not
-/// read it: to them such a try is plain, never refused either.
+/// the request, no retry on 425), its value the front's own name as in
+/// [`FRONT`]: `hunt-pass: 10.0.0.7:80`. The backend may pass such a try on to
+/// a peer through the forwarding tier (which commits it only when the peer
+/// takes it, and otherwise serves it where it landed), never refuses it, and
+/// counts it for that front. So the front is the proxy's own balancer plus one
+/// header, whatever the fleet's size. See [`pass_front`]; hosts without a tier
+/// (the sidecars) need not read it: to them such a try is plain, never
+/// refused either.
 pub const PASS: &str = "hunt-pass";
 /// On a refusal: `hunt: busy`.
 pub const BUSY_HEADER: &str = "hunt";
@@ -138,11 +140,12 @@ pub fn parse_front(f: Field<'_>) -> Option<&[u8]> {
     }
 }
 
-/// Whether a try may be passed on to a peer though it is no offer: `hunt-pass`
-/// once, exactly `1`. Anything else (repeated, another value) is no leave to
-/// pass it on, and the try is served where it landed as its mark says.
-pub fn passes(f: Field<'_>) -> bool {
-    f == Field::One(b"1")
+/// A try that may be passed on to a peer though it is no offer: `hunt-pass`
+/// once, a front's name as [`parse_front`] takes it (the name it is counted
+/// for). Anything else (repeated, empty, too long, a comma) is no leave to pass
+/// it on, and the try is served where it landed as its mark says.
+pub fn pass_front(f: Field<'_>) -> Option<&[u8]> {
+    parse_front(f)
 }
 
 /// Whether a refusal should take its backend out of an Envoy front's rotation
@@ -335,10 +338,11 @@ mod tests {
     use Field::*;
 
     #[test]
-    fn only_one_pass_of_exactly_1_lets_a_try_pass() {
-        assert!(passes(One(b"1")));
-        for no in [Absent, Repeated, One(b""), One(b"0"), One(b"01"), One(b"1 "), One(b"yes")] {
-            assert!(!passes(no), "{no:?}");
+    fn a_pass_names_its_front_once_or_lets_nothing_pass() {
+        assert_eq!(pass_front(One(b"10.0.0.7:80")), Some(&b"10.0.0.7:80"[..]));
+        assert_eq!(pass_front(One(b"1")), Some(&b"1"[..]));
+        for no in [Absent, Repeated, One(b""), One(b"a,b"), One(b"a b"), One(&[b'x'; 65])] {
+            assert_eq!(pass_front(no), None, "{no:?}");
         }
     }
 
