@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo fuzz \
-	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-vs-least bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-front-scaling bench-vs-least bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -106,6 +106,14 @@ bench-agent: setup release
 
 bench-proxies: bench-setup release
 	$(BENCH) bench/proxy_overhead.py
+	$(MAKE) bench-front-scaling
+
+# Each front over the same front with every hunting line removed, at 3, 12, 48
+# and 128 servers, bare and browser-like requests (about 25 minutes):
+# docs/results/front-scaling.md, from bench/data/front-scaling/.
+bench-front-scaling: bench-setup release
+	$(BENCH) bench/front_scaling.py haproxy --reps 20 --json bench/data/front-scaling/haproxy.json
+	$(BENCH) bench/front_scaling.py envoy --reps 20 --json bench/data/front-scaling/envoy.json
 
 # Faults under load, overload, and a 10-minute soak per proxy, through both
 # fronts (about 35 minutes); each writes its section of docs/reliability.md.

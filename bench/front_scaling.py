@@ -14,7 +14,9 @@ server, a buffered copy of each request for the busy retry; Envoy
 every hunting line removed (plain: the same balancing). As in `make
 bench-proxies`: one proxy worker pinned to CPU 0, a static responder (on 128
 addresses, the first N of them the servers) and wrk on CPU 1, 1 s runs, the
-variants' order reversed every other repetition; ratios are per repetition
+variants' order reversed every other repetition, health checks every 10 s in
+every variant (the idle fronts' checks of 128 servers shared the measured
+core); ratios are per repetition
 (side by side), then median with its 95% CI. A run with non-2xx answers or
 socket errors is flagged.
 """
@@ -28,11 +30,49 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib.fronts import pin, start_front, static_backends
+import re
+
+from benchlib.fronts import pin, start_front, static_backends, wait_all_up
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import proc_cpu_seconds, wrk, wrk_errors
-from harness import Addrs, HaproxyRoot, Procs
+from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime
 from proxy_overhead import REQUESTS
+
+def templated(n: int):
+    """A config edit: the backend's servers as `server-template` slots with no
+    address (disabled), as a user sizes a backend for DNS or the runtime API
+    to fill; `fill` then fills them."""
+    def edit(text: str) -> str:
+        text = re.sub(r"^\s*server web\d+ .*\n", "", text, flags=re.M)
+        return text.rstrip("\n") + f"\n    server-template web 1-{n} 127.0.0.1:8080 disabled weight 100\n"
+    return edit
+
+
+def slow_checks(proxy: str, then=None):
+    """A config edit: health checks every 10 s instead of 0.5 s, in every
+    variant alike. With 128 servers the fronts not being measured checked
+    their servers on the measured front's core (4 fronts x 256 checks a
+    second), which is noise, not what a request costs."""
+    def edit(cfg):
+        if proxy == "haproxy":
+            cfg = cfg.replace("check inter 500", "check inter 10s")
+            return then(cfg) if then else cfg
+        for hc in cfg["static_resources"]["clusters"][0].get("health_checks", []):
+            hc["interval"] = hc["no_traffic_interval"] = "10s"
+        return cfg
+    return edit
+
+
+def fill(front, backends) -> None:
+    """Each slot given its backend's address and enabled through the runtime
+    API (`set server ... addr`, `state ready`), then every one UP."""
+    for i, b in enumerate(backends, 1):
+        host, port = b.agent.rsplit(":", 1)
+        for cmd in (f"set server hunt/web{i} addr {host} port {port}", f"set server hunt/web{i} state ready"):
+            out = haproxy_runtime(front.admin, cmd)
+            assert "No such" not in out and "Require" not in out, (cmd, out)
+    wait_all_up(front, len(backends), timeout=60)
+
 
 FRONTS = {"haproxy": {"tier": "front-tier.cfg", "refusing": "front.cfg"},
           "envoy": {"tier": "front-tier.yaml", "refusing": "front.yaml"}}
@@ -46,13 +86,16 @@ def main() -> int:
     ap.add_argument("--servers", default="3,12,48,128")
     ap.add_argument("--fronts", default="tier,refusing")
     ap.add_argument("--haproxy", default="2.6", choices=["2.6", "3.0"])
+    ap.add_argument("--fill", default="runtime", choices=["runtime", "static"],
+                    help="HAProxy's tier front: server-template slots filled through the runtime API (as users "
+                    "fill them), or one server line each; the refusing front always has its lines (its pick rules name them)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     counts = [int(x) for x in a.servers.split(",")]
     work = Path(tempfile.mkdtemp(prefix="huntlb-front-scaling-"))
     procs, addrs, hr = Procs(work), Addrs(), HaproxyRoot(a.haproxy)
     label = f"haproxy {a.haproxy}" if a.proxy == "haproxy" else "envoy"
-    out = {"proxy": label, "reps": a.reps, "seconds": a.seconds, "runs": {}}
+    out = {"proxy": label, "fill": a.fill, "reps": a.reps, "seconds": a.seconds, "runs": {}}
     try:
         backends = static_backends(procs, hr, addrs, max(counts))
         for n in counts:
@@ -60,8 +103,12 @@ def main() -> int:
             for f in a.fronts.split(","):
                 for hunting in (False, True):
                     name = f"{f} {'hunting' if hunting else 'plain'}"
-                    fr = start_front(procs, addrs, a.proxy, backends[:n], hunting, hr=hr, name=f"{f}-{n}-{int(hunting)}",
-                                     served_by=False, threads=1, example=FRONTS[a.proxy][f])
+                    slots = a.proxy == "haproxy" and a.fill == "runtime" and f == "tier"
+                    fr = start_front(procs, addrs, a.proxy, [] if slots else backends[:n], hunting, hr=hr,
+                                     name=f"{f}-{n}-{int(hunting)}", served_by=False, threads=1, example=FRONTS[a.proxy][f],
+                                     edit=slow_checks(a.proxy, templated(n) if slots else None))
+                    if slots:
+                        fill(fr, backends[:n])
                     pin(fr.pid, 0)
                     fronts[name] = fr
             runs = {f"{name}, {kind}": [] for kind in REQUESTS for name in fronts}

@@ -30,6 +30,7 @@ class Front:
     url: str
     health: Callable[[], dict[str, bool]]  # backend address (Envoy) or server name (HAProxy) -> up?
     proc: Proc
+    admin: str | None = None  # HAProxy: its runtime API (host:port)
 
     @property
     def pid(self) -> int:
@@ -44,15 +45,17 @@ def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting:
     the committed example config; hunting=False is the same config without its
     hunting parts. lb: the balancer (Envoy lb_policy, HAProxy balance; None keeps
     the config's). served_by: let `hunt-served-by` through (the loadgen counts
-    per-backend requests by it). HAProxy only: threads (nbthread), server_opts
-    (each server line), edit (rewrites the config text), every_ms (the module's
-    background task period) and argv_prefix (e.g. valgrind). Envoy runs one worker."""
+    per-backend requests by it). edit: rewrites the config (HAProxy: its text;
+    Envoy: its dict). HAProxy only: threads (nbthread), server_opts (each
+    server line), every_ms (the module's background task period) and
+    argv_prefix (e.g. valgrind). Envoy runs one worker."""
     host = addrs.host()
     listen = f"{host}:10000"
     if proxy == "envoy":
         admin = f"{host}:9902"
-        p = start_envoy(procs, name, front_config(listen, admin, [b.agent for b in backends], lb_policy=lb, hunting=hunting,
-                                                  keep_served_by=served_by, example=example or "front.yaml"), concurrency=1)
+        cfg = front_config(listen, admin, [b.agent for b in backends], lb_policy=lb, hunting=hunting,
+                           keep_served_by=served_by, example=example or "front.yaml")
+        p = start_envoy(procs, name, edit(cfg) if edit else cfg, concurrency=1)
         health = lambda: {k: v == "healthy" for k, v in envoy_host_health(admin).items()}  # noqa: E731
     else:
         stats = f"{host}:9999"
@@ -78,8 +81,9 @@ def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting:
             p = start_haproxy(procs, hr, name, text)
         wait_tcp(stats, p, timeout=60)
         health = lambda: {k: v.startswith("UP") for k, v in haproxy_server_states(stats).items()}  # noqa: E731
-    f = Front(proxy, f"http://{listen}/", health, p)
-    wait_all_up(f, len(backends), timeout=60)
+    f = Front(proxy, f"http://{listen}/", health, p, admin=stats if proxy == "haproxy" else None)
+    if backends:  # none: a config whose servers the caller fills (server-template slots)
+        wait_all_up(f, len(backends), timeout=60)
     if proxy == "haproxy":
         time.sleep(0.5)  # one refresh of the module's map of servers up
     return f
