@@ -32,9 +32,9 @@ from pathlib import Path
 
 import re
 
-from benchlib.fronts import pin, start_front, static_backends, wait_all_up
+from benchlib.fronts import Bed, pin, start_front, static_backends, wait_all_up
 from benchlib.stats import ci95, median, paired_ratio
-from benchlib.tools import proc_cpu_seconds, wrk, wrk_errors
+from benchlib.tools import instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime
 from proxy_overhead import REQUESTS
 
@@ -89,6 +89,9 @@ def main() -> int:
     ap.add_argument("--fill", default="runtime", choices=["runtime", "static"],
                     help="HAProxy's tier front: server-template slots filled through the runtime API (as users "
                     "fill them), or one server line each; the refusing front always has its lines (its pick rules name them)")
+    ap.add_argument("--instructions", type=int, metavar="REQUESTS",
+                    help="HAProxy only: instead, user-space instructions per request (callgrind) of the tier front, "
+                    "hunting and plain, at each number of servers")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     counts = [int(x) for x in a.servers.split(",")]
@@ -98,6 +101,17 @@ def main() -> int:
     out = {"proxy": label, "fill": a.fill, "reps": a.reps, "seconds": a.seconds, "runs": {}}
     try:
         backends = static_backends(procs, hr, addrs, max(counts))
+        if a.instructions:
+            out["instructions"] = {}
+            for n in counts:
+                bed = Bed(work, procs, addrs, hr, backends[:n])
+                per = {("hunting" if h else "plain"): instructions_per_request(bed, f"tier {n} {'hunting' if h else 'plain'}", h,
+                                                                              None, a.instructions, example=FRONTS["haproxy"]["tier"])
+                       for h in (False, True)}
+                out["instructions"][str(n)] = per
+                print(f"{label}, {n:3d} servers, tier: instructions per request, hunting {per['hunting']:.0f}, plain "
+                      f"{per['plain']:.0f}, hunting/plain {per['hunting'] / per['plain']:.3f}", flush=True)
+            counts = []
         for n in counts:
             fronts = {}
             for f in a.fronts.split(","):

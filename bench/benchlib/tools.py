@@ -62,15 +62,15 @@ def callgrind_totals(prefix: str) -> int:
     return total
 
 
-def instructions_per_request(bed: Bed, label: str, hunting: bool, edit, requests: int) -> float:
+def instructions_per_request(bed: Bed, label: str, hunting: bool, edit, requests: int, **kw) -> float:
     """HAProxy's user-space instructions per request (callgrind) for one front
     over the bed's static backends: `requests` keep-alive requests after a
     warm-up, every one answered 200. The module's background task runs once a
-    minute here (valgrind stretches time)."""
+    minute here (valgrind stretches time). kw: more of bed.front's (example)."""
     name = "haproxy-" + re.sub(r"[^a-z0-9]+", "-", label).strip("-") + "-callgrind"
     prefix = str(bed.work / f"callgrind.{name}")
     f = bed.front("haproxy", hunting, name, every_ms=60000, edit=edit,
-                  argv_prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}"])
+                  argv_prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}"], **kw)
     try:
         subprocess.run(["ab", "-q", "-k", "-n", "300", "-c", "4", f.url], capture_output=True, timeout=300)  # warm up
         subprocess.run(["callgrind_control", "-z", str(f.pid)], capture_output=True, timeout=60)
