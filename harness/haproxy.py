@@ -115,7 +115,8 @@ def haproxy_front_text(hr: HaproxyRoot, listen: str, stats: str, backends: list,
     """The shipped front over `backends` (servers web1..webN, its pick block
     rewritten for them). offer="random": the paper's random first candidate
     (random_offer). example: front-tier.cfg, the front over a forwarding tier."""
-    text = haproxy_config(hr, example, {"127.0.2.254:10000": listen}, **kw)
+    # Fronts of one test share a host name: each is named by its address.
+    text = haproxy_config(hr, example, {"127.0.2.254:10000": listen, "${HAPROXY_LOCALPEER}": listen}, **kw)
     # the runtime API: the shipped unix socket moved to `stats` (a path, or a
     # test's own loopback host:port; `mode` is for unix sockets only)
     text = text.replace("stats socket /run/haproxy/huntlb-front.sock mode 600 level admin",
