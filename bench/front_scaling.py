@@ -48,6 +48,26 @@ def templated(n: int):
     return edit
 
 
+def from_eds(work: Path, name: str, backends):
+    """A config edit (Envoy): the cluster's hosts from a file Envoy watches
+    (EDS, as envoy-filter/examples/discovery-eds.yaml), written here with
+    `backends`, instead of a static list."""
+    path = work / f"{name}.eds.yaml"
+    eps = [{"endpoint": {"address": {"socket_address": {"address": b.agent.rsplit(":", 1)[0],
+                                                        "port_value": int(b.agent.rsplit(":", 1)[1])}}}} for b in backends]
+    path.write_text(json.dumps({"resources": [{"@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+                                               "cluster_name": "backends", "endpoints": [{"lb_endpoints": eps}]}]}))
+
+    def edit(cfg):
+        c = cfg["static_resources"]["clusters"][0]
+        c.pop("load_assignment", None)
+        c["type"] = "EDS"
+        c["eds_cluster_config"] = {"eds_config": {"resource_api_version": "V3", "path_config_source": {"path": str(path)}}}
+        c["ignore_health_on_host_removal"] = True
+        return cfg
+    return edit
+
+
 def slow_checks(proxy: str, then=None):
     """A config edit: health checks every 10 s instead of 0.5 s, in every
     variant alike. With 128 servers the fronts not being measured checked
@@ -59,7 +79,7 @@ def slow_checks(proxy: str, then=None):
             return then(cfg) if then else cfg
         for hc in cfg["static_resources"]["clusters"][0].get("health_checks", []):
             hc["interval"] = hc["no_traffic_interval"] = "10s"
-        return cfg
+        return then(cfg) if then else cfg
     return edit
 
 
@@ -87,8 +107,9 @@ def main() -> int:
     ap.add_argument("--fronts", default="tier,refusing")
     ap.add_argument("--haproxy", default="2.6", choices=["2.6", "3.0"])
     ap.add_argument("--fill", default="runtime", choices=["runtime", "static"],
-                    help="HAProxy's tier front: server-template slots filled through the runtime API (as users "
-                    "fill them), or one server line each; the refusing front always has its lines (its pick rules name them)")
+                    help="runtime: HAProxy's tier front over server-template slots filled through the runtime API (the "
+                    "refusing front always has its server lines: its pick rules name them), Envoy's hosts from EDS (a "
+                    "file it watches); static: server lines, a static host list")
     ap.add_argument("--instructions", type=int, metavar="REQUESTS",
                     help="HAProxy only: instead, user-space instructions per request (callgrind) of the tier front, "
                     "hunting and plain, at each number of servers")
@@ -106,7 +127,8 @@ def main() -> int:
             for n in counts:
                 bed = Bed(work, procs, addrs, hr, backends[:n])
                 per = {("hunting" if h else "plain"): instructions_per_request(bed, f"tier {n} {'hunting' if h else 'plain'}", h,
-                                                                              None, a.instructions, example=FRONTS["haproxy"]["tier"])
+                                                                              slow_checks("haproxy"), a.instructions,
+                                                                              example=FRONTS["haproxy"]["tier"])
                        for h in (False, True)}
                 out["instructions"][str(n)] = per
                 print(f"{label}, {n:3d} servers, tier: instructions per request, hunting {per['hunting']:.0f}, plain "
@@ -118,9 +140,11 @@ def main() -> int:
                 for hunting in (False, True):
                     name = f"{f} {'hunting' if hunting else 'plain'}"
                     slots = a.proxy == "haproxy" and a.fill == "runtime" and f == "tier"
+                    name = f"{f}-{n}-{int(hunting)}"
+                    then = templated(n) if slots else from_eds(work, name, backends[:n]) if a.proxy == "envoy" and a.fill != "static" else None
                     fr = start_front(procs, addrs, a.proxy, [] if slots else backends[:n], hunting, hr=hr,
-                                     name=f"{f}-{n}-{int(hunting)}", served_by=False, threads=1, example=FRONTS[a.proxy][f],
-                                     edit=slow_checks(a.proxy, templated(n) if slots else None))
+                                     name=name, served_by=False, threads=1, example=FRONTS[a.proxy][f],
+                                     edit=slow_checks(a.proxy, then))
                     if slots:
                         fill(fr, backends[:n])
                     pin(fr.pid, 0)

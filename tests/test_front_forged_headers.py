@@ -125,7 +125,17 @@ def test_a_clients_hunt_headers_never_reach_a_backend(procs, addrs, front_kind, 
 @pytest.mark.parametrize("front_kind,example", SHIPPED)
 def test_an_apps_envoy_controls_reach_no_client(procs, addrs, front_kind, example):
     rs = recorders(procs, addrs, 2)
-    f = start_front(front_kind, procs, addrs, rs, example=example)
+    backends = rs
+    if example:
+        # A tier front is over agents by definition, and removes no x-envoy-*
+        # itself: the agents remove an app's (apps here: the recorders, on 8081).
+        for r in rs:
+            r.close()
+        rs = [Recorder(addrs.host(), 8081) for _ in range(2)]
+        for r in rs:
+            procs.cleanups.append(r.close)
+        backends = [SimpleNamespace(agent=procs.agent(r.agent.rsplit(":", 1)[0], r.agent, policy="always")[1]) for r in rs]
+    f = start_front(front_kind, procs, addrs, backends, example=example)
     # Two: the Envoy front acts on the header itself and takes each host that
     # sent it out of rotation until its health checks pass (the agent does
     # not let an app's through).
