@@ -98,6 +98,44 @@ FRONTS = {"haproxy": {"tier": "front-tier.cfg", "refusing": "front.cfg"},
           "envoy": {"tier": "front-tier.yaml", "refusing": "front.yaml"}}
 
 
+DATA = Path(__file__).resolve().parent / "data" / "front-scaling"
+RESULT = Path(__file__).resolve().parent.parent / "docs" / "results" / "front-scaling.md"
+
+
+def rows(data: dict) -> list[str]:
+    """One table row per (servers, front, request kind) of a run's JSON."""
+    out = []
+    for n, runs in data["runs"].items():
+        fronts = sorted({k.split(" ")[0] for k in runs})
+        for f in fronts:
+            for kind in REQUESTS:
+                h, p = runs[f"{f} hunting, {kind}"], runs[f"{f} plain, {kind}"]
+                pr = paired_ratio(h, p)
+                cpu_h, cpu_p = median([r["cpu_us_per_req"] for r in h]), median([r["cpu_us_per_req"] for r in p])
+                errs = wrk_errors(h) + wrk_errors(p)
+                out.append(f"| {n} | {f} | {kind} | **{pr['median']:.3f}** ({pr['median_ci95'][0]:.3f}-{pr['median_ci95'][1]:.3f}) "
+                           f"| {cpu_p:.1f} | {cpu_h:.1f} | {cpu_h / cpu_p:.3f} | {len(h)} | {errs or 'none'} |")
+    return out
+
+
+def report(files: list[Path]) -> str:
+    """docs/results/front-scaling.md's tables, from the runs' JSON files."""
+    head = ("| servers | front | request | hunting / plain req/s, median (95% CI) | plain CPU us/req | hunting CPU us/req "
+            "| CPU ratio | reps | client errors |\n|---|---|---|---|---|---|---|---|---|")
+    parts = []
+    for path in files:
+        d = json.loads(path.read_text())
+        if "runs" in d and d["runs"]:
+            d.setdefault("proxy", f"haproxy {d.get('haproxy')}")
+            parts.append(f"### {d['proxy']}, servers filled by {d.get('fill', 'static')} (`{path.name}`)\n\n{head}\n" + "\n".join(rows(d)))
+        if d.get("instructions"):
+            lines = [f"| {n} | {v['plain']:.0f} | {v['hunting']:.0f} | {v['hunting'] - v['plain']:+.0f} | {v['hunting'] / v['plain']:.3f} |"
+                     for n, v in d["instructions"].items()]
+            parts.append(f"### {d['proxy']}: user-space instructions per request, callgrind (`{path.name}`)\n\n"
+                         "| servers | plain | hunting | hunting - plain | hunting / plain |\n|---|---|---|---|---|\n" + "\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("proxy", choices=["envoy", "haproxy"])
@@ -114,7 +152,12 @@ def main() -> int:
                     help="HAProxy only: instead, user-space instructions per request (callgrind) of the tier front, "
                     "hunting and plain, at each number of servers")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
+                    help="measure nothing: print the tables of these runs (docs/results/front-scaling.md quotes them)")
     a = ap.parse_args()
+    if a.report:
+        print(report(a.report), end="")
+        return 0
     counts = [int(x) for x in a.servers.split(",")]
     work = Path(tempfile.mkdtemp(prefix="huntlb-front-scaling-"))
     procs, addrs, hr = Procs(work), Addrs(), HaproxyRoot(a.haproxy)
@@ -140,10 +183,10 @@ def main() -> int:
                 for hunting in (False, True):
                     name = f"{f} {'hunting' if hunting else 'plain'}"
                     slots = a.proxy == "haproxy" and a.fill == "runtime" and f == "tier"
-                    name = f"{f}-{n}-{int(hunting)}"
-                    then = templated(n) if slots else from_eds(work, name, backends[:n]) if a.proxy == "envoy" and a.fill != "static" else None
+                    proc_name = f"{f}-{n}-{int(hunting)}"
+                    then = templated(n) if slots else from_eds(work, proc_name, backends[:n]) if a.proxy == "envoy" and a.fill != "static" else None
                     fr = start_front(procs, addrs, a.proxy, [] if slots else backends[:n], hunting, hr=hr,
-                                     name=name, served_by=False, threads=1, example=FRONTS[a.proxy][f],
+                                     name=proc_name, served_by=False, threads=1, example=FRONTS[a.proxy][f],
                                      edit=slow_checks(a.proxy, then))
                     if slots:
                         fill(fr, backends[:n])

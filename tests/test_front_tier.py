@@ -108,3 +108,24 @@ def test_an_agent_killed_under_load_loses_nothing_twice(procs, addrs, kind, exam
         else:
             failed += 1
     assert failed <= 1, failed
+
+
+def test_a_clients_hunt_pass_straight_to_an_agent_only_places_its_own_request(procs, addrs):
+    # The attacker reaches an agent past every front, with hunt-pass under a
+    # new name each time and an offer's marks besides, while the agent is
+    # loaded: each request is served once (here or at a peer), never refused,
+    # and nothing it names outlives it (the agent's count per front name is
+    # held only while that name's requests are in flight).
+    a, b, c = bs = start_fleet(procs, addrs, 3, policy="static:0",
+                               agent_opts={"fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000})
+    hold(a, 3)
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 3)
+    for i in range(40):
+        path = f"/attacker/{uuid.uuid4()}"
+        status, h, _ = request(a.agent, "GET", path, headers={"hunt-pass": f"forged-{i}", "hunt-seen": "0"})
+        assert status == 200, (status, h)
+        assert sorted(counts(bs, path)) == [0, 0, 1]
+    assert sum(x.metrics()['huntlb_offers_total{decision="refuse"}'] for x in bs) == 0
+    # The forged names counted a's tries as their own fronts': seen 0, so a
+    # (holding 3) passed them on, as it would any front's.
+    assert a.metrics()['huntlb_forwards_total{outcome="sent"}'] >= 1

@@ -69,9 +69,9 @@ pub fn read_try(h: &HeaderMap) -> Hunt<'_> {
         named_by_target,
         // An Envoy front names its tries by its own attempt count, never by hunt-target.
         from_envoy: !named_by_target && attempt != Field::Absent,
-        // A passed try is counted for the front its hunt-pass names, unless
-        // it names itself apart (hunt-front).
-        front: protocol::parse_front(field(h, protocol::FRONT)).or(pass),
+        // A passed try is counted for the front its hunt-pass names (which
+        // the front overwrites; a client's hunt-front beside it is ignored).
+        front: pass.or_else(|| protocol::parse_front(field(h, protocol::FRONT))),
         seen: protocol::parse_seen(field(h, protocol::SEEN)),
         pass: pass.is_some(),
     }
