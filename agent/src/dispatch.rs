@@ -207,7 +207,7 @@ impl Agent {
         // A peer's forward under the commit handshake (`commit`): nothing of
         // it reaches the app before its go byte; after it, the request is
         // this agent's, a final (no policy, no refusal).
-        if req.headers().contains_key(COMMIT) {
+        if !pass && req.headers().contains_key(COMMIT) {
             let mut req = req;
             return Ok(match self.take_forward(&mut req, mark).await {
                 Ok((held, slot)) => {
@@ -224,7 +224,7 @@ impl Agent {
         // offer when no peer is. A passed try that stays is never refused: its
         // mark (plain, or final) is what the policy sees.
         let pick = match &self.fleet {
-            Some(fleet) if (mark == Mark::Offer || (pass && mark != Mark::Malformed)) && self.gates() == Gates::OPEN && forwardable(&req) => {
+            Some(fleet) if (mark == Mark::Offer || pass) && self.gates() == Gates::OPEN && forwardable(&req) => {
                 fleet.pick(self.busy(), seen)
             }
             _ => Pick::NoPeers,

@@ -60,20 +60,26 @@ pub struct Hunt<'a> {
 /// Read a try's hunt headers. Pure: nothing here depends on the agent's state
 /// (what a named front holds is looked up by the caller).
 pub fn read_try(h: &HeaderMap) -> Hunt<'_> {
+    // hunt-pass is authoritative: the tier front overwrites it on every try and
+    // sets no other hunt header, so any other beside it is a client's. Such a
+    // try is plain to the policy (never refused), counted for the front it
+    // names, and no peer's forward (a forward never carries hunt-pass): a
+    // client gains nothing by adding marks, a count or hunt-commit to it, and
+    // the front need not remove them.
+    if let Some(front) = protocol::pass_front(field(h, protocol::PASS)) {
+        return Hunt { mark: Mark::Plain, named_by_target: false, from_envoy: false, front: Some(front), seen: None, pass: true };
+    }
     let target = field(h, protocol::TARGET);
     let attempt = field(h, protocol::ENVOY_ATTEMPT);
     let named_by_target = target != Field::Absent;
-    let pass = protocol::pass_front(field(h, protocol::PASS));
     Hunt {
         mark: protocol::classify(field(h, protocol::OFFER), protocol::per_try_mark(target, attempt)),
         named_by_target,
         // An Envoy front names its tries by its own attempt count, never by hunt-target.
         from_envoy: !named_by_target && attempt != Field::Absent,
-        // A passed try is counted for the front its hunt-pass names (which
-        // the front overwrites; a client's hunt-front beside it is ignored).
-        front: pass.or_else(|| protocol::parse_front(field(h, protocol::FRONT))),
+        front: protocol::parse_front(field(h, protocol::FRONT)),
         seen: protocol::parse_seen(field(h, protocol::SEEN)),
-        pass: pass.is_some(),
+        pass: false,
     }
 }
 
@@ -165,3 +171,35 @@ pub fn strip_where(h: &mut HeaderMap, reserved: fn(&str) -> bool) {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn hunt_pass_outranks_every_other_hunt_header_a_client_adds() {
+        let forged = [("hunt-offer", "1"), ("hunt-target", "1"), ("hunt-seen", "0"), ("hunt-front", "someone-else"), ("x-envoy-attempt-count", "1")];
+        let mut pairs = forged.to_vec();
+        pairs.push(("hunt-pass", "10.0.0.7:80"));
+        let h = head(&pairs);
+        let t = read_try(&h);
+        assert_eq!((t.mark, t.pass, t.named_by_target, t.from_envoy, t.seen), (Mark::Plain, true, false, false, None));
+        assert_eq!(t.front, Some(&b"10.0.0.7:80"[..]));
+        // Without hunt-pass the same headers are an offer, as ever.
+        let h = head(&forged);
+        let t = read_try(&h);
+        assert_eq!((t.mark, t.pass, t.seen), (Mark::Offer, false, Some(0)));
+        assert_eq!(t.front, Some(&b"someone-else"[..]));
+        // A bad hunt-pass (repeated, empty) lets nothing pass: the marks decide.
+        let h = head(&[("hunt-pass", "a"), ("hunt-pass", "b"), ("hunt-offer", "1"), ("hunt-target", "1")]);
+        assert_eq!((read_try(&h).mark, read_try(&h).pass), (Mark::Offer, false));
+    }
+}
