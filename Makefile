@@ -109,11 +109,16 @@ bench-proxies: bench-setup release
 	$(MAKE) bench-front-scaling
 
 # Each front over the same front with every hunting line removed, at 3, 12, 48
-# and 128 servers, bare and browser-like requests (about 25 minutes):
-# docs/results/front-scaling.md, from bench/data/front-scaling/.
+# and 128 servers, bare and browser-like requests: the tier fronts (30 paired
+# repetitions), the refusing fronts (10), HAProxy's instructions per request
+# (about 45 minutes); docs/results/front-scaling.md quotes these files.
+FS := bench/data/front-scaling
 bench-front-scaling: bench-setup release
-	$(BENCH) bench/front_scaling.py haproxy --reps 20 --json bench/data/front-scaling/haproxy.json
-	$(BENCH) bench/front_scaling.py envoy --reps 20 --json bench/data/front-scaling/envoy.json
+	$(BENCH) bench/front_scaling.py haproxy --fronts tier --reps 30 --json $(FS)/haproxy-2.6-tier-30-reps.json
+	$(BENCH) bench/front_scaling.py envoy --fronts tier --reps 30 --json $(FS)/envoy-tier-30-reps.json
+	$(BENCH) bench/front_scaling.py haproxy --fronts refusing --reps 10 --json $(FS)/haproxy-2.6-refusing-10-reps.json
+	$(BENCH) bench/front_scaling.py envoy --fronts refusing --reps 10 --json $(FS)/envoy-refusing-10-reps.json
+	$(BENCH) bench/front_scaling.py haproxy --instructions 3000 --json $(FS)/haproxy-2.6-instructions.json
 
 # Faults under load, overload, and a 10-minute soak per proxy, through both
 # fronts (about 35 minutes); each writes its section of docs/reliability.md.

@@ -127,7 +127,9 @@ def report(files: list[Path]) -> str:
         d = json.loads(path.read_text())
         if "runs" in d and d["runs"]:
             d.setdefault("proxy", f"haproxy {d.get('haproxy')}")
-            parts.append(f"### {d['proxy']}, servers filled by {d.get('fill', 'static')} (`{path.name}`)\n\n{head}\n" + "\n".join(rows(d)))
+            how = {"runtime": "servers from EDS" if d["proxy"] == "envoy" else "tier front's servers filled through the runtime API",
+                   "static": "static server lists"}[d.get("fill", "static")]
+            parts.append(f"### {d['proxy']}, {how} (`{path.name}`)\n\n{head}\n" + "\n".join(rows(d)))
         if d.get("instructions"):
             lines = [f"| {n} | {v['plain']:.0f} | {v['hunting']:.0f} | {v['hunting'] - v['plain']:+.0f} | {v['hunting'] / v['plain']:.3f} |"
                      for n, v in d["instructions"].items()]

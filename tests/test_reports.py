@@ -193,3 +193,23 @@ def test_the_fleet_faults_numbers_grep_to_their_runs():
     settings = {"0.88", "1.5", "0.84", "2", "4", "10", "12", "32", "20", "3", "7", "100", "800", "250", "50", "38", "0.5"}
     missing = [n for n in not_in_data(report, kept, "fleet-faults") if n not in settings]
     assert not missing, f"docs/results/fleet-faults.md: numbers in no file of bench/data/fleet-faults/: {sorted(set(missing))}"
+
+
+def test_the_front_scaling_tables_are_their_runs_and_its_numbers_grep_to_them():
+    # docs/results/front-scaling.md quotes bench/front_scaling.py --report of
+    # the runs it names, verbatim; every other number of it is in those runs'
+    # printed output (bench/data/front-scaling/*.txt) or is a setting.
+    import front_scaling
+    doc = (RESULTS / "front-scaling.md").read_text()
+    named = sorted(set(re.findall(r"`([\w.-]+\.json)`", doc)))
+    assert named, "front-scaling.md names no run"
+    tables = front_scaling.report([DATA / "front-scaling" / n for n in named])
+    for part in tables.split("\n\n### "):
+        assert part.removeprefix("### ").strip() in doc, part[:200]
+    prose = doc
+    for line in tables.splitlines():
+        prose = prose.replace(line, "")
+    kept = "".join(p.read_text() for p in sorted((DATA / "front-scaling").iterdir()) if p.suffix == ".txt")
+    settings = {"0.5", "0.95", "1.5"}
+    missing = [n for n in not_in_data(prose, kept + tables, "front-scaling") if n not in settings]
+    assert not missing, f"docs/results/front-scaling.md: numbers in no run of bench/data/front-scaling/: {sorted(set(missing))}"
