@@ -221,8 +221,8 @@ impl Agent {
         // The forwarding tier decides an offer, or a try its front lets pass
         // (`hunt-pass`), when peers are heard and no gate is shut (a shut gate
         // refuses an offer as without it); the acceptance policy decides an
-        // offer when no peer is. A passed try that stays is never refused: its
-        // mark (plain, or final) is what the policy sees.
+        // offer when no peer is. A passed try that stays is never refused: it
+        // is plain to the policy (`read_try`).
         let pick = match &self.fleet {
             Some(fleet) if (mark == Mark::Offer || pass) && self.gates() == Gates::OPEN && forwardable(&req) => {
                 fleet.pick(self.busy(), seen)
