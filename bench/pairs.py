@@ -68,6 +68,9 @@ def main() -> int:
                 pair = {r.policy: r for r in runs if r.rep == rep and r not in bad}
                 if a.baseline in pair and cand in pair:
                     xs.append(getattr(pair[cand], key) / getattr(pair[a.baseline], key))
+            if not xs:
+                print(f"{cand} / {a.baseline}, {a.fronts} fronts, {key[:-3]}: no valid pair (every one flagged above)")
+                continue
             m, h = ci95(xs)
             print(f"{cand} / {a.baseline}, {a.fronts} fronts, {key[:-3]}: median {statistics.median(xs):.3f}, "
                   f"mean {m:.3f} ± {h:.3f} ({len(xs)} pairs)")
