@@ -274,13 +274,17 @@ def test_sigkilled_backend_costs_only_its_in_flight_requests(procs, addrs, front
                                                           "--json", str(out)],), kwargs={"capture_output": True, "timeout": 60})
     load.start()
     time.sleep(1.5)
+    # What it holds the moment before: on a quiet machine one or two; on a
+    # starved one (a CI runner or VM short of CPU) requests take longer and
+    # more are in flight there, all of them lost with it (37 and 51 seen).
+    held = bs[0].metrics()["huntlb_inflight"]
     for p in (bs[0].agent_proc, bs[0].app_proc):
         p.signal(signal.SIGKILL)
     load.join(timeout=70)
     rep = json.loads(out.read_text())
     failed = rep["errors"] + sum(n for s, n in rep["status"].items() if s != "200")
     assert rep["completed"] >= 1400, rep["completed"]
-    assert failed <= 8, f"{failed} client failures: {rep['status']}, {rep['error_kinds']}"
+    assert failed <= held + 8, f"{failed} client failures ({held:.0f} in flight there): {rep['status']}, {rep['error_kinds']}"
 
 
 @pytest.mark.parametrize("size", [8_000, 2 * 1024 * 1024])
