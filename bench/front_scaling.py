@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import re
 
 from benchlib.fronts import Bed, pin, start_front, static_backends, wait_all_up
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime
 from proxy_overhead import REQUESTS
+
 
 def templated(n: int):
     """A config edit: the backend's servers as `server-template` slots with no
@@ -96,10 +96,6 @@ def fill(front, backends) -> None:
 
 FRONTS = {"haproxy": {"tier": "front-tier.cfg", "refusing": "front.cfg"},
           "envoy": {"tier": "front-tier.yaml", "refusing": "front.yaml"}}
-
-
-DATA = Path(__file__).resolve().parent / "data" / "front-scaling"
-RESULT = Path(__file__).resolve().parent.parent / "docs" / "results" / "front-scaling.md"
 
 
 def rows(data: dict) -> list[str]:
