@@ -3,6 +3,9 @@ sidecar or the HAProxy Lua sidecar), with one interface over the hosts."""
 
 from __future__ import annotations
 
+import threading
+import uuid
+
 from harness.envoy import envoy_stats, sidecar_config, start_envoy
 from harness.haproxy import HaproxyRoot, haproxy_config, start_haproxy
 from harness.net import app_stats, metrics, request, wait_tcp, wait_until
@@ -61,6 +64,22 @@ def start_fleet(procs: Procs, addrs: Addrs, n: int, policy: str = "dynamic", app
         wait_until(lambda: sum(b.metrics()["huntlb_fleet_peers_wanting"] for b in out) == n * heard,
                    what="every agent's sample knowing that it wants their changes")
     return out
+
+
+def hold(b: Backend, n: int, work_ms: int = 4000) -> list:
+    """`n` plain requests working at `b`'s app for `work_ms`, sent to its agent
+    past any front: its count is n (returned once the app has them)."""
+    ts = [threading.Thread(target=request, args=(b.agent, "GET", f"/hold/{uuid.uuid4()}?work_ms={work_ms}"),
+                           kwargs={"timeout": 30}, daemon=True) for _ in range(n)]
+    for t in ts:
+        t.start()
+    wait_until(lambda: app_stats(b.app)["busy"] >= n, what=f"{n} requests working at {b.host}")
+    return ts
+
+
+def counts(backends: list[Backend], path: str) -> list[int]:
+    """How many times each app processed `path`, in order."""
+    return [app_stats(b.app)["paths"].get(path, 0) for b in backends]
 
 
 def path_count(backends: list[Backend], path: str) -> int:

@@ -59,24 +59,31 @@ def with_snippet(stock: dict, snippet: dict) -> dict:
     return cfg
 
 
-def test_snippet_is_short_and_pasted_into_a_stock_config_hunts(procs, addrs, tmp_path):
-    text = (EXAMPLES / "hunt-snippet.yaml").read_text()
-    assert len(text.splitlines()) <= 26
-    cfg = with_snippet(yaml.safe_load(STOCK), yaml.safe_load(text))
-    bs = start_backends(procs, addrs, 2, "static:0")
+def run_stock(procs, addrs, tmp_path, cfg: dict, backends: list, name: str) -> str:
+    """`cfg` (a stock config with a snippet pasted) pointed at this test's
+    addresses and `backends`, validated by Envoy itself, then run; its
+    listener's address once every backend is healthy."""
     host = addrs.host()
     listen, admin = f"{host}:10000", f"{host}:9901"
     cfg["static_resources"]["listeners"][0]["address"] = sock(listen)
     cfg["admin"]["address"] = sock(admin)
     cfg["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
-        {"endpoint": {"address": sock(b.agent)}} for b in bs]
-    path = tmp_path / "stock-with-snippet.yaml"
+        {"endpoint": {"address": sock(b.agent)}} for b in backends]
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     v = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60)
     assert v.returncode == 0, v.stdout + v.stderr
+    start_envoy(procs, name, cfg, concurrency=1)
+    wait_envoy_hosts_healthy(admin, len(backends), cluster="service")
+    return listen
 
-    start_envoy(procs, "envoy-stock", cfg, concurrency=1)
-    wait_envoy_hosts_healthy(admin, 2, cluster="service")
+
+def test_snippet_is_short_and_pasted_into_a_stock_config_hunts(procs, addrs, tmp_path):
+    text = (EXAMPLES / "hunt-snippet.yaml").read_text()
+    assert len(text.splitlines()) <= 26
+    cfg = with_snippet(yaml.safe_load(STOCK), yaml.safe_load(text))
+    bs = start_backends(procs, addrs, 2, "static:0")
+    listen = run_stock(procs, addrs, tmp_path, cfg, bs, "envoy-stock")
     refused0 = sum(b.refused() for b in bs)
     # every offer is refused (static:0) and served by the other backend as a final
     for i in range(10):

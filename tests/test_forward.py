@@ -12,22 +12,8 @@ import uuid
 
 import pytest
 from harness.fleetwire import Member, seal, text
-from harness import OFFER, app_stats, path_count, request, start_fleet, start_front, wait_until
+from harness import OFFER, app_stats, counts, hold, path_count, request, start_fleet, start_front, wait_until
 from workload_hash import fnv64
-
-
-def hold(b, n, work_ms=4000):
-    """`n` plain requests working at `b`'s app for `work_ms`: its count is n."""
-    ts = [threading.Thread(target=request, args=(b.agent, "GET", f"/hold/{uuid.uuid4()}?work_ms={work_ms}"),
-                           kwargs={"timeout": 30}, daemon=True) for _ in range(n)]
-    for t in ts:
-        t.start()
-    wait_until(lambda: app_stats(b.app)["busy"] >= n, what=f"{n} requests working at {b.host}")
-    return ts
-
-
-def counts(bs, path):
-    return [app_stats(b.app)["paths"].get(path, 0) for b in bs]
 
 
 def test_an_offer_goes_to_the_least_loaded_peer_once(procs, addrs):

@@ -1,6 +1,6 @@
 """The fronts over a forwarding tier (envoy-filter/examples/front-tier.yaml,
 haproxy-lua/examples/front-tier.cfg): the proxy's own least-loaded pick plus
-`hunt-pass` and `hunt-front`. Real Envoy and HAProxy (2.6 and 3.0), real agents
+one header, `hunt-pass`. Real Envoy and HAProxy (2.6 and 3.0), real agents
 and apps on loopback; arrivals counted at the apps, since these fronts re-send
 nothing an agent may have taken: a try is served where it landed or passed on once."""
 
@@ -8,23 +8,9 @@ import threading
 import uuid
 
 import pytest
-from harness import app_stats, request, start_backends, start_fleet, start_front, wait_until
+from harness import app_stats, counts, hold, request, start_backends, start_fleet, start_front, wait_until
 
 FRONTS = [("envoy", "front-tier.yaml"), ("haproxy-2.6", "front-tier.cfg"), ("haproxy-3.0", "front-tier.cfg")]
-
-
-def hold(b, n, work_ms=4000):
-    """`n` requests working at `b`'s app for `work_ms`, sent past the front."""
-    ts = [threading.Thread(target=request, args=(b.agent, "GET", f"/hold/{uuid.uuid4()}?work_ms={work_ms}"),
-                           kwargs={"timeout": 30}, daemon=True) for _ in range(n)]
-    for t in ts:
-        t.start()
-    wait_until(lambda: app_stats(b.app)["busy"] >= n, what=f"{n} requests working at {b.host}")
-    return ts
-
-
-def counts(bs, path):
-    return [app_stats(b.app)["paths"].get(path, 0) for b in bs]
 
 
 @pytest.mark.parametrize("kind,example", FRONTS)

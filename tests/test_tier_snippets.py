@@ -6,13 +6,11 @@ agents that form a tier, arrivals counted at the apps."""
 
 import copy
 import subprocess
-import threading
 import uuid
 
 import yaml
-from harness import (EXAMPLES, HAPROXY_EXAMPLES, HaproxyRoot, app_stats, envoy_binary, request, sock, start_envoy,
-                     start_fleet, start_haproxy, wait_envoy_hosts_healthy, wait_tcp, wait_until)
-from test_envoy_snippet import STOCK as ENVOY_STOCK
+from harness import EXAMPLES, HAPROXY_EXAMPLES, HaproxyRoot, app_stats, hold, request, start_fleet, start_haproxy, wait_tcp, wait_until
+from test_envoy_snippet import STOCK as ENVOY_STOCK, run_stock
 
 HAPROXY_STOCK = """global
     maxconn 1000
@@ -34,11 +32,7 @@ def loaded_fleet(procs, addrs):
     """Three agents in a tier; a holds 4 requests no front sent."""
     bs = start_fleet(procs, addrs, 3, policy="dynamic:seen_margin=1",
                      agent_opts={"fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000})
-    a = bs[0]
-    for _ in range(4):
-        threading.Thread(target=request, args=(a.agent, "GET", f"/hold/{uuid.uuid4()}?work_ms=6000"),
-                         kwargs={"timeout": 30}, daemon=True).start()
-    wait_until(lambda: a.metrics()["huntlb_inflight"] == 4, what="4 requests held at a")
+    hold(bs[0], 4, work_ms=6000)
     return bs
 
 
@@ -64,18 +58,7 @@ def test_the_envoy_tier_snippet_is_short_and_pasted_passes_tries_on(procs, addrs
     hcm["route_config"]["virtual_hosts"][0].update(snippet["virtual_host"])
     cfg["static_resources"]["clusters"][0].update(snippet["cluster"])
     bs = loaded_fleet(procs, addrs)
-    host = addrs.host()
-    listen, admin = f"{host}:10000", f"{host}:9901"
-    cfg["static_resources"]["listeners"][0]["address"] = sock(listen)
-    cfg["admin"]["address"] = sock(admin)
-    cfg["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
-        {"endpoint": {"address": sock(b.agent)}} for b in bs]
-    path = tmp_path / "stock-with-tier-snippet.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    v = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60)
-    assert v.returncode == 0, v.stdout + v.stderr
-    start_envoy(procs, "envoy-stock-tier", cfg, concurrency=1)
-    wait_envoy_hosts_healthy(admin, 3, cluster="service")
+    listen = run_stock(procs, addrs, tmp_path, cfg, bs, "envoy-stock-tier")
     passes_the_loaded_backend_by(listen, bs)
 
 
