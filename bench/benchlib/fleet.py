@@ -37,12 +37,14 @@ from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, wait_
 # pick), under one name for reports that span both proxies. `hunt/pass` is the
 # front over a tier (front-tier.yaml, front-tier.cfg: the proxy's own least
 # plus hunt-pass and hunt-front, no retry on a refusal); a third element names
-# the example config a strategy's front is written from.
+# the example config a strategy's front is written from. `hunt/pass2`: that
+# front over Envoy's default LEAST_REQUEST (two random hosts, O(1)), not FULL_SCAN.
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
               "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN),
               "hunt/full": (True, FULL_SCAN_NAMED), "hunt/own": (True, FULL_SCAN_NAMED),
-              "hunt/pass": (True, FULL_SCAN_NAMED, "front-tier.yaml")},
+              "hunt/pass": (True, FULL_SCAN_NAMED, "front-tier.yaml"),
+              "hunt/pass2": (True, "LEAST_REQUEST", "front-tier.yaml")},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
                 "random(2)": (False, "random(2)"), "hunt/least": (True, None), "hunt/own": (True, None),
                 "hunt/pass": (True, None, "front-tier.cfg")},
