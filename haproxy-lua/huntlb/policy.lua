@@ -88,7 +88,8 @@ local function parse_dynamic(args)
         if first == k then
             return fail(k, "given twice")
         elseif first then
-            return fail(k, str_format("given twice, as `%s` and as `%s` (one key, renamed)", first, k))
+            -- named by its current name, as the agent names a renamed key given twice
+            return fail(name, str_format("given twice, as `%s` and as `%s` (one key, renamed)", first, k))
         end
         given[name] = k
         local val, err

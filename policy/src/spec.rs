@@ -127,11 +127,15 @@ fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
             // an error must name a key: the whole spec's, as for a piece without `=`
             return Err(err("policy", format!("`{kv}` has no key before `=`")));
         }
-        // an old name and its new one are one key: given both, it is given twice
+        // an old name and its new one are one key: given both, it is given
+        // twice, and the error names the key by its current name
         let name = current(k);
         if let Some(&(_, first)) = given.iter().find(|(n, _)| *n == name) {
-            let reason = if first == k { "given twice".to_string() } else { format!("given twice, as `{first}` and as `{k}` (one key, renamed)") };
-            return Err(err(k, reason));
+            return Err(if first == k {
+                err(k, "given twice")
+            } else {
+                err(name, format!("given twice, as `{first}` and as `{k}` (one key, renamed)"))
+            });
         }
         given.push((name, k));
         match name {
@@ -189,7 +193,7 @@ mod tests {
         let e = parse("dynamic:slack=1,seen_margin=2").unwrap_err();
         assert_eq!(e.key, "seen_margin");
         assert!(e.reason.contains("`slack`") && e.reason.contains("twice"), "{e}");
-        assert_eq!(parse("dynamic:seen_margin=1,slack=2").unwrap_err().key, "slack");
+        assert_eq!(parse("dynamic:seen_margin=1,slack=2").unwrap_err().key, "seen_margin", "in either order");
         // an error in a value names the key as it was written
         assert_eq!(parse("dynamic:slack=x").unwrap_err().key, "slack");
     }

@@ -2,6 +2,7 @@
 //! and the forwarding knobs, validated once with errors that name the key.
 
 use super::{addr, invalid, ms, ConfigError, Raw};
+use huntlb_policy::forward;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -75,11 +76,6 @@ pub struct FleetConfig {
 /// DNS answer can add to the tier's tables is bounded (and a sample with them).
 pub const MAX_MEMBERS: usize = 4096;
 
-/// Peers heard by default, and how many of the least loaded a draw keeps:
-/// docs/results/many-fronts-sim.md has the simulator's measurements behind
-/// them.
-const DEFAULT_SAMPLE: u32 = 8;
-const DEFAULT_KEEP: usize = 4;
 /// `fleet_commit_ms`'s default.
 pub const DEFAULT_COMMIT_MS: u64 = 10;
 
@@ -200,7 +196,7 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 }
                 None => listen.to_string(),
             };
-            if !huntlb_policy::forward::is_forward_addr(&advertise) {
+            if !forward::is_forward_addr(&advertise) {
                 return Err(invalid("fleet_advertise", format!("`{advertise}` is not host:port (at most 64 bytes)")));
             }
             if advertise.parse::<SocketAddr>().is_ok_and(|a| a.ip().is_unspecified()) {
@@ -250,15 +246,16 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
             }
             // A subscription lasts fleet_dead_after_ms and is renewed at each
             // draw: a draw must come within it, with room for one lost renewal.
-            let resample = ms("fleet_resample_ms", k.fleet_resample_ms, 100, 1)?;
+            let resample = ms("fleet_resample_ms", k.fleet_resample_ms, forward::DEFAULT_RESAMPLE_MS, 1)?;
             if resample * 2 > dead_after {
                 return Err(invalid("fleet_resample_ms", "must be at most half of fleet_dead_after_ms: each draw renews the sample's subscriptions, which last that long"));
             }
-            let sample = k.fleet_sample.unwrap_or(DEFAULT_SAMPLE) as usize;
+            // The sample's defaults are the policy crate's, which the simulator uses too.
+            let sample = k.fleet_sample.map_or(forward::DEFAULT_SAMPLE, |v| v as usize);
             if sample > MAX_MEMBERS {
                 return Err(invalid("fleet_sample", format!("at most {} (0: every member)", MAX_MEMBERS)));
             }
-            let keep = k.fleet_sample_keep.map_or(DEFAULT_KEEP.min(sample / 2), |v| v as usize);
+            let keep = k.fleet_sample_keep.map_or(forward::default_sample_keep(sample), |v| v as usize);
             if sample == 0 && k.fleet_sample_keep.is_some() {
                 return Err(invalid("fleet_sample_keep", "only meaningful with a sample (fleet_sample above 0)"));
             }
@@ -278,10 +275,10 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 keys,
                 key_readers,
                 tls: peer_tls,
-                forwarding: huntlb_policy::forward::Forwarding {
+                forwarding: forward::Forwarding {
                     // The policy crate's defaults, written once there.
-                    peer_margin: k.forward_peer_margin.unwrap_or(huntlb_policy::forward::Forwarding::default().peer_margin),
-                    seen_margin: k.forward_seen_margin.or(huntlb_policy::forward::Forwarding::default().seen_margin),
+                    peer_margin: k.forward_peer_margin.unwrap_or(forward::Forwarding::default().peer_margin),
+                    seen_margin: k.forward_seen_margin.or(forward::Forwarding::default().seen_margin),
                 },
                 heartbeat,
                 dead_after,

@@ -181,7 +181,7 @@ pub struct Raw {
     /// Draw the sample again this often, in ms [default: 100].
     #[arg(long)]
     pub fleet_resample_ms: Option<u64>,
-    /// At each draw, keep this many of the sample's least loaded peers [default: 4].
+    /// At each draw, keep this many of the sample's least loaded peers [default: half the sample, at most 4].
     #[arg(long)]
     pub fleet_sample_keep: Option<u32>,
     /// What was taken but should be written otherwise (an old key name),

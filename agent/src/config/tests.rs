@@ -145,6 +145,47 @@ fn fleet_keys_are_checked_and_named() {
     assert_eq!(key_of(raw(|r| r.fleet_sample = Some(4))), "fleet_sample", "only with fleet_listen");
 }
 
+/// The tier's defaults are written once, in the policy crate (the simulator
+/// takes them from there too); `--help` and docs/agent.md quote them.
+#[test]
+fn the_tier_defaults_are_the_policy_crates_and_help_and_docs_quote_them() {
+    use huntlb_policy::forward::{default_sample_keep, Forwarding, DEFAULT_RESAMPLE_MS, DEFAULT_SAMPLE, DEFAULT_SAMPLE_KEEP};
+    let f = Forwarding::default();
+    let seen = f.seen_margin.expect("the tier consults the front's count by default");
+    let keep = format!("half the sample, at most {DEFAULT_SAMPLE_KEEP}");
+    let quoted = [
+        ("fleet_sample", DEFAULT_SAMPLE.to_string()),
+        ("fleet_sample_keep", keep),
+        ("fleet_resample_ms", DEFAULT_RESAMPLE_MS.to_string()),
+        ("forward_peer_margin", f.peer_margin.to_string()),
+        ("forward_seen_margin", seen.to_string()),
+    ];
+    let cmd = <Raw as clap::CommandFactory>::command();
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/agent.md")).unwrap();
+    for (key, default) in &quoted {
+        let arg = cmd.get_arguments().find(|a| a.get_id() == *key).unwrap_or_else(|| panic!("no flag for {key}"));
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        assert!(help.ends_with(&format!("[default: {default}]")), "--help of {key}: {help}");
+        let row = format!("| `{key}` | {default} |");
+        assert!(docs.lines().any(|l| l.starts_with(&row)), "docs/agent.md has no row starting {row}");
+    }
+
+    let key = std::env::temp_dir().join(format!("huntlb-config-defaults-{}.key", std::process::id()));
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let c = raw(|r| {
+        r.fleet_listen = Some("127.0.0.1:9700".into());
+        r.fleet_peers = Some("127.0.0.2:9700".into());
+        r.fleet_key_file = Some(key.to_string_lossy().into_owned());
+    })
+    .unwrap()
+    .fleet
+    .unwrap();
+    let resample = Duration::from_millis(DEFAULT_RESAMPLE_MS);
+    assert_eq!((c.sample, c.keep, c.resample, c.forwarding), (DEFAULT_SAMPLE, default_sample_keep(DEFAULT_SAMPLE), resample, f));
+    std::fs::remove_file(&key).unwrap();
+}
+
 #[test]
 fn tls_keys_come_together_and_bad_files_are_named() {
     assert!(raw(|_| {}).unwrap().tls.is_none());
