@@ -1,0 +1,95 @@
+//! huntlb-llm: an emulated LLM model server (see `huntlb_instruments::llm`).
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use huntlb_instruments::llm::{server::Llm, LlmConfig};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(version, about = "Emulated LLM model server: OpenAI-compatible API, continuous batching, prefix cache, vLLM's metrics")]
+struct Args {
+    /// Address to listen on (give each instance its own 127.x.y.z).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: SocketAddr,
+    /// The model name it serves and labels its metrics with.
+    #[arg(long, default_value = "huntlb/emulated-8b")]
+    model: String,
+    /// Sequences running at once (vLLM --max-num-seqs).
+    #[arg(long, default_value_t = 256)]
+    max_num_seqs: usize,
+    /// Tokens a step processes, decode first (vLLM --max-num-batched-tokens).
+    #[arg(long, default_value_t = 2048)]
+    max_num_batched_tokens: u32,
+    /// KV-cache blocks of 16 tokens.
+    #[arg(long, default_value_t = 27_500)]
+    kv_blocks: u32,
+    /// Waiting requests past which new ones get 503 (vLLM --max-num-queued-reqs); 0: no cap.
+    #[arg(long, default_value_t = 0)]
+    max_num_queued_reqs: usize,
+    /// Inter-token latency at batch 1, ms.
+    #[arg(long, default_value_t = 12.0)]
+    itl_ms: f64,
+    /// Inter-token latency at max-num-seqs over batch 1's.
+    #[arg(long, default_value_t = 2.0)]
+    load_factor: f64,
+    /// Prefill time per uncached prompt token, ms.
+    #[arg(long, default_value_t = 0.2)]
+    prefill_ms_per_token: f64,
+    /// Prefill overhead per request, ms.
+    #[arg(long, default_value_t = 30.0)]
+    prefill_overhead_ms: f64,
+    /// Scales every duration (0.1: ten times faster).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+}
+
+fn ms(name: &str, v: f64) -> anyhow::Result<Duration> {
+    if !(v >= 0.0 && v.is_finite()) {
+        bail!("--{name} must be a number >= 0");
+    }
+    Ok(Duration::from_secs_f64(v / 1000.0))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let cfg = LlmConfig {
+        max_num_seqs: a.max_num_seqs,
+        max_batched_tokens: a.max_num_batched_tokens,
+        kv_blocks: a.kv_blocks,
+        max_queued: a.max_num_queued_reqs,
+        itl: ms("itl-ms", a.itl_ms)?,
+        load_factor: a.load_factor,
+        prefill_per_token: ms("prefill-ms-per-token", a.prefill_ms_per_token)?,
+        prefill_overhead: ms("prefill-overhead-ms", a.prefill_overhead_ms)?,
+        time_scale: a.time_scale,
+        model: a.model.clone(),
+    };
+    if let Err(why) = cfg.validate() {
+        bail!(why);
+    }
+    let llm = Llm::new(cfg);
+    tokio::spawn(llm.clone().drive());
+    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("--listen {}", a.listen))?;
+    eprintln!("huntlb-llm {} listening on {}", a.model, a.listen);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let llm = llm.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| llm.clone().handle(req));
+            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
