@@ -128,6 +128,12 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 need_trixie=0
 [ -x "$TRIXIE/usr/sbin/haproxy" ] || need_trixie=1
+# kubectl for rendering packaging/kubernetes (kubectl kustomize: no cluster):
+# trixie's (1.32, kustomize v5.5), into the same root. Bookworm's
+# kubernetes-client is kubectl 1.20, whose kustomize (v2.0.3) refuses the
+# Component (`json: unknown field "components"`). A Go binary that needs only
+# libc >= 2.34 (bookworm has 2.36): tests/test_kubernetes.py runs it in place.
+[ -x "$TRIXIE/usr/bin/kubectl" ] || need_trixie=1
 need_prometheus=0
 command -v prometheus >/dev/null || "$PROMETHEUS" --version >/dev/null 2>&1 || need_prometheus=1
 # apt-get download needs no root, only package lists that name prometheus;
@@ -141,7 +147,7 @@ if ((${#missing_apt[@]})); then
     need_disk /usr 700 "Debian packages"
 fi
 if ((need_trixie)); then
-    need_disk "$TRIXIE" 400 "the HAProxy 3.0 trixie root"
+    need_disk "$TRIXIE" 500 "the trixie root (HAProxy 3.0, kubectl)"
 fi
 [ -d target ] || need_disk . 2000 "the Rust builds (target/), ~/.cargo and .venv"
 
@@ -228,11 +234,16 @@ trixie_install() {
         as_root debootstrap --variant=minbase trixie "$TRIXIE.partial" "$MIRROR"
         as_root mv "$TRIXIE.partial" "$TRIXIE"
     fi
+    # lists as old as the root (a package the mirror has since replaced): one
+    # apt-get update and a second try
     as_root env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 \
-        chroot "$TRIXIE" apt-get install -y -q --no-install-recommends haproxy
+        chroot "$TRIXIE" apt-get install -y -q --no-install-recommends haproxy kubectl ||
+        { as_root chroot "$TRIXIE" apt-get update -q &&
+            as_root env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 \
+                chroot "$TRIXIE" apt-get install -y -q --no-install-recommends haproxy kubectl; }
 }
 if ((need_trixie)); then
-    step "HAProxy 3.0 in a trixie root at $TRIXIE (debootstrap, under a minute)" trixie_install
+    step "HAProxy 3.0 and kubectl in a trixie root at $TRIXIE (debootstrap, under a minute)" trixie_install
 fi
 
 echo "setup: ok ($(/usr/sbin/haproxy -v | head -1 | cut -d' ' -f1-3); $(scripts/trixie-haproxy -v | head -1 | cut -d' ' -f1-3);" \
