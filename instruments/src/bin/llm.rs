@@ -36,15 +36,19 @@ struct Args {
     /// Inter-token latency at max-num-seqs over batch 1's.
     #[arg(long, default_value_t = 2.0)]
     load_factor: f64,
-    /// Prefill time per uncached prompt token, ms.
-    #[arg(long, default_value_t = 0.2)]
+    /// Prefill time per uncached prompt token in a step, ms.
+    #[arg(long, default_value_t = 0.04)]
     prefill_ms_per_token: f64,
-    /// Prefill overhead per request, ms.
-    #[arg(long, default_value_t = 30.0)]
+    /// A request's fixed cost before the engine sees it (HTTP, tokenising), ms.
+    #[arg(long, default_value_t = 40.0)]
     prefill_overhead_ms: f64,
     /// Scales every duration (0.1: ten times faster).
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
+    /// Serve nothing: print, one JSON line each, what bursts of these many
+    /// requests (256 prompt tokens, 128 out) meet in the engine's virtual time.
+    #[arg(long, value_delimiter = ',')]
+    table: Option<Vec<usize>>,
 }
 
 fn ms(name: &str, v: f64) -> anyhow::Result<Duration> {
@@ -71,6 +75,14 @@ async fn main() -> anyhow::Result<()> {
     };
     if let Err(why) = cfg.validate() {
         bail!(why);
+    }
+    if let Some(sizes) = a.table {
+        for c in sizes.into_iter().filter(|c| *c > 0) {
+            let b = huntlb_instruments::llm::engine::burst(&cfg.clone().scaled(), c, 256, 128);
+            println!("{}", serde_json::json!({"concurrency": c, "ttft_p50_ms": b.ttft_p50.as_secs_f64() * 1e3,
+                "ttft_max_ms": b.ttft_max.as_secs_f64() * 1e3, "tpot_ms": b.tpot.as_secs_f64() * 1e3, "tokens_per_s": b.tokens_per_s}));
+        }
+        return Ok(());
     }
     let llm = Llm::new(cfg);
     tokio::spawn(llm.clone().drive());

@@ -17,10 +17,12 @@
 //!  its prompt's blocks stay in the prefix cache until evicted (LRU)
 //! ```
 //!
-//! A step's duration: `itl(b) + prefilled_tokens × prefill_per_token +
-//! prefill_overhead × (sequences whose prefill started this step)`, where
+//! A step's duration: `itl(b) + prefilled_tokens × prefill_per_token`, where
 //! `itl(b)` grows linearly from `itl` at one decoding sequence to
-//! `itl × load_factor` at `max_num_seqs` (the constants: `LlmConfig`).
+//! `itl × load_factor` at `max_num_seqs` (the constants: `LlmConfig`). A
+//! request's fixed cost before the engine sees it (HTTP, tokenising:
+//! `prefill_overhead`) is the server's, not a step's: it delays that request
+//! only.
 
 use super::LlmConfig;
 use std::collections::{HashMap, VecDeque};
@@ -196,16 +198,13 @@ impl Engine {
         }
         // 3. prefill within the budget left after the decode tokens, oldest first
         let mut budget = self.cfg.max_batched_tokens.saturating_sub(decoding);
-        let (mut prefilled, mut started) = (0u32, 0u32);
+        let mut prefilled = 0u32;
         for s in self.running.iter_mut().filter(|s| s.computed < s.prompt_tokens) {
             if budget == 0 {
                 break;
             }
             let chunk = (s.prompt_tokens - s.computed).min(budget);
-            if !s.started_prefill {
-                s.started_prefill = true;
-                started += 1;
-            }
+            s.started_prefill = true;
             s.computed += chunk;
             budget -= chunk;
             prefilled += chunk;
@@ -227,7 +226,7 @@ impl Engine {
         }
         let busy = decoding > 0 || prefilled > 0;
         out.duration = if busy {
-            self.itl(decoding.max(1)) + self.cfg.prefill_per_token * prefilled + self.cfg.prefill_overhead * started
+            self.itl(decoding.max(1)) + self.cfg.prefill_per_token * prefilled
         } else {
             Duration::ZERO
         };
@@ -330,4 +329,50 @@ fn block_hashes(prompt: &[u8]) -> Vec<u64> {
             prev
         })
         .collect()
+}
+
+/// What a burst of `concurrency` equal requests meets in virtual time (no
+/// clock): each one's first token and the steady decode rate. The
+/// characterisation `huntlb-llm --table` prints and docs/results/llm.md shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Burst {
+    pub concurrency: usize,
+    pub ttft_p50: Duration,
+    pub ttft_max: Duration,
+    /// Mean time between a sequence's tokens after its first.
+    pub tpot: Duration,
+    /// Output tokens per second over the burst.
+    pub tokens_per_s: f64,
+}
+
+pub fn burst(cfg: &LlmConfig, concurrency: usize, prompt_tokens: u32, max_tokens: u32) -> Burst {
+    let mut e = Engine::new(cfg.clone());
+    for id in 0..concurrency as u64 {
+        // distinct prompts: no prefix shared
+        let p: Vec<u8> = (0..prompt_tokens as usize * BYTES_PER_TOKEN).map(|i| (id as usize * 7919 + i) as u8).collect();
+        e.submit(id, &p, max_tokens);
+    }
+    let (mut t, mut first, mut last) = (Duration::ZERO, Vec::new(), std::collections::HashMap::new());
+    while !e.idle() {
+        let s = e.step();
+        t += s.duration;
+        for (id, idx) in &s.tokens {
+            if *idx == 0 {
+                first.push((*id, t));
+            }
+            last.insert(*id, t);
+        }
+    }
+    // each request's fixed cost before the engine saw it
+    let mut ttft: Vec<Duration> = first.iter().map(|(_, d)| *d + cfg.prefill_overhead).collect();
+    ttft.sort();
+    let decode: Duration = first.iter().map(|(id, d)| last[id] - *d).sum();
+    let gaps = concurrency as u32 * (max_tokens - 1).max(1);
+    Burst {
+        concurrency,
+        ttft_p50: ttft[ttft.len() / 2],
+        ttft_max: *ttft.last().expect("a burst of at least one"),
+        tpot: decode / gaps,
+        tokens_per_s: (concurrency as f64 * max_tokens as f64) / t.as_secs_f64(),
+    }
 }

@@ -33,10 +33,15 @@ pub struct LlmConfig {
     /// `itl` at `max_num_seqs` over `itl` at one, linear between (llm-d-inference-sim's
     /// `time-factor-under-load`: 1.5-2.0 latency-optimised, 2.5-3.5 throughput-optimised).
     pub load_factor: f64,
-    /// Per uncached prompt token (8B, H100: 0.15-0.30 ms).
+    /// Per uncached prompt token, in a step. Prefill is compute-bound: 2 FLOPs a
+    /// parameter a token (16 GFLOP for 8B) at ~400 TFLOP/s (40% of an H100's
+    /// 989 dense BF16) is 0.04 ms. (llm-d's 0.15-0.30 ms is a lone request's,
+    /// overheads included, which `prefill_overhead` carries here.)
     pub prefill_per_token: Duration,
-    /// Per prefill started (8B: 25-40 ms; a 256-token prompt then lands near the
-    /// published 60-120 ms TTFT at batch 1).
+    /// A request's fixed cost before the engine sees it (HTTP, tokenising,
+    /// scheduling): llm-d's `prefill-overhead`, 25-40 ms for 8B. It delays that
+    /// request only, so a 256-token prompt alone lands at 40 + 12 + 10 = 62 ms,
+    /// inside the published 60-120 ms TTFT of an 8B model on an H100.
     pub prefill_overhead: Duration,
     /// Scales every duration (0.1: ten times faster), for tests and small machines.
     pub time_scale: f64,
@@ -52,8 +57,8 @@ impl Default for LlmConfig {
             max_queued: 0,
             itl: Duration::from_millis(12),
             load_factor: 2.0,
-            prefill_per_token: Duration::from_micros(200),
-            prefill_overhead: Duration::from_millis(30),
+            prefill_per_token: Duration::from_micros(40),
+            prefill_overhead: Duration::from_millis(40),
             time_scale: 1.0,
             model: "huntlb/emulated-8b".into(),
         }

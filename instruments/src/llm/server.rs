@@ -53,6 +53,7 @@ struct Inner {
 
 pub struct Llm {
     inner: Mutex<Inner>,
+    overhead: std::time::Duration,
     wake: Notify,
     next_id: AtomicU64,
     model: String,
@@ -61,8 +62,10 @@ pub struct Llm {
 impl Llm {
     pub fn new(cfg: LlmConfig) -> Arc<Self> {
         let model = cfg.model.clone();
+        let cfg = cfg.scaled();
+        let overhead = cfg.prefill_overhead;
         let inner = Inner {
-            engine: Engine::new(cfg.scaled()),
+            engine: Engine::new(cfg),
             streams: HashMap::new(),
             submitted: HashMap::new(),
             ttft_counts: [0; TTFT_BUCKETS.len()],
@@ -70,7 +73,7 @@ impl Llm {
             ttft_n: 0,
             success: 0,
         };
-        Arc::new(Llm { inner: Mutex::new(inner), wake: Notify::new(), next_id: AtomicU64::new(1), model })
+        Arc::new(Llm { inner: Mutex::new(inner), overhead, wake: Notify::new(), next_id: AtomicU64::new(1), model })
     }
 
     /// The engine's clock: a step, then its duration, then its tokens out.
@@ -150,6 +153,9 @@ impl Llm {
             Ok(p) => p,
             Err(why) => return error(StatusCode::BAD_REQUEST, &why),
         };
+        // the request's fixed cost (HTTP, tokenising) before the engine sees it
+        let t0 = Instant::now();
+        tokio::time::sleep(self.overhead).await;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         {
@@ -160,7 +166,7 @@ impl Llm {
                 Submit::TooLong => return error(StatusCode::BAD_REQUEST, "prompt and max_tokens exceed the KV cache"),
             }
             g.streams.insert(id, tx);
-            g.submitted.insert(id, Instant::now());
+            g.submitted.insert(id, t0);
         }
         self.wake.notify_one();
         let guard = AbortOnDrop { llm: self.clone(), id, done: false };
