@@ -15,7 +15,7 @@ The strategies, each a (proxy, name, fronts):
   with the agents' forwarding tier (FWD/full); HAProxy leastconn against
   FWD/least.
 
-What a replica is: harness/wiki.py (its own Apache prefork with a fixed pool,
+What a replica is: harness/wiki/ (its own Apache prefork with a fixed pool,
 mod_php, SQLite, a CPU quota, behind huntlb-agent reading its scoreboard).
 Before measuring, every worker of every replica renders pages (a fresh worker
 compiles MediaWiki first; docs/wiki.md). Strategies run in the order of the

@@ -17,6 +17,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import textwrap
 import time
 import tomllib
 from pathlib import Path
@@ -485,3 +486,20 @@ def test_members_hear_each_other_through_a_kubelet_key_rotation(procs, addrs, re
     p, admin, key_dir, key_name = agents[0]
     kubelet_secret(key_dir, {key_name: secrets.token_hex(32) + "\n"}, mounted_mode(pod))
     wait_until(lambda: unauthenticated(agents[1][1]) > 0, timeout=10, what="the second agent drops the first's reports")
+
+
+def test_the_docs_snippets_are_the_files():
+    """Every YAML block of docs/kubernetes.md is lines of a file under
+    packaging/kubernetes, as written there (indentation aside): what the page
+    tells a user to write is what these tests render and run."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    blocks = [textwrap.dedent(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    assert len(blocks) >= 4
+    files = [f.read_text().splitlines() for f in KUBE.rglob("*.yaml")]
+
+    def found(block: str) -> bool:
+        want = textwrap.dedent(block).splitlines()
+        return any(textwrap.dedent("\n".join(lines[i:i + len(want)])).splitlines() == want
+                   for lines in files for i in range(len(lines) - len(want) + 1))
+    missing = [b for b in blocks if not found(b)]
+    assert not missing, f"not in packaging/kubernetes: {missing}"
