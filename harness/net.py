@@ -7,11 +7,21 @@ import http.client
 import json
 import re
 import socket
+import subprocess
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from harness.procs import Proc
+
+class Proc(Protocol):
+    """What a wait needs of the process it watches (harness.procs.Proc is one):
+    a wait ends at once, with its log, if that process exits."""
+    name: str
+    popen: subprocess.Popen
+
+    def alive(self) -> bool: ...
+
+    def log(self) -> str: ...
+
 
 def wait_http(addr: str, path: str, proc: Proc | None = None, timeout: float = 10.0, want: int | None = None) -> None:
     deadline = time.monotonic() + timeout
