@@ -22,7 +22,7 @@ from pathlib import Path
 from harness import Addrs, Procs, request
 from harness import wiki
 
-import wiki_trace
+from benchlib import wikitrace
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -69,8 +69,8 @@ def main() -> int:
             title = tmpl.pages[i]
             rows.append({"page": i, "bytes": sizes[i], "refs": tmpl.meta["refs"][i],
                          "cached_ms": round(timed(r.apache.addr, wiki.page_path(title)), 1),
-                         "render_ms": round(timed(r.apache.addr, wiki_trace.render_path(i)), 1)})
-        static = [timed(r.apache.addr, f"{wiki.SCRIPT_PATH}/{random.Random(k).choice(wiki_trace.STATIC_FILES)}") for k in range(50)]
+                         "render_ms": round(timed(r.apache.addr, wikitrace.render_path(i)), 1)})
+        static = [timed(r.apache.addr, f"{wiki.SCRIPT_PATH}/{random.Random(k).choice(wikitrace.STATIC_FILES)}") for k in range(50)]
         out = {
             "pages": a.pages, "template": str(tmpl.dir), "build_s_this_run": round(built_s, 1),
             "template_meta": {k: tmpl.meta.get(k) for k in ("install_s", "import_s", "warm_s")},

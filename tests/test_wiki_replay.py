@@ -5,14 +5,14 @@ the report rendered from the committed data (measuring nothing)."""
 import math
 
 import wiki_replay
-import wiki_trace
+from benchlib import wikitrace
 from benchlib.reports import RESULTS, read_data
 
 T = {"day_seconds": 10.0, "bins": 5}
 
 
 def test_outcomes_join_each_loadgen_line_with_its_trace_request(tmp_path):
-    trace = [(0.0, wiki_trace.view_path(1)), (0.5, "/wiki/skins/x.png"), (1.0, wiki_trace.render_path(2))]
+    trace = [(0.0, wikitrace.view_path(1)), (0.5, "/wiki/skins/x.png"), (1.0, wikitrace.render_path(2))]
     f = tmp_path / "r.requests"
     # the loadgen writes in schedule order, INDEX OFFSET_US LATENCY_US STATUS; 0 is an error
     f.write_text("0 1000 250000 200\n1 500000 3000 200\n2 1000000 0 0\n")

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from harness import app_stats, binary
 
-import wiki_trace as wt  # bench/ is on pytest.ini's pythonpath
+from benchlib import wikitrace as wt  # bench/ is on pytest.ini's pythonpath
 
 
 def test_shares_popularity_and_day_follow_the_model():
