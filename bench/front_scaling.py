@@ -33,9 +33,8 @@ from pathlib import Path
 
 from benchlib.fronts import Bed, pin, start_front, static_backends, wait_all_up
 from benchlib.stats import ci95, median, paired_ratio
-from benchlib.tools import instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
+from benchlib.tools import REQUESTS, instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime
-from proxy_overhead import REQUESTS
 
 
 def templated(n: int):

@@ -30,25 +30,8 @@ from benchlib.fronts import BACKENDS, Bed, overhead_bed, pin
 from benchlib.render import render, shown_in
 from benchlib.reports import flag, machine, read_data, write_result
 from benchlib.stats import ci95, median, paired_ratio
-from benchlib.tools import instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
+from benchlib.tools import BROWSER_HEADERS, REQUESTS, instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
 from harness import start_backends
-
-# wrk's own request is a bare `GET / HTTP/1.1` + Host: the worst case for a
-# fixed per-request cost. A browser's request carries headers like these
-# (about 500 bytes), which every proxy parses and forwards.
-BROWSER_HEADERS = {
-    "User-Agent": "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
-    "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
-    "Accept-Language": "en-US,en;q=0.5",
-    "Accept-Encoding": "gzip, deflate, br, zstd",
-    "Referer": "https://www.example.com/catalog/items?page=2&sort=price",
-    "Cookie": "session=6f1c2d9e8a7b4c3d2e1f0a9b8c7d6e5f; prefs=lang%3Den%26theme%3Dlight; _ga=GA1.2.1234567890.1700000000",
-    "Sec-Fetch-Dest": "document",
-    "Sec-Fetch-Mode": "navigate",
-    "Upgrade-Insecure-Requests": "1",
-}
-REQUESTS = {"bare": None, "browser-like": BROWSER_HEADERS}
-
 
 def no_l7_retries(text: str) -> str:
     """Plain HAProxy as it comes: no `retry-on` (only connection failures are

@@ -15,6 +15,23 @@ from benchlib.fronts import Bed
 _dur = re.compile(r"^([\d.]+)(us|ms|s)$")
 
 
+# The two kinds of request the overhead benches send. wrk's own is a bare `GET / HTTP/1.1` + Host: the worst case for a
+# fixed per-request cost. A browser's request carries headers like these
+# (about 500 bytes), which every proxy parses and forwards.
+BROWSER_HEADERS = {
+    "User-Agent": "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+    "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
+    "Accept-Language": "en-US,en;q=0.5",
+    "Accept-Encoding": "gzip, deflate, br, zstd",
+    "Referer": "https://www.example.com/catalog/items?page=2&sort=price",
+    "Cookie": "session=6f1c2d9e8a7b4c3d2e1f0a9b8c7d6e5f; prefs=lang%3Den%26theme%3Dlight; _ga=GA1.2.1234567890.1700000000",
+    "Sec-Fetch-Dest": "document",
+    "Sec-Fetch-Mode": "navigate",
+    "Upgrade-Insecure-Requests": "1",
+}
+REQUESTS = {"bare": None, "browser-like": BROWSER_HEADERS}
+
+
 def _us(v: str) -> float:
     m = _dur.match(v)
     if not m:
