@@ -42,23 +42,23 @@ FRONTS = {12: [1, 4, 16, 64], 96: [1, 16, 64, 256]}
 DEMANDS = {"exp": "exponential", "lognormal:1.5": "lognormal, sigma 1.5"}
 DELAY_MS, HOP_MS, RESAMPLE_MS = 0.2, 0.2, 100
 NET = ["--fleet-delay-ms", str(DELAY_MS), "--hop-ms", str(HOP_MS)]
-TIER = ["--dispatch", "forward-least:0:seen=1", *NET]  # the agent's defaults: slack 0, seen 1
+TIER = ["--dispatch", "forward-least", *NET]  # the agent's forwarding knobs, at its defaults
 
 # name -> huntlb-sim arguments. Hunting as shipped: the front's own least with
-# hunt-seen, the agent's default policy `dynamic` (slack 1), no tier.
+# hunt-seen, the agent's default policy `dynamic:seen_margin=1`, no tier.
 MODES = {
     "JSQ": ["--dispatch", "jsq"],
     "least-request": ["--dispatch", "least"],
     "P2C": ["--dispatch", "p2c"],
     "Prequal, q 0.84": ["--dispatch", "prequal:pool=16,probes=3,q=0.84", "--hop-ms", str(HOP_MS)],
     "Prequal, q 0": ["--dispatch", "prequal:pool=16,probes=3,q=0", "--hop-ms", str(HOP_MS)],
-    "hunting (shipped, no tier)": ["--dispatch", "hunt-least:dynamic:slack=1", "--hop-ms", str(HOP_MS)],
-    "tier, every peer": TIER,
+    "hunting (shipped, no tier)": ["--dispatch", "hunt-least:dynamic:seen_margin=1", "--hop-ms", str(HOP_MS)],
+    "tier, every peer": [*TIER, "--fleet-sample", "0"],
 }
 BOUNDED = {}
 for k in (2, 4, 8):
     for b in (0, k // 2):
-        BOUNDED[f"tier, K={k}, B={b}"] = [*TIER, "--fleet-sample", str(k), "--fleet-keep", str(b), "--fleet-resample-ms", str(RESAMPLE_MS)]
+        BOUNDED[f"tier, K={k}, B={b}"] = [*TIER, "--fleet-sample", str(k), "--fleet-sample-keep", str(b), "--fleet-resample-ms", str(RESAMPLE_MS)]
 MODES.update(BOUNDED)
 BASELINES = ("least-request", "Prequal, q 0.84", "Prequal, q 0")
 # The design question's bar.
@@ -161,8 +161,9 @@ def report(data: dict) -> str:
            "is an EWMA of recent response times of requests that arrived at the RIF it has now. q 0.84 is the paper's; q 0 "
            "(lowest RIF first) is what wins here.",
            "* **hunting (shipped, no tier)**: the front offers to its own least with its count there (`hunt-seen`); the agent "
-           "(`dynamic`, slack 1) refuses what other fronts loaded it with; the final goes to the front's next least.",
-           "* **tier**: the agents' forwarding tier with the agent's defaults (slack 0, seen 1: `huntlb_policy::forward::route_with`). "
+           "(`dynamic:seen_margin=1`) refuses what other fronts loaded it with; the final goes to the front's next least.",
+           "* **tier**: the agents' forwarding tier with the agent's defaults (`forward_peer_margin` 0, `forward_seen_margin` 1: "
+           "`huntlb_policy::forward::route_with`). "
            "*every peer*: every change of a count goes to every agent that decides by counts (today). *K, B*: each agent "
            f"subscribes to a sample of K other backends and hears only their changes; every {RESAMPLE_MS} ms (agents staggered) "
            "it keeps the B members it sees lowest and draws the other K-B at random (a new member: a subscribe and its first "
@@ -290,7 +291,7 @@ def findings_text(c: dict) -> list[str]:
                f"messages per request) but not on 96 ({every96[0]:.2f}×, {every96[1]:.0f} messages): with counts {DELAY_MS} ms late "
                f"and forwards {HOP_MS} ms on the way, every agent sees the same least and the forwards of many agents land on it "
                f"together. One seed on 96 backends and 64 fronts (`huntlb-sim --servers 96 --proxies 64 --mean-ms 20 --rho 0.88 "
-               f"--requests 200000 --dispatch forward-least:0:seen=1`, JSQ 20.25 ms): 20.17 ms with no latency, 21.35 with the "
+               f"--requests 200000 --dispatch forward-least --fleet-sample 0`, JSQ 20.25 ms): 20.17 ms with no latency, 21.35 with the "
                f"datagram's 0.2 ms alone, 21.43 with the hop's alone, 23.27 with both; a sample of 8 (B 4) is 21.65 ms with no "
                f"latency and 22.58 with both: a sample herds less than the whole fleet.")
     out.append(f"* **A pushed sample** costs what its K says, whatever the fleet: K=8, B=4 sends at most {k8_12[1]:.1f} messages per "
@@ -405,9 +406,9 @@ def main() -> None:
 # counts on demand (an agent about to decide asks D random peers, and decides on
 # their answers a round trip later) instead of pushing them.
 EXTRA: dict[str, list[str]] = {
-    "tier, K=8, B=4, R=20 ms": [*TIER, "--fleet-sample", "8", "--fleet-keep", "4", "--fleet-resample-ms", "20"],
-    "tier, K=6, B=3, R=20 ms": [*TIER, "--fleet-sample", "6", "--fleet-keep", "3", "--fleet-resample-ms", "20"],
-    "tier, K=10, B=5": [*TIER, "--fleet-sample", "10", "--fleet-keep", "5", "--fleet-resample-ms", str(RESAMPLE_MS)],
+    "tier, K=8, B=4, R=20 ms": [*TIER, "--fleet-sample", "8", "--fleet-sample-keep", "4", "--fleet-resample-ms", "20"],
+    "tier, K=6, B=3, R=20 ms": [*TIER, "--fleet-sample", "6", "--fleet-sample-keep", "3", "--fleet-resample-ms", "20"],
+    "tier, K=10, B=5": [*TIER, "--fleet-sample", "10", "--fleet-sample-keep", "5", "--fleet-resample-ms", str(RESAMPLE_MS)],
     "pull, D=4": [*TIER, "--fleet-probe", "4"],
     "pull, D=8": [*TIER, "--fleet-probe", "8"],
     "pull, D=10": [*TIER, "--fleet-probe", "10"],

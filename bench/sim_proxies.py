@@ -41,11 +41,14 @@ PROXIES = [1, 2, 4, 8, 16, 32, 64]
 RHOS = [0.6, 0.88, 0.95]
 RHO = 0.88
 
-# The dispatchers of the main tables: name -> huntlb-sim --dispatch.
+# The dispatchers of the main tables: name -> huntlb-sim --dispatch. The names
+# label the runs in bench/data/simulation-proxies.json and keep the words they
+# were measured under: "slack" there is the policy's `seen_margin` (hunting)
+# and the agent's `forward_peer_margin` (forwarding), "seen" its `forward_seen_margin`.
 MAIN = {"random": "random", "P2C": "p2c", "least": "least", "hunt, random offer": "hunt:dynamic",
         "hunt over P2C": "hunt-p2c:dynamic", "hunt over least": "hunt-least:dynamic",
-        "hunt over least, slack 1": "hunt-least:dynamic:slack=1", "JSQ": "jsq"}
-NEW = "hunt over least, slack 1"  # what the shipped HAProxy front and agents do (hunt-seen + slack=1)
+        "hunt over least, slack 1": "hunt-least:dynamic:seen_margin=1", "JSQ": "jsq"}
+NEW = "hunt over least, slack 1"  # what the shipped HAProxy front and agents do (hunt-seen + seen_margin=1)
 BASELINES = ("least", "P2C", "hunt, random offer")
 STYLE = {"random": ("tab:red", ":"), "P2C": ("tab:brown", "-"), "least": ("tab:orange", "-"),
          "hunt, random offer": ("tab:green", "--"), "hunt over P2C": ("tab:cyan", "-"), "hunt over least": ("tab:blue", "-"), NEW: ("tab:purple", "-"),
@@ -68,7 +71,7 @@ VARIANTS = {
     # proxy the server's true in-flight count. No front does this; it bounds what
     # better information could buy at a few proxies.
     "least, load feedback": "least --feedback",
-    "hunt over least, slack 1, load feedback": "hunt-least:dynamic:slack=1 --feedback",
+    "hunt over least, slack 1, load feedback": "hunt-least:dynamic:seen_margin=1 --feedback",
     "hunt over least, SR_3, load feedback": "hunt-least:static:3 --feedback",
 }
 CEILING_PROXIES = 4  # issue 18's real target there: mean <= 0.85x least-request's
@@ -77,20 +80,23 @@ STALE = {"least": "least", "least-of-3": "least-of-3", "P2C": "p2c", "hunt over 
 STALE_PROXIES = [1, 4]
 REFRESH_MS = [0, 1, 10, 50, 100]
 MIXED_PROXIES = [1, 4, 16]
-# The forwarding tier (agent `fleet_listen`; huntlb-sim forward-RULE:SLACK[:seen=K]
-# --fleet-delay-ms D): every change of a server's count reaches the agents D ms
-# later, and the first agent forwards an offer that is not the fleet's least
-# (within SLACK), unless its server holds no more than the front's own count
-# there plus K, to the least. The agent's defaults are slack 0, seen 1.
+# The forwarding tier (agent `fleet_listen`; huntlb-sim
+# forward-RULE:peer_margin=M,seen_margin=K --fleet-delay-ms D): every change of
+# a server's count reaches every agent D ms later (--fleet-sample 0: every
+# peer, as these runs were measured), and the first agent forwards an offer
+# that is not the fleet's least (within M), unless its server holds no more
+# than the front's own count there plus K, to the least. The agent's defaults
+# are M 0, K 1.
 SHIPPED_FORWARD = "forward to the least, slack 0, seen 1 (the agent's default)"
-FORWARD = {SHIPPED_FORWARD: "forward-least:0:seen=1", "forward to the least, slack 0": "forward-least:0",
-           "forward to the least, slack 1, seen 1": "forward-least:1:seen=1"}
+FORWARD = {SHIPPED_FORWARD: "forward-least:peer_margin=0,seen_margin=1 --fleet-sample 0",
+           "forward to the least, slack 0": "forward-least:peer_margin=0,seen_margin=off --fleet-sample 0",
+           "forward to the least, slack 1, seen 1": "forward-least:peer_margin=1,seen_margin=1 --fleet-sample 0"}
 FORWARD_DELAY_MS = [0, 0.1, 0.2, 0.5, 1, 2, 5]
 FORWARD_PROXIES = [1, 4, 16]
 # Acceptance policies beside SR_dyn's default on the mixed fleet.
 MIXED_EXTRA = {"hunt over least, SR_dyn 0.85-0.95": "hunt-least:dynamic:low=0.85,high=0.95",
                "hunt over least, SR_3": "hunt-least:static:3", "hunt over least, SR_8": "hunt-least:static:8",
-               "hunt over least, slack 1, c_min = cores": "hunt-least:dynamic:slack=1 --c-min-cores",
+               "hunt over least, slack 1, c_min = cores": "hunt-least:dynamic:seen_margin=1 --c-min-cores",
                "hunt, random offer, c_min = cores": "hunt:dynamic --c-min-cores"}
 CAPACITY = "hunt over least, slack 1, c_min = cores"
 

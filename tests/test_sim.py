@@ -29,3 +29,16 @@ def test_bad_input_is_named():
         r = sim(*args)
         assert r.returncode != 0 and word in r.stderr, (args, r.stderr)
         assert r.stdout == ""
+
+
+def test_old_names_run_the_same_with_one_warning_naming_the_new():
+    # The forward dispatcher's old form and the keep count's old flag, as a
+    # user's script may still have them: the same run, a warning naming each new name.
+    common = ["--servers", "6", "--mean-ms", "10", "--requests", "3000", "--rate", "800", "--fleet-sample", "4"]
+    old = sim(*common, "--dispatch", "forward-least:0:seen=1", "--fleet-keep", "1")
+    new = sim(*common, "--dispatch", "forward-least:peer_margin=0,seen_margin=1", "--fleet-sample-keep", "1")
+    assert old.returncode == 0 and new.returncode == 0, (old.stderr, new.stderr)
+    assert old.stdout == new.stdout and new.stderr == ""
+    assert "write `forward-least:peer_margin=0,seen_margin=1`" in old.stderr and "write --fleet-sample-keep" in old.stderr
+    both = sim(*common, "--dispatch", "forward-least", "--fleet-keep", "1", "--fleet-sample-keep", "1")
+    assert both.returncode != 0 and "--fleet-sample-keep: given twice" in both.stderr

@@ -4,6 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use huntlb_instruments::sim::{self, Assign, Dispatch, ServerSpec};
+use huntlb_policy::forward::{default_sample_keep, DEFAULT_RESAMPLE_MS, DEFAULT_SAMPLE};
 
 #[derive(Parser, Debug)]
 #[command(version, about = "Simulate random, p2c, least-request, hunting (over each) and ideal JSQ dispatch")]
@@ -42,9 +43,11 @@ struct Args {
     requests: u64,
     /// random, p2c, least, least-of-K, jsq, or hunting over a rule: hunt:SPEC (random
     /// offer), hunt-p2c:SPEC, hunt-least:SPEC, hunt-least-of-K:SPEC, with SPEC the
-    /// policy grammar (static:4, dynamic, dynamic:low=0.7,high=0.9); forward-RULE:SLACK[:seen=K],
-    /// agents that share the fleet's counts (see --fleet-delay-ms, --fleet-sample); prequal[:pool=16,
-    /// probes=3,q=0.84,reuse=1,age=MS], probes and a pool at each front.
+    /// policy grammar (static:4, dynamic, dynamic:low=0.7,high=0.9);
+    /// forward-RULE[:peer_margin=M,seen_margin=K|off], agents that share the fleet's counts and
+    /// forward with the agent's knobs, its defaults unless given (see --fleet-delay-ms,
+    /// --fleet-sample); prequal[:pool=16,probes=3,q=0.84,reuse=1,age=MS], probes and a pool at
+    /// each front.
     #[arg(long)]
     dispatch: String,
     /// Independent proxies (each rule's counts are only its own requests).
@@ -69,15 +72,22 @@ struct Args {
     /// after the decision; a Prequal probe's answer lands this late too.
     #[arg(long, default_value_t = 0.0)]
     hop_ms: f64,
-    /// forward-*: each agent hears only K other servers' counts, a sample it re-draws (0: every peer).
-    #[arg(long, default_value_t = 0)]
-    fleet_sample: usize,
-    /// forward-* with --fleet-sample: each agent re-draws its sample this often, ms (agents staggered).
-    #[arg(long, default_value_t = 100.0)]
+    /// forward-*: each agent hears only K other servers' counts, a sample it re-draws, as the
+    /// agent's `fleet_sample` (0: every peer) [default: 8, the agent's; 0 with --fleet-view-ms or
+    /// --fleet-probe, which model no sample].
+    #[arg(long)]
+    fleet_sample: Option<usize>,
+    /// forward-* with a sample: each agent re-draws it this often, ms (agents staggered), as the
+    /// agent's `fleet_resample_ms`.
+    #[arg(long, default_value_t = DEFAULT_RESAMPLE_MS as f64)]
     fleet_resample_ms: f64,
-    /// forward-* with --fleet-sample: a re-draw keeps this many members, those it sees lowest.
-    #[arg(long, default_value_t = 0)]
-    fleet_keep: usize,
+    /// forward-* with a sample: a re-draw keeps this many members, those it sees lowest, as the
+    /// agent's `fleet_sample_keep` [default: half the sample, at most 4].
+    #[arg(long)]
+    fleet_sample_keep: Option<usize>,
+    /// Old name of --fleet-sample-keep: taken, with a warning.
+    #[arg(long, hide = true)]
+    fleet_keep: Option<usize>,
     /// forward-*: pull on demand instead of pushed counts: an agent about to decide by counts asks
     /// D random peers and decides on their answers, a round trip of --fleet-delay-ms later (0: push).
     #[arg(long, default_value_t = 0)]
@@ -96,7 +106,22 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    let a = Args::parse();
+    let (mut cfg, rates, warnings) = setup(Args::parse())?;
+    for w in warnings {
+        eprintln!("huntlb-sim: warning: {w}");
+    }
+    for rate in rates {
+        cfg.rate = rate;
+        println!("{}", serde_json::to_string(&sim::run(&cfg))?);
+    }
+    Ok(())
+}
+
+/// The run's configuration (its rate still to set), the rates to run it at,
+/// and what was taken but should be written otherwise (an old name), each a
+/// line to print once.
+fn setup(a: Args) -> anyhow::Result<(sim::Config, Vec<f64>, Vec<String>)> {
+    let mut warnings: Vec<String> = Dispatch::warning(&a.dispatch).into_iter().collect();
     let dispatch: Dispatch = a.dispatch.parse().map_err(anyhow::Error::msg).context("--dispatch")?;
     let assign: Assign = a.assign.parse().map_err(anyhow::Error::msg).context("--assign")?;
     anyhow::ensure!(a.workers >= 1, "--workers: need at least 1");
@@ -132,30 +157,47 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(a.fleet_view_ms >= 0.0 && a.fleet_view_ms.is_finite(), "--fleet-view-ms: must be 0 or positive");
     anyhow::ensure!(
         a.fleet_view_ms == 0.0 || matches!(dispatch, Dispatch::Forward(..)),
-        "--fleet-view-ms: only forward-RULE:SLACK has agents that share a view of the fleet"
+        "--fleet-view-ms: only forward-RULE has agents that share a view of the fleet"
     );
     anyhow::ensure!(a.fleet_delay_ms >= 0.0 && a.fleet_delay_ms.is_finite(), "--fleet-delay-ms: must be 0 or positive");
     anyhow::ensure!(
         a.fleet_delay_ms == 0.0 || (a.fleet_view_ms == 0.0 && matches!(dispatch, Dispatch::Forward(..))),
-        "--fleet-delay-ms: only with forward-RULE:SLACK, and not with --fleet-view-ms"
+        "--fleet-delay-ms: only with forward-RULE, and not with --fleet-view-ms"
     );
     anyhow::ensure!(a.hop_ms >= 0.0 && a.hop_ms.is_finite(), "--hop-ms: must be 0 or positive");
     let demand: sim::Demand = a.demand.parse().map_err(anyhow::Error::msg).context("--demand")?;
     let forward = matches!(dispatch, Dispatch::Forward(..));
-    anyhow::ensure!(a.fleet_sample == 0 || forward, "--fleet-sample: only forward-RULE:SLACK has agents that hear their peers");
-    anyhow::ensure!(a.fleet_sample == 0 || a.fleet_view_ms == 0.0, "--fleet-sample: counts are pushed to subscribers (--fleet-delay-ms), not --fleet-view-ms snapshots");
+    let given = a.fleet_sample.unwrap_or(0);
+    anyhow::ensure!(given == 0 || forward, "--fleet-sample: only forward-RULE has agents that hear their peers");
+    anyhow::ensure!(given == 0 || a.fleet_view_ms == 0.0, "--fleet-sample: counts are pushed to subscribers (--fleet-delay-ms), not --fleet-view-ms snapshots");
     anyhow::ensure!(a.hop_ms == 0.0 || a.fleet_view_ms == 0.0, "--hop-ms: not with --fleet-view-ms (use --fleet-delay-ms)");
-    anyhow::ensure!(a.fleet_probe == 0 || (forward && a.fleet_sample == 0 && a.fleet_view_ms == 0.0), "--fleet-probe: only forward-RULE:SLACK, and not with --fleet-sample or --fleet-view-ms");
+    anyhow::ensure!(a.fleet_probe == 0 || (forward && given == 0 && a.fleet_view_ms == 0.0), "--fleet-probe: only forward-RULE, and not with --fleet-sample or --fleet-view-ms");
     anyhow::ensure!(a.fleet_probe < cores.len(), "--fleet-probe: {} peers, but there are only {} other servers", a.fleet_probe, cores.len() - 1);
+    anyhow::ensure!(given < cores.len(), "--fleet-sample: {given} peers, but there are only {} other servers", cores.len() - 1);
     anyhow::ensure!(a.fleet_resample_ms > 0.0 && a.fleet_resample_ms.is_finite(), "--fleet-resample-ms: must be positive");
-    anyhow::ensure!(a.fleet_keep <= a.fleet_sample, "--fleet-keep: {} is more than --fleet-sample {}", a.fleet_keep, a.fleet_sample);
-    anyhow::ensure!(a.fleet_sample < cores.len(), "--fleet-sample: {} peers, but there are only {} other servers", a.fleet_sample, cores.len() - 1);
+    // The agent's sample by default (its defaults are the policy crate's, one
+    // place for both): the pushed counts the agent sends. Snapshots and pulls
+    // model no sample, and other dispatchers have no tier. A default sample
+    // above the other servers is all of them, as in the agent.
+    let pushed = forward && a.fleet_view_ms == 0.0 && a.fleet_probe == 0;
+    let sample = a.fleet_sample.unwrap_or(if pushed { DEFAULT_SAMPLE } else { 0 });
+    let keep = match (a.fleet_sample_keep, a.fleet_keep) {
+        (Some(_), Some(_)) => anyhow::bail!("--fleet-sample-keep: given twice, as --fleet-keep (its old name) and as --fleet-sample-keep"),
+        (None, Some(k)) => {
+            warnings.push("--fleet-keep is deprecated: write --fleet-sample-keep (same meaning)".into());
+            Some(k)
+        }
+        (k, None) => k,
+    };
+    anyhow::ensure!(sample > 0 || keep.is_none(), "--fleet-sample-keep: only meaningful with a sample (--fleet-sample above 0)");
+    let keep = keep.unwrap_or_else(|| default_sample_keep(sample));
+    anyhow::ensure!(sample == 0 || keep < sample, "--fleet-sample-keep: {keep} must be below --fleet-sample ({sample}): each draw brings in at least one new peer");
     anyhow::ensure!(a.rate.iter().all(|r| *r > 0.0 && r.is_finite()), "--rate: every rate must be positive");
     anyhow::ensure!(a.rho.iter().all(|r| *r > 0.0 && r.is_finite()), "--rho: every load must be positive");
     if let Some(f) = a.freeze {
         anyhow::ensure!(f.server < cores.len(), "--freeze: server {} of {}", f.server, cores.len());
     }
-    let mut cfg = sim::Config {
+    let cfg = sim::Config {
         fleet,
         backlog: a.backlog,
         mean_s: a.mean_ms / 1e3,
@@ -169,9 +211,9 @@ fn main() -> anyhow::Result<()> {
         fleet_view_s: a.fleet_view_ms / 1e3,
         fleet_delay_s: a.fleet_delay_ms / 1e3,
         hop_s: a.hop_ms / 1e3,
-        fleet_sample: a.fleet_sample,
+        fleet_sample: sample,
         fleet_resample_s: a.fleet_resample_ms / 1e3,
-        fleet_keep: a.fleet_keep,
+        fleet_sample_keep: keep,
         fleet_probe: a.fleet_probe,
         demand,
         seed: a.seed,
@@ -179,9 +221,76 @@ fn main() -> anyhow::Result<()> {
         freeze: a.freeze,
     };
     let rates: Vec<f64> = if a.rate.is_empty() { a.rho.iter().map(|r| r * cfg.capacity()).collect() } else { a.rate };
-    for rate in rates {
-        cfg.rate = rate;
-        println!("{}", serde_json::to_string(&sim::run(&cfg))?);
+    Ok((cfg, rates, warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use huntlb_policy::forward::Forwarding;
+
+    fn setup_of(args: &[&str]) -> anyhow::Result<(sim::Config, Vec<f64>, Vec<String>)> {
+        let argv = ["huntlb-sim", "--rate", "100"].iter().chain(args);
+        setup(Args::try_parse_from(argv)?)
     }
-    Ok(())
+
+    /// The tier's defaults are the agent's, from the policy crate (one place
+    /// for both); `--help` quotes them.
+    #[test]
+    fn the_tier_defaults_are_the_agents() {
+        let (c, _, w) = setup_of(&["--dispatch", "forward-least"]).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.dispatch, Dispatch::Forward(sim::Rule::Least { k: 1 }, Forwarding::default()));
+        assert_eq!((c.fleet_sample, c.fleet_sample_keep), (DEFAULT_SAMPLE, default_sample_keep(DEFAULT_SAMPLE)));
+        assert_eq!(c.fleet_resample_s, DEFAULT_RESAMPLE_MS as f64 / 1e3);
+        let (c, _, _) = setup_of(&["--dispatch", "forward-least", "--fleet-sample", "6"]).unwrap();
+        assert_eq!((c.fleet_sample, c.fleet_sample_keep), (6, default_sample_keep(6)));
+        // Snapshots and pulls model no sample; other dispatchers have no tier.
+        for args in [&["--dispatch", "forward-least", "--fleet-probe", "4"][..], &["--dispatch", "forward-least", "--fleet-view-ms", "1"], &["--dispatch", "least"]] {
+            let (c, _, _) = setup_of(args).unwrap();
+            assert_eq!((c.fleet_sample, c.fleet_sample_keep), (0, 0), "{args:?}");
+        }
+        let help = <Args as clap::CommandFactory>::command().render_help().to_string();
+        assert!(help.contains(&format!("[default: {DEFAULT_SAMPLE}, the agent's;")), "{help}");
+        assert!(help.contains(&format!("[default: half the sample, at most {}]", huntlb_policy::forward::DEFAULT_SAMPLE_KEEP)), "{help}");
+        assert!(help.contains(&format!("[default: {DEFAULT_RESAMPLE_MS}]")), "{help}");
+    }
+
+    /// `--fleet-keep`, the keep count's old name: taken with a warning naming
+    /// the new one; both at once refused, naming the new one.
+    #[test]
+    fn the_old_keep_flag_is_taken_with_a_warning() {
+        let tier = ["--dispatch", "forward-least", "--fleet-sample", "6"];
+        let (old, _, w) = setup_of(&[&tier[..], &["--fleet-keep", "2"]].concat()).unwrap();
+        assert_eq!(old.fleet_sample_keep, 2);
+        assert_eq!(w, ["--fleet-keep is deprecated: write --fleet-sample-keep (same meaning)"]);
+        let (new, _, w) = setup_of(&[&tier[..], &["--fleet-sample-keep", "2"]].concat()).unwrap();
+        assert_eq!((new.fleet_sample_keep, w.len()), (2, 0));
+        let e = setup_of(&[&tier[..], &["--fleet-keep", "2", "--fleet-sample-keep", "2"]].concat()).unwrap_err().to_string();
+        assert!(e.starts_with("--fleet-sample-keep: given twice"), "{e}");
+        // the agent's rules: below the sample, and only with one
+        let e = setup_of(&[&tier[..], &["--fleet-sample-keep", "6"]].concat()).unwrap_err().to_string();
+        assert!(e.starts_with("--fleet-sample-keep:"), "{e}");
+        let e = setup_of(&["--dispatch", "forward-least", "--fleet-sample", "0", "--fleet-sample-keep", "1"]).unwrap_err().to_string();
+        assert!(e.starts_with("--fleet-sample-keep:"), "{e}");
+    }
+
+    /// The forward dispatcher's old form and a policy's old key: the same run,
+    /// and one warning naming the new spelling.
+    #[test]
+    fn old_dispatch_names_are_taken_with_a_warning() {
+        for (old, new) in [
+            ("forward-least:0:seen=1", "forward-least:peer_margin=0,seen_margin=1"),
+            ("forward-least:2", "forward-least:peer_margin=2,seen_margin=off"),
+            ("hunt-least:dynamic:slack=1", "hunt-least:dynamic:seen_margin=1"),
+        ] {
+            let (o, _, w) = setup_of(&["--dispatch", old]).unwrap();
+            let (n, _, quiet) = setup_of(&["--dispatch", new]).unwrap();
+            assert_eq!((o.dispatch, o.fleet_sample, quiet.len()), (n.dispatch, n.fleet_sample, 0), "{old}");
+            assert_eq!(w.len(), 1, "{old}: {w:?}");
+            assert!(w[0].starts_with(&format!("dispatch `{old}`: ")) && w[0].contains("deprecated"), "{}", w[0]);
+            let named = if old.starts_with("forward") { new } else { "seen_margin" };
+            assert!(w[0].contains(&format!("write `{named}`")), "{}", w[0]);
+        }
+    }
 }

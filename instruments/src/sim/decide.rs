@@ -4,7 +4,7 @@
 use super::engine::Sim;
 use super::prequal::Entry;
 use super::{pick, Dispatch, Rule};
-use huntlb_policy::forward::{kept_by_seen, route_with, Forwarding, Route};
+use huntlb_policy::forward::{kept_by_seen, route_with, Route};
 use huntlb_policy::{Load, Try};
 use rand::{seq::index, Rng};
 
@@ -68,11 +68,10 @@ impl Sim<'_> {
                 self.msgs.probes += 2 * spec.probes.min(n) as u64;
                 direct(s)
             }
-            Dispatch::Forward(rule, slack, seen_slack) => {
+            Dispatch::Forward(rule, f) => {
                 let first = pick(rule, own, None, rng);
                 self.offers += 1;
                 let busy = self.servers[first].inflight();
-                let f = Forwarding { peer_margin: slack, seen_margin: seen_slack };
                 let seen = Some(own[first]);
                 let tier = self.tier.as_mut().expect("forward keeps a tier");
                 // An offer the front's count keeps needs no peers' counts; any
@@ -108,11 +107,11 @@ impl Sim<'_> {
     /// Pull on demand: agent `a` has its `peers`' answers at `now` and decides
     /// the offer it held: (where it goes, whether it takes a hop to get there).
     pub(super) fn decide_pulled<R: Rng + ?Sized>(&mut self, a: usize, peers: &[usize], seen: u32, now: f64, rng: &mut R) -> (usize, bool) {
-        let Dispatch::Forward(_, slack, seen_slack) = self.cfg.dispatch else { unreachable!("only the tier asks") };
+        let Dispatch::Forward(_, f) = self.cfg.dispatch else { unreachable!("only the tier asks") };
         let busy = self.servers[a].inflight();
         let tier = self.tier.as_mut().expect("forward keeps a tier");
         let counts = tier.answers(a, peers, now);
-        match route_with(Forwarding { peer_margin: slack, seen_margin: seen_slack }, busy, Some(seen), &counts, |ties| rng.gen_range(0..ties)) {
+        match route_with(f, busy, Some(seen), &counts, |ties| rng.gen_range(0..ties)) {
             Route::Keep => {
                 self.accepted += 1;
                 (a, false)

@@ -177,7 +177,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             view_s: cfg.fleet_view_s,
             sample: cfg.fleet_sample,
             resample_s: cfg.fleet_resample_s,
-            keep: cfg.fleet_keep,
+            keep: cfg.fleet_sample_keep,
             probe: cfg.fleet_probe,
             seed: cfg.seed,
         };

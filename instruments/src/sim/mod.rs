@@ -32,13 +32,17 @@
 //! * `jsq`: ideal join-shortest-queue on the true in-flight counts, the limit
 //!   no distributed balancer reaches.
 //! * `prequal:...`: Prequal at each front ([`prequal`]), probes instead of counts.
-//! * `forward-RULE:SLACK[:seen=K]`: the agents' forwarding tier. The offer goes
-//!   to the rule's pick as in hunting; the agents hear their peers' counts
-//!   ([`tier`]: every peer's, or a re-drawn sample's; pushed on change
-//!   `fleet_delay_s` late, or a snapshot every `fleet_view_s`), and the first
-//!   agent decides with `huntlb_policy::forward::route_with`: keep, or forward
-//!   as a final to the least loaded peer it knows (what it heard, plus what it
-//!   forwarded since).
+//! * `forward-RULE[:peer_margin=M,seen_margin=K]`: the agents' forwarding
+//!   tier, with the agent's knobs under the agent's names (`forward_peer_margin`,
+//!   `forward_seen_margin`; each by default the agent's, `seen_margin=off`
+//!   consults no front's count). The offer goes to the rule's pick as in
+//!   hunting; the agents hear their peers' counts ([`tier`]: every peer's, or a
+//!   re-drawn sample's; pushed on change `fleet_delay_s` late, or a snapshot
+//!   every `fleet_view_s`), and the first agent decides with
+//!   `huntlb_policy::forward::route_with`: keep, or forward as a final to the
+//!   least loaded peer it knows (what it heard, plus what it forwarded since).
+//!   The old form `forward-RULE:SLACK[:seen=K]` still parses, with a warning
+//!   ([`Dispatch::warning`]).
 //!
 //! With `proxies > 1`, arrivals go to the proxies in turn (or at random, see
 //! [`Assign`]) and each counts only the requests it sent itself. With
@@ -123,8 +127,9 @@ pub struct Config {
     pub fleet_sample: usize,
     /// `forward-*` with a sample: each agent re-draws it this often (staggered).
     pub fleet_resample_s: f64,
-    /// `forward-*` with a sample: members a re-draw keeps (the lowest seen).
-    pub fleet_keep: usize,
+    /// `forward-*` with a sample: members a re-draw keeps (the lowest seen),
+    /// the agent's `fleet_sample_keep`.
+    pub fleet_sample_keep: usize,
     /// `forward-*`: pull on demand instead: an agent about to decide by
     /// counts asks this many random peers (0: counts are pushed).
     pub fleet_probe: usize,

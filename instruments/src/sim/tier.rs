@@ -2,15 +2,15 @@
 //! and the datagrams that knowledge costs.
 //!
 //! Two ways to share counts, as the agent has them:
-//! * **every peer** (`fleet_sample` 0, the tier until now): each change of a
+//! * **every peer** (`fleet_sample` 0): each change of a
 //!   server's count goes to every agent that decides by counts (`wants`), and
 //!   every agent sees every other's count `fleet_delay_s` late. An agent sends
 //!   its count to every member at least every [`HEARTBEAT_S`]; a change that
 //!   went to all of them counts as one.
 //! * **a bounded sample** (`fleet_sample` K, the agent's `fleet_sample`):
 //!   agent `a` hears K other servers, `S_a`. Every `fleet_resample_s` (agents
-//!   staggered) it re-draws `S_a`: it keeps the `fleet_keep` members it sees
-//!   lowest and draws the rest uniformly from the servers not kept (not
+//!   staggered) it re-draws `S_a`: it keeps the `fleet_sample_keep` members it
+//!   sees lowest and draws the rest uniformly from the servers not kept (not
 //!   itself), and sends its count to each member, old and new: a renewal to
 //!   a member kept, a subscription to a new one (which answers with its count
 //!   at once: unknown until then, two datagrams after), a leave to a dropped

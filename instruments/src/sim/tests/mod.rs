@@ -21,7 +21,7 @@ fn cfg(dispatch: &str, rho: f64) -> Config {
         hop_s: 0.0,
         fleet_sample: 0,
         fleet_resample_s: 0.1,
-        fleet_keep: 0,
+        fleet_sample_keep: 0,
         fleet_probe: 0,
         demand: Demand::Exp,
         seed: 7,
@@ -129,7 +129,7 @@ fn forwarding_agents_need_a_fresh_fleet_view_to_come_near_jsq() {
     // the snapshot's least and loses what it gained.
     let base = |d: &str, view_ms: f64| Config { proxies: 4, requests: 40_000, fleet_view_s: view_ms / 1e3, ..cfg(d, 0.88) };
     let (least, jsq) = (run(&base("least", 0.0)), run(&base("jsq", 0.0)));
-    let (live, stale) = (run(&base("forward-least:0", 0.0)), run(&base("forward-least:0", 5.0)));
+    let (live, stale) = (run(&base("forward-least:seen_margin=off", 0.0)), run(&base("forward-least:seen_margin=off", 5.0)));
     assert!(live.mean_ms < 1.05 * jsq.mean_ms, "live view {} vs JSQ {}", live.mean_ms, jsq.mean_ms);
     assert!(live.mean_ms < 0.9 * least.mean_ms, "live view {} vs least {}", live.mean_ms, least.mean_ms);
     assert!(stale.mean_ms > least.mean_ms, "5 ms view {} vs least {}", stale.mean_ms, least.mean_ms);
@@ -145,26 +145,28 @@ fn counts_pushed_on_change_and_the_fronts_own_count_keep_forwarding_near_jsq() {
     // so nothing is forwarded and it is least-request exactly. Four fronts:
     // within a few percent of JSQ, far below least-request.
     let base = |d: &str, proxies: usize, delay_ms: f64| Config { proxies, requests: 40_000, fleet_delay_s: delay_ms / 1e3, ..cfg(d, 0.88) };
-    let one = run(&base("forward-least:0:seen=1", 1, 0.2));
+    let one = run(&base("forward-least", 1, 0.2));
     let least1 = run(&base("least", 1, 0.0));
     assert_eq!(one.acceptance, Some(1.0));
     assert_eq!(one.mean_ms, least1.mean_ms);
-    let (four, least4, jsq) = (run(&base("forward-least:0:seen=1", 4, 0.2)), run(&base("least", 4, 0.0)), run(&base("jsq", 4, 0.0)));
+    let (four, least4, jsq) = (run(&base("forward-least", 4, 0.2)), run(&base("least", 4, 0.0)), run(&base("jsq", 4, 0.0)));
     assert!(four.mean_ms < 0.87 * least4.mean_ms, "forward {} vs least {}", four.mean_ms, least4.mean_ms);
     assert!(four.mean_ms < 1.05 * jsq.mean_ms, "forward {} vs JSQ {}", four.mean_ms, jsq.mean_ms);
     // Older counts herd forwards onto a stale least.
-    let late = run(&base("forward-least:0:seen=1", 4, 5.0));
+    let late = run(&base("forward-least", 4, 5.0));
     assert!(late.mean_ms > four.mean_ms, "5 ms {} vs 0.2 ms {}", late.mean_ms, four.mean_ms);
 }
 
 #[test]
 fn dispatch_specs_round_trip_and_old_ones_still_parse() {
     for s in ["random", "p2c", "least", "least-of-3", "jsq", "hunt:static:4", "hunt-p2c:static:4", "hunt-least:static:0",
-        "hunt-least-of-3:static:8", "hunt-random:static:4", "forward-least:0", "forward-p2c:2", "forward-least:0:seen=1",
+        "hunt-least-of-3:static:8", "hunt-random:static:4", "forward-least", "forward-p2c:peer_margin=2,seen_margin=off",
+        "forward-least:seen_margin=3", "forward-least:0", "forward-p2c:2", "forward-least:0:seen=1",
         "prequal", "prequal:pool=8,probes=2,q=0.5,reuse=2,age=20"]
     {
         let d: Dispatch = s.parse().unwrap();
         assert_eq!(d.to_string().parse::<Dispatch>().unwrap(), d, "{s}");
+        assert_eq!(Dispatch::warning(&d.to_string()), None, "{s} is written back in current names");
     }
     assert_eq!("rr".parse::<Dispatch>().unwrap(), Dispatch::Local(Rule::Random));
     assert_eq!("hunt-random:static:4".parse::<Dispatch>().unwrap().to_string(), "hunt:static:4");
@@ -172,12 +174,51 @@ fn dispatch_specs_round_trip_and_old_ones_still_parse() {
     let Dispatch::Hunt(Rule::Least { k: 1 }, huntlb_policy::Policy::Dynamic(p)) = d else { panic!("{d:?}") };
     assert_eq!((p.low, p.high), (0.7, 0.9));
     for bad in ["fastest", "hunt", "hunt-least", "least-of-0", "least-of-x", "least-of-+2", "hunt-fast:static:4",
-        "jsq:static:4", "hunt:static:x", "hunt-least:dynamic:low=0.9,high=0.7", "forward-least", "forward-least:x", "forward-least:0:seen", "forward-least:0:k=1",
-        "forward-fast:0", "prequal:q=2", "prequal:pool=0", "prequal:size=3", "prequal:age=-1"]
+        "jsq:static:4", "hunt:static:x", "hunt-least:dynamic:low=0.9,high=0.7", "forward-least:", "forward-least:x", "forward-least:0:seen", "forward-least:0:k=1",
+        "forward-least:peer_margin=-1", "forward-least:seen_margin=1,seen_margin=2", "forward-least:slack=1", "forward-least:0:seen_margin=1",
+        "forward-least:0,seen_margin=1", "forward-fast", "forward-fast:0", "prequal:q=2", "prequal:pool=0", "prequal:size=3", "prequal:age=-1"]
     {
         let e = bad.parse::<Dispatch>().unwrap_err();
         assert!(e.starts_with(&format!("dispatch `{bad}`")), "{bad}: {e}");
     }
+}
+
+/// The forward dispatcher's knobs are the agent's, by the agent's names and
+/// defaults; its old form (`forward-RULE:SLACK[:seen=K]`, without `seen=K`
+/// consulting no front's count) is the same dispatcher, with a warning
+/// naming the new spelling. A policy's old key warns as the policy crate does.
+#[test]
+fn the_forward_dispatchers_knobs_are_the_agents_and_old_forms_warn() {
+    use huntlb_policy::forward::Forwarding;
+    let least = Rule::Least { k: 1 };
+    let parse = |s: &str| s.parse::<Dispatch>().unwrap();
+    assert_eq!(parse("forward-least"), Dispatch::Forward(least, Forwarding::default()));
+    assert_eq!(parse("forward-least:seen_margin=2,peer_margin=1"), Dispatch::Forward(least, Forwarding { peer_margin: 1, seen_margin: Some(2) }));
+    for (old, new) in [
+        ("forward-least:0", "forward-least:peer_margin=0,seen_margin=off"),
+        ("forward-least:1:seen=1", "forward-least:peer_margin=1,seen_margin=1"),
+        ("forward-p2c:0:seen=1", "forward-p2c:peer_margin=0,seen_margin=1"),
+    ] {
+        assert_eq!(parse(old), parse(new), "{old}");
+        assert_eq!(parse(old).to_string(), new, "written back in the new form");
+        assert_eq!(
+            Dispatch::warning(old).as_deref(),
+            Some(format!("dispatch `{old}`: the form forward-RULE:SLACK[:seen=K] is deprecated: write `{new}` (same meaning)").as_str())
+        );
+        assert_eq!(Dispatch::warning(new), None);
+    }
+    assert_eq!(
+        Dispatch::warning("hunt-least-of-3:dynamic:slack=1").as_deref(),
+        Some("dispatch `hunt-least-of-3:dynamic:slack=1`: policy key `slack` is deprecated: write `seen_margin` (same meaning)")
+    );
+    for quiet in ["hunt-least:dynamic:seen_margin=1", "forward-least:x", "least", "prequal:pool=8", "jsq"] {
+        assert_eq!(Dispatch::warning(quiet), None, "{quiet}");
+    }
+    // a key given twice, or the old form mixed with the new keys, is refused
+    let e = "forward-least:seen_margin=1,seen_margin=2".parse::<Dispatch>().unwrap_err();
+    assert!(e.contains("seen_margin: given twice"), "{e}");
+    let e = "forward-least:0:seen_margin=1".parse::<Dispatch>().unwrap_err();
+    assert!(e.contains("peer_margin=M,seen_margin=K"), "{e}");
 }
 
 #[test]

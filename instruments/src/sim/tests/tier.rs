@@ -5,13 +5,13 @@ use super::*;
 use crate::sim::tier::{Tier, TierSpec};
 
 fn tier_cfg(proxies: usize, servers: usize, sample: usize, keep: usize) -> Config {
-    let mut c = cfg("forward-least:0:seen=1", 0.88);
+    let mut c = cfg("forward-least", 0.88);
     c.fleet = uniform(servers, 32, 2.0);
     c.rate = 0.88 * c.capacity();
     c.proxies = proxies;
     c.requests = 40_000;
     c.fleet_sample = sample;
-    c.fleet_keep = keep;
+    c.fleet_sample_keep = keep;
     c
 }
 
