@@ -19,7 +19,7 @@ from pathlib import Path
 from benchlib.fronts import Front, start_front
 from harness.envoy import FULL_SCAN, FULL_SCAN_NAMED
 from benchlib.stats import jain
-from harness import Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, wait_until
+from harness import FLEET_SAMPLE, Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, wait_until
 
 # How each named balancing strategy is set up: (proxy, hunting?, lb setting).
 # RR is the paper's baseline: random, no hunting. SR_* hunt with that agent policy,
@@ -62,9 +62,8 @@ HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "
 # Strategies whose agents form a forwarding tier (agent `fleet_listen`, every
 # agent a member): an offer not the least of what its agent hears goes on to
 # the least peer heard; the policy decides only while no peer is heard. The
-# value is each agent's `fleet_sample`, the peers it hears: FWD as shipped (8,
-# the agent's default), FWDall every member (the tier before sampling).
-FLEET_SAMPLE = 8  # the agent's default fleet_sample: peers each agent hears
+# value is each agent's `fleet_sample`, the peers it hears: FWD as shipped (the
+# agent's default, FLEET_SAMPLE), FWDall every member (the tier before sampling).
 FORWARDING = {"FWD": FLEET_SAMPLE, "FWDall": 0}
 FLEET_PORT = 9700
 
