@@ -32,9 +32,10 @@ POLICIES = {"RR": "random", "SR_4": "hunt:static:4", "SR_8": "hunt:static:8", "S
 RHOS = [0.1, 0.25, 0.4, 0.5, 0.61, 0.7, 0.8, 0.88, 0.95]
 # The shipped fronts (bench/srlb.py --only own): hunting over the proxy's own
 # least-loaded pick, the agent deciding with the front's count (hunt-seen, or
-# Envoy's hunt-front) and slack 1. Simulated at the real fleet's size only,
+# Envoy's hunt-front) and seen_margin 1 (SR_slack: the label its measured runs
+# carry, from the key's old name). Simulated at the real fleet's size only,
 # for the agreement check (a full scan per request is slow at 1000 servers).
-OWN = {"SR_slack/own": "hunt-least:dynamic:slack=1"}
+OWN = {"SR_slack/own": "hunt-least:dynamic:seen_margin=1"}
 
 
 def sim(setup: dict, servers: int, dispatch: str, rates: list[float], requests: int, seed: int, proxies: int = 1) -> list[dict]:

@@ -245,10 +245,11 @@ def mid_reps(b: Bench, p: dict, lam0: float, runs: list[Run], want: int) -> list
 
 
 # The shipped fronts (hunting over each proxy's own least-loaded pick, agents
-# on their default slack policy) across the sweep's loads, added to the last
-# sweep: what the simulator is checked against for the new mode
-# (bench/simulate.py). Not one of the plan's policies, so the paper's headline
-# (RR against the best SR_c) is unchanged.
+# on their default policy, dynamic:seen_margin=1) across the sweep's loads,
+# added to the last sweep: what the simulator is checked against for the new
+# mode (bench/simulate.py). Not one of the plan's policies, so the paper's
+# headline (RR against the best SR_c) is unchanged. SR_slack: the label the
+# measured runs carry (benchlib.fleet.HUNT_POLICIES).
 OWN = "SR_slack/own"
 
 
