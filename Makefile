@@ -84,11 +84,12 @@ bench-elb: bench-setup release
 bench-throughput: bench-setup release
 	$(BENCH) bench/throughput.py
 
-# Issue 31: the forwarding tier over 1 to 16 real fronts, both proxies (~100 min).
+# The forwarding tier over 1 to 16 real fronts, both proxies (~100 min;
+# docs/results/many-fronts.md).
 bench-many-fronts: bench-setup release
 	$(BENCH) bench/many_fronts.py run
 
-# Issue 32: seed 002 § VI, a modelled Wikipedia day replayed against 8 real
+# Seed 002 § VI (docs/wiki.md), a modelled Wikipedia day replayed against 8 real
 # MediaWiki replicas (RR vs SR_4; both proxies' least-request vs the shipped
 # fronts at 1 and 4 fronts), 3 paired repetitions: about 50 minutes (the
 # 2000-page template about 2 more the first time, then cached in .cache/wiki/).
@@ -123,7 +124,8 @@ bench-front-scaling: bench-setup release
 # Faults under load, overload, and a 10-minute soak per proxy, through both
 # fronts (about 35 minutes); each writes its section of docs/reliability.md.
 # Exactly once at volume: 100000 unique POSTs through each front, with
-# refusals, app errors and an app and an agent killed (issue 12 section 4).
+# refusals, app errors and an app and an agent killed (docs/reliability.md,
+# "Exactly once at volume").
 bench-exactly-once: bench-setup release
 	$(BENCH) bench/reliability.py exactly-once
 
@@ -132,7 +134,7 @@ bench-reliability: bench-setup release
 	$(BENCH) bench/reliability.py overload
 	$(BENCH) bench/reliability.py soak --minutes 10
 
-# libFuzzer runs of the cargo-fuzz targets in fuzz/ (issue 12 section 6), one at
+# libFuzzer runs of the cargo-fuzz targets in fuzz/ (docs/fuzzing.md), one at
 # a time at the lowest priority, FUZZ_SECONDS each; new inputs land in
 # fuzz/corpus/<target>/ (shrink with `cargo +nightly fuzz cmin <target>` before
 # committing). Needs nightly Rust and `cargo install cargo-fuzz`; never part of
