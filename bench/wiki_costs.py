@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a page of the generated wiki costs (issue 32): builds (or reuses) the
+"""What a page of the generated wiki costs (docs/wiki.md): builds (or reuses) the
 template wiki of `--pages` pages, starts one replica with one Apache worker and
 no CPU limit, and times, one request at a time, a sample of pages viewed from
 the parser cache (what most page views are), the same pages rendered anew

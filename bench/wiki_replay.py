@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seed 002 § VI on real MediaWiki replicas (issue 32): one Wikipedia-like day
+"""Seed 002 § VI on real MediaWiki replicas (docs/wiki.md): one Wikipedia-like day
 (bench/wiki_trace.py), compressed, replayed open-loop through each strategy,
 the same trace for every strategy of a repetition (paired).
 

@@ -1,4 +1,4 @@
-"""The Wikipedia replay's real replica, smoke-tested (issue 32): MediaWiki 1.39
+"""The Wikipedia replay's real replica (docs/wiki.md), smoke-tested: MediaWiki 1.39
 under its own prefork Apache, copied from a template wiki, serving a real
 rendered page through `huntlb-agent`, whose load is read from that Apache's
 scoreboard. `make setup` installs MediaWiki (38 s on a new machine), so a

@@ -17,8 +17,8 @@ class CpuLimit:
     `cpu.cfs_quota_us`/`cpu.cfs_period_us` (what this project's machines
     have: a hybrid layout whose v2 tree holds no cpu controller). `period_us`
     is short (20 ms) because a render that needs several periods of a small
-    quota is stretched by whole periods (issue 32's feasibility check: 100 ms
-    periods at 0.15 core made a 25-33 ms render take 196 ms)."""
+    quota is stretched by whole periods (measured when the replay was built:
+    100 ms periods at 0.15 core made a 25-33 ms render take 196 ms)."""
 
     def __init__(self, name: str, cores: float, period_us: int = 20_000, root: Path = CGROUP_ROOT):
         if not (cores > 0):
