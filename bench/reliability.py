@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reliability under faults, overload and time (issue 12 sections 3, 5, 7),
+"""Reliability under faults, overload and time (docs/reliability.md),
 through the shipped hunting fronts over real agents and workload apps.
 
 * faults: 12 backends (32 workers, 2 emulated cores, exp 20 ms jobs), Poisson

@@ -1,4 +1,4 @@
-"""Exactly once at volume (issue 12 section 4): unique POSTs through one
+"""Exactly once at volume (docs/reliability.md): unique POSTs through one
 committed front over four backends whose agents refuse about half the offers,
 with app 5xx, app 425s, app responses carrying hunt headers, one app SIGKILLed
 at 30% of the run and another backend's agent at 60%. The apps count arrivals

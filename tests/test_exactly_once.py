@@ -1,5 +1,5 @@
-"""A try that may have reached the app is never re-sent: the replay paths of
-issue 12, through each real front (Envoy 1.40 + Wasm front filter, HAProxy 2.6
+"""A try that may have reached the app is never re-sent: the replay paths
+below, through each real front (Envoy 1.40 + Wasm front filter, HAProxy 2.6
 and 3.0 + huntlb.lua) over each policy host (the agent, the Envoy Wasm sidecar,
 the HAProxy Lua sidecar), counting arrivals at the apps.
 
@@ -84,7 +84,7 @@ def test_hunter_killed_mid_request_is_not_replayed(procs, addrs, front_kind, hun
     assert st["paths"].get(path, 0) == 0 and st["busy"] == 0, f"re-sent after the hunter died: {got}, {st}"
 
 
-# Exactly once at volume (issue 12 section 4, short form; harness/volume.py):
+# Exactly once at volume (docs/reliability.md; a short form of harness/volume.py):
 # unique POSTs through each front over agents that refuse about a third of the
 # offers, with app 5xx, app 425s, app responses carrying hunt headers, an app
 # SIGKILLed and then another backend's agent SIGKILLed mid-run, arrivals counted

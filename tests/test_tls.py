@@ -1,4 +1,5 @@
-"""TLS and mTLS from the front to the agent (issue 12 section 6): real agents
+"""TLS and mTLS from the front to the agent (docs/agent.md, "TLS from the fronts":
+only the fronts reach an agent's port): real agents
 with a server certificate that require a client certificate from the test's CA
 (`tls_cert`, `tls_key`, `tls_client_ca`), behind real Envoy 1.40 (an
 UpstreamTlsContext transport socket) and real HAProxy 2.6 and 3.0 (`ssl verify

@@ -233,13 +233,14 @@ def summary(rep: dict, must_keep_up: bool = True) -> dict:
     must_keep_up: a run that answered under 90% of what it sent before its
     schedule ended is invalid: the machine (generator, proxy, agents and apps
     share two cores) could not keep up, a backlog grew, and its latencies
-    measure the queue, not the balancer. Issue 12's unexplained runs were
+    measure the queue, not the balancer. Runs once left unexplained were
     these: Envoy SR_4 at rho 0.88 served 798/s of 1109/s offered (78% of offers
     refused, so ~1.8 tries per request, on a machine others loaded) and showed
     a 1.5 s mean. Counted by the end of the schedule, not by the wall time of
     the whole run: a heavy-tailed demand leaves a few long jobs to drain after
     the last send, which made `achieved_rate` (over the wall time) 800/s of
-    1108/s with every request answered and nothing queued (issue 31 § 5).
+    1108/s with every request answered and nothing queued (heavy-tailed runs
+    of the many-fronts bench).
     Reports from before the generator counted `completed_by_end` keep the old
     rule."""
     pct = dict((p, v) for p, v in rep["latency"]["percentiles"])

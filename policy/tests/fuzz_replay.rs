@@ -1,4 +1,4 @@
-//! The cargo-fuzz targets (`fuzz/`, issue 12 § 6) on stable, in `make test`:
+//! The cargo-fuzz targets (`fuzz/`, docs/fuzzing.md) on stable, in `make test`:
 //! every committed corpus input, then a few thousand seeded random and mutated
 //! inputs, through the same target bodies libFuzzer runs (`fuzz/src/lib.rs`,
 //! included here, so the checks are written once). The long runs are
