@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's promise on a genuinely fresh machine (issue 15): a new Debian
+# The README's promise on a genuinely fresh machine: a new Debian
 # bookworm root (debootstrap --variant=minbase, plus sudo), the project copied
 # in (git archive of HEAD: what a clone gets), the host's Rust toolchain
 # mounted read-only, a normal user with sudo; as that user, the README's setup

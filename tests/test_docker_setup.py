@@ -1,5 +1,5 @@
 """`scripts/docker-setup.sh start` then `stop` leave the machine as they found
-it (issue 38 section 4). dockerd creates iptables chains and rules (and the
+it. dockerd creates iptables chains and rules (and the
 filter and nat tables, if absent), sets the FORWARD policy to DROP, turns IPv4
 forwarding on (which rewrites every interface's forwarding and turns
 conf/all/accept_redirects off) and makes docker0; it leaves them all when it

@@ -83,7 +83,7 @@ def test_leftover_refusals_are_counted_as_clients_see_them(procs, addrs):
     # A refusal Envoy cannot re-send reaches the client. Its own stats must say
     # how many: the retry limit (limit_exceeded) and the retry circuit breaker
     # (overflow) both leave refusals over. An earlier count read limit_exceeded
-    # alone and found fewer leftovers than the access log (issue 16 #6). Here
+    # alone and found fewer leftovers than the access log. Here
     # the breaker is shrunk to 1 retry at a time so that overflows happen.
     from concurrent.futures import ThreadPoolExecutor
 
@@ -303,7 +303,7 @@ APP_CONTROLS = {"x-envoy-immediate-health-check-fail": "true", "x-envoy-degraded
 
 @pytest.mark.parametrize("hunter", ["envoy", "haproxy-2.6", "haproxy-3.0"])
 def test_an_apps_envoy_controls_through_a_sidecar_eject_no_backend(procs, addrs, hunter):
-    # Issue 38 section 4: the agent strips every `x-envoy-*` and `hunt*`
+    # The agent strips every `x-envoy-*` and `hunt*`
     # header an app answers (policy::protocol::is_reserved_response_header);
     # each sidecar role must too. Before, the Envoy and HAProxy sidecars passed
     # the app's x-envoy-immediate-health-check-fail to the Envoy front, which

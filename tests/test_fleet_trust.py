@@ -5,7 +5,8 @@ after the receiver restarts, and an agent of the earlier version. Real agents
 on loopback; the attacker records and forges on `lo` (root), as one on the
 network would.
 
-Before (issue 38): the restarted member and the forged one were out of their
+Before each report echoed its receiver's nonce (hunt-fleet/3, docs/protocol.md
+§ 8a): the restarted member and the forged one were out of their
 peers' view for good; the replayed reports were all taken after a restart,
 keeping a frozen member in view. Now no datagram keeps a member out for longer
 than fleet_dead_after_ms, and a recording is taken nowhere, ever.

@@ -1,6 +1,6 @@
-"""A client that forges hunt/1 headers, through each real front (issue 29,
-section 1, header leaks). A front sets the marks a backend acts on itself
-(hunt-offer, hunt-target, hunt-seen, hunt-front) and must pass nothing of a
+"""A client that forges hunt/1 headers, through each real front (header
+leaks). A front sets the marks a backend acts on itself (hunt-offer,
+hunt-target, hunt-seen, hunt-front) and must pass nothing of a
 client's: every name in policy/src/protocol.rs is sent, with values no front
 would set, and what reaches the backend is recorded by a small HTTP server in
 the agent's place. The forged `hunt-via` also turned an overloaded final's 503

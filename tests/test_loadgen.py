@@ -70,8 +70,8 @@ def test_a_bad_work_spec_is_refused_by_name():
 
 
 def test_a_heavy_tailed_run_that_kept_up_is_valid_and_one_that_queued_is_not(procs, addrs, tmp_path):
-    # Issue 31 § 5: bimodal jobs, 2% of them 1.5 s long, leave long jobs to
-    # drain after the last send. Every request is answered and nothing queues
+    # As in the many-fronts bench's heavy-tailed runs: bimodal jobs, 2% of
+    # them 1.5 s long, leave long jobs to drain after the last send. Every request is answered and nothing queues
     # (1000 workers), but over the run's wall time the achieved rate fell
     # under 90% of the rate sent, and the bench called the run invalid. The
     # rule counts what was answered by the end of the schedule instead.

@@ -123,7 +123,7 @@ def test_a_front_that_names_itself_is_counted_apart(procs, addrs, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_old_name_of_seen_margin_is_the_same_policy_with_a_warning(procs, addrs, kind):
-    """Issue 30: `slack` is `seen_margin`'s old name. Every host still takes it,
+    """`slack` is `seen_margin`'s old name. Every host still takes it,
     decides alike (two requests held; c stays 1: an offer whose front counted 1
     here is accepted, 2 <= 1 + 1; one whose front counted none is refused,
     2 > 0 + 1), and logs at load the line the policy crate words for it

@@ -4,9 +4,10 @@
 here. And the data files are in their compact form: read and written again, each
 gives back its own bytes.
 
-A report's numbers grep to its data (issue 30): rendering stores what a report
-shows in its data ("shown"), and every decimal number of a report is in its
-data file's text, or else in its templates' prose."""
+A report's numbers grep to its data, so a reader can find where each came
+from: rendering stores what a report shows in its data ("shown"), and every
+decimal number of a report is in its data file's text, or else in its
+templates' prose."""
 
 import gzip
 import json
@@ -126,7 +127,7 @@ def test_overhead_and_throughput_reports_render_from_their_data():
 
 @pytest.mark.parametrize("path", sorted(DATA.glob("*.json")), ids=lambda p: p.name)
 def test_every_number_of_a_report_greps_to_its_data(path):
-    # `git grep 0.858` finds the report's line and the data's (issue 30): a
+    # `git grep 0.858` finds the report's line and the data's: a
     # median, ratio or CI the report computed is in the data's "shown"
     report = report_of(path)
     if report is None:

@@ -1,4 +1,4 @@
-"""The sidecar roles and a dead app (issue 29, section 4): the Envoy Wasm
+"""The sidecar roles and a dead app: the Envoy Wasm
 sidecar and the HAProxy Lua sidecar answer a hunt try (offer or final) whose
 app they cannot connect to as the agent does, `425` + `hunt: unreachable`
 (and `x-envoy-immediate-health-check-fail: true` to an Envoy front), so the

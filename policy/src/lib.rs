@@ -89,7 +89,8 @@ pub struct DynamicParams {
     /// Lower bound for `c` (the start is `max(c0, c_min)`). Set to the backend's
     /// cores, it never refuses while a core is free, so on a mixed fleet a big
     /// backend keeps what it can serve at once instead of refusing half its
-    /// offers like a small one (issue 18; `docs/protocol.md`).
+    /// offers like a small one (`docs/protocol.md` § 7; measured on a mixed
+    /// fleet in `docs/results/elb.md`).
     pub c_min: u32,
     /// Accept, outside the window, an offer whose front already counted at
     /// least `busy - seen_margin` of its requests here (`busy <= seen +
