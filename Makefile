@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo fuzz \
-	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-proxies bench-front-scaling bench-vs-least bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-proxies bench-front-scaling bench-vs-least bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -104,6 +104,10 @@ bench-vs-least: bench-setup release
 
 bench-agent: setup release
 	$(BENCH) bench/agent_overhead.py
+
+# The emulated model server against its own model (docs/results/llm.md): ~1 min
+bench-llm-emulator: setup release
+	$(BENCH) bench/llm_emulator.py
 
 bench-proxies: bench-setup release
 	$(BENCH) bench/proxy_overhead.py

@@ -20,6 +20,7 @@ import agent_overhead
 import elb
 import haproxy_ablation
 import haproxy_profile
+import llm_emulator
 import many_fronts
 import many_fronts_sim
 import proxy_overhead
@@ -119,6 +120,7 @@ def test_elb_and_reliability_reports_render_from_their_data():
 def test_overhead_and_throughput_reports_render_from_their_data():
     renders("proxy-throughput", throughput.report, read_data("proxy-throughput"))
     renders("agent-overhead", agent_overhead.report, read_data("agent-overhead"))
+    renders("llm", llm_emulator.report, read_data("llm"))
     renders("proxy-overhead", proxy_overhead.report, read_data("proxy-overhead"))
     renders("envoy-front-cost", proxy_overhead.report_envoy, read_data("envoy-front-cost"))
     renders("haproxy-ablation", haproxy_ablation.report, read_data("haproxy-ablation"))

@@ -78,17 +78,26 @@ impl Llm {
 
     /// The engine's clock: a step, then its duration, then its tokens out.
     pub async fn drive(self: Arc<Self>) {
+        // Steps run back to back on the model's clock: each starts when the
+        // last was due to end, so the timer's late wake-ups do not add up.
+        let mut due: Option<Instant> = None;
         loop {
-            let next = {
+            let step = {
                 let mut g = self.inner.lock().expect("llm state");
-                (!g.engine.idle()).then(|| (g.engine.step(), Instant::now()))
+                (!g.engine.idle()).then(|| g.engine.step())
             };
             // idle: until a request arrives (notify_one keeps a permit for a late waiter)
-            let Some((step, started)) = next else {
+            let Some(step) = step else {
+                due = None;
                 self.wake.notified().await;
                 continue;
             };
-            tokio::time::sleep_until((started + step.duration).into()).await;
+            let start = match due {
+                Some(d) if d > Instant::now() - std::time::Duration::from_millis(5) => d,
+                _ => Instant::now(), // fell behind (a busy machine): start afresh
+            };
+            due = Some(start + step.duration);
+            tokio::time::sleep_until((start + step.duration).into()).await;
             let mut g = self.inner.lock().expect("llm state");
             let now = Instant::now();
             let mut gone = Vec::new();

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The emulated model server (`huntlb-llm`) against its own model and the
+published figures it was built from (make bench-llm-emulator).
+
+Bursts of c concurrent streamed completions (256-token prompts, none shared,
+128 tokens out) at c = 1, 8, 32, 64: each request's time to first token
+(TTFT), its time per output token after the first (TPOT) and the burst's
+output tokens per second, measured by a client over HTTP at real speed
+(`--time-scale 1`), beside what the engine's model gives in virtual time
+(`huntlb-llm --table`). The measured side shows the HTTP driver keeps the
+model's timing; the model side is what docs/results/llm.md holds against the
+published 8B-on-H100 figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benchlib.render import render, shown_in
+from benchlib.reports import machine, read_data, write_result
+from harness import Addrs, Procs, binary, wait_http
+
+SIZES = (1, 8, 32, 64)
+PROMPT_TOKENS, OUT_TOKENS = 256, 128
+
+
+def one(addr: str, i: int, out: list, start: threading.Event) -> None:
+    host, port = addr.rsplit(":", 1)
+    # 4 bytes a token; unique (its number first), so no prefix is cached from an earlier burst
+    prompt = f"{i:08d}" + "".join(chr(97 + (i * 7 + k) % 26) for k in range(PROMPT_TOKENS * 4 - 8))
+    body = json.dumps({"prompt": prompt, "max_tokens": OUT_TOKENS, "stream": True})
+    c = http.client.HTTPConnection(host, int(port), timeout=120)
+    start.wait()
+    t0 = time.monotonic()
+    c.request("POST", "/v1/completions", body=body, headers={"content-type": "application/json"})
+    r = c.getresponse()
+    stamps = []
+    while True:
+        line = r.readline()
+        if not line or line.startswith(b"data: [DONE]"):
+            break
+        if line.startswith(b"data: "):
+            stamps.append(time.monotonic() - t0)
+    c.close()
+    out.append(stamps)
+
+
+def burst(addr: str, c: int, first: int) -> dict:
+    """c streams at once, numbered from `first` (every prompt of a run is new)."""
+    out: list = []
+    start = threading.Event()
+    ts = [threading.Thread(target=one, args=(addr, first + i, out, start)) for i in range(c)]
+    for t in ts:
+        t.start()
+    t0 = time.monotonic()
+    start.set()
+    for t in ts:
+        t.join(timeout=300)
+    wall = time.monotonic() - t0
+    assert len(out) == c and all(len(s) == OUT_TOKENS for s in out), "every stream whole"
+    ttft = sorted(s[0] for s in out)
+    return {"concurrency": c, "ttft_p50_ms": ttft[len(ttft) // 2] * 1e3, "ttft_max_ms": ttft[-1] * 1e3,
+            "tpot_ms": statistics.mean((s[-1] - s[0]) / (OUT_TOKENS - 1) for s in out) * 1e3,
+            "tokens_per_s": c * OUT_TOKENS / wall}
+
+
+def report(data: dict) -> str:
+    model = {m["concurrency"]: m for m in data["model"]}
+    rows = []
+    for c in sorted({m["concurrency"] for m in data["measured"]}):
+        ms = [m for m in data["measured"] if m["concurrency"] == c]
+        med = {k: statistics.median(m[k] for m in ms) for k in ("ttft_p50_ms", "tpot_ms", "tokens_per_s")}
+        mo = model[c]
+        rows.append(f"| {c} | {mo['ttft_p50_ms']:.0f} | {med['ttft_p50_ms']:.0f} | {mo['tpot_ms']:.1f} | {med['tpot_ms']:.1f} | "
+                    f"{mo['tokens_per_s']:.0f} | {med['tokens_per_s']:.0f} | {len(ms)} |")
+    model_rows = [f"| {m['concurrency']} | {m['ttft_p50_ms']:.0f} | {m['ttft_max_ms']:.0f} | {m['tpot_ms']:.1f} | {m['tokens_per_s']:.0f} |"
+                  for m in data["model"]]
+    return render("llm", {"machine": data["machine"], "reps": data["reps"], "rows": "\n".join(rows),
+                          "model_rows": "\n".join(model_rows)}, shown=shown_in(data))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
+    a = ap.parse_args()
+    if a.report_only:
+        data = read_data("llm")
+        write_result("llm", data, report(data))
+        return 0
+    llm = binary("huntlb-llm")
+    table = subprocess.run([llm, "--table", "1,8,32,64,128,256"], capture_output=True, text=True, check=True, timeout=60)
+    model = [json.loads(line) for line in table.stdout.splitlines()]
+    procs, addrs = Procs(Path(tempfile.mkdtemp(prefix="huntlb-llm-bench-"))), Addrs()
+    measured = []
+    try:
+        addr = f"{addrs.host()}:8000"
+        p = procs.start("llm", [llm, "--listen", addr])
+        wait_http(addr, "/health", proc=p)
+        n = 0
+        for rep in range(a.reps):
+            for c in SIZES:
+                measured.append({**burst(addr, c, n), "rep": rep})
+                n += c
+                print(json.dumps(measured[-1]), flush=True)
+    finally:
+        procs.stop_all()
+    data = {"machine": machine(), "reps": a.reps, "model": model, "measured": measured}
+    md = report(data)
+    write_result("llm", data, md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
