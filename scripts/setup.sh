@@ -49,6 +49,11 @@ APT_PACKAGES=(lua5.3 lua5.4 apache2 haproxy wrk curl ca-certificates debootstrap
 # smoke test in make test never skips. --no-install-recommends (below) keeps
 # out the MySQL server, ImageMagick and the rest mediawiki recommends.
 APT_PACKAGES+=(mediawiki php8.2-cli php8.2-sqlite3 libapache2-mod-php8.2 php8.2-apcu php8.2-intl php8.2-mbstring php8.2-xml)
+# The emulated cluster (harness/cluster.py, tests/test_cluster.py): hosts as
+# network namespaces (iproute2), faults as iptables rules inside them, and
+# dnsmasq (the binary alone, no service) answering for `svc.cluster.local` as
+# a Kubernetes headless service would.
+APT_PACKAGES+=(iproute2 iptables dnsmasq-base)
 # wasmtime: the policy's vector suite also runs as a wasm32-wasip1 binary, the
 # target the Envoy filter ships (tests/test_policy_wasm.py). websockets: the
 # real WebSocket client and echo app of tests/test_real_clients.py; grpcio: the

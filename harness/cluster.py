@@ -1,0 +1,658 @@
+"""An emulated cluster on one machine: hosts as network namespaces on one
+bridge, DNS like a Kubernetes headless service, and faults as methods.
+
+```text
+ hub namespace:  br0 ── v1 ── v2 ── v3 ── ...      (a bridge; no address)
+                        │     │     │
+ host namespaces:      eth0  eth0  eth0            10.77.S.x/24, S per run
+                       dns   client b1 (app+agent) ... f1 (a front) ...
+```
+
+* **Hosts**: one namespace per backend host (its app and agent on the host's
+  own address), per front, one for the client (the tests' requests and reads
+  come from it: `Cluster.call`, `Cluster.inside`) and one for DNS. Each host
+  is joined to the hub's bridge by a veth pair whose ends live in the hub and
+  in the host: no interface is ever made in the root namespace, and no route
+  leads out of the bridge, so nothing leaves the machine.
+* **DNS**: Debian's dnsmasq in the `dns` host answers for `svc.cluster.local`
+  from a `--hostsdir` (TTL 1 s): `backends.svc.cluster.local` has an A record
+  per published backend host, as a headless service has one per ready pod.
+  Scaling is a file written or removed (`publish`, `withdraw`), which dnsmasq
+  reads at once (inotify). Each host's `/etc/netns/<ns>/resolv.conf` (which
+  `ip netns exec` mounts over /etc/resolv.conf) has `search svc.cluster.local`
+  and `options ndots:5`, as a pod's has: the agents' `fleet_peers =
+  "backends:9700"` goes through glibc's resolver and its search list; Envoy
+  (STRICT_DNS, c-ares) and HAProxy (`resolvers` with `parse-resolv-conf`,
+  `server-template`) read the same file.
+* **Faults**: `Host.kill` (every process of the host at once, SIGKILL),
+  `loss` (iptables `statistic --mode random` on the fleet's UDP port inside
+  the hosts), `partition` (the fleet port cut from one host: in, out or both),
+  `dns_outage` (port 53 dropped from a host), `publish`/`withdraw` (scaling by
+  DNS). Each rule carries this run's comment and is deleted by its exact spec
+  (`Fault.heal`). No delay: this kernel has no netem (docs/cluster.md).
+* **Cleanup**: `with Cluster(log_dir) as c:` (or `cluster(...)`) stops every
+  process by PID, deletes every namespace, /etc/netns folder and state file it
+  made, pass or fail. Names carry a per-run id (`hlb<run>-<host>`), and the
+  run's owner (PID and start time) is written under /run/huntlb-cluster before
+  anything is made: a new cluster first removes what runs whose owner is gone
+  (a run SIGKILLed midway) left behind, and never touches a live run's.
+
+Needs root (network namespaces, iptables, /etc/netns).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from harness.envoy import EXAMPLES, envoy_host_health, front_config, start_envoy
+from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_runtime, start_haproxy, wait_runtime
+from harness.net import app_stats, metrics, request, wait_http, wait_until
+from harness.procs import Proc, Procs, binary
+
+PREFIX = "hlb"  # namespaces: hlb<run>-<host>; <run> is 6 hex digits
+STATE = Path(os.environ.get("HUNTLB_CLUSTER_STATE", "/run/huntlb-cluster"))
+NETNS_ETC = Path("/etc/netns")
+DOMAIN = "svc.cluster.local"
+SERVICE = "backends"  # the headless service: one A record per published backend host
+FLEET_PORT = 9700
+APP_PORT, AGENT_PORT, ADMIN_PORT = 9000, 8080, 9901
+FRONT_PORT, FRONT_ADMIN_PORT = 10000, 9902
+
+_CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+_RUN_NS = re.compile(rf"^{PREFIX}([0-9a-f]{{6}})-")
+
+
+def _ip(*args: str) -> str:
+    """One `ip` command; its error output in the exception."""
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def _netns_list() -> list[str]:
+    return [line.split()[0] for line in _ip("netns", "list").splitlines() if line.strip()]
+
+
+def _netns_pids(ns: str) -> list[int]:
+    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split()]
+
+
+def _starttime(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), which tells it from a
+    later process given the same PID; None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, _CLONE_NEWNET) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+@contextlib.contextmanager
+def inside(ns: str):
+    """This thread (only) in namespace `ns`: sockets it opens meanwhile are
+    the namespace's. Its own namespace is restored on the way out."""
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+    try:
+        _setns(fd)
+        try:
+            yield
+        finally:
+            _setns(back)
+    finally:
+        os.close(fd)
+        os.close(back)
+
+
+def _kill_and_wait(pids: list[int], timeout: float = 5.0) -> None:
+    """SIGKILL each PID, and wait until none is left (not our children:
+    polled, by the start time read before the signal)."""
+    live = {p: s for p in pids if (s := _starttime(p)) is not None}
+    for p in live:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while live and time.monotonic() < deadline:
+        for p in live:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(p, os.WNOHANG)  # reaped here if they are ours (a subreaper's)
+        live = {p: s for p, s in live.items() if _starttime(p) == s and not _zombie(p)}
+        time.sleep(0.02)
+    for p in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(p, os.WNOHANG)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def remove_run(run: str) -> list[str]:
+    """Everything run `run` made: the processes in its namespaces (SIGKILL, by
+    PID), the namespaces, their /etc/netns folders, the paths its state lists,
+    its state folder. Returns the namespaces removed."""
+    mine = [n for n in _netns_list() if n.startswith(f"{PREFIX}{run}-")]
+    _kill_and_wait([p for n in mine for p in _netns_pids(n)])
+    for n in mine:
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    for d in NETNS_ETC.glob(f"{PREFIX}{run}-*") if NETNS_ETC.is_dir() else []:
+        shutil.rmtree(d, ignore_errors=True)
+    state = STATE / run
+    made = state / "paths"
+    if made.exists():
+        for p in made.read_text().splitlines():
+            shutil.rmtree(p, ignore_errors=True)
+    shutil.rmtree(state, ignore_errors=True)
+    for d in (STATE, NETNS_ETC):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only if empty: another run's (or tool's) entries keep it
+    return mine
+
+
+def _owner_alive(state: Path) -> bool:
+    try:
+        pid, start = (state / "owner").read_text().split()
+    except (OSError, ValueError):
+        # written first thing, atomically: no owner file is a run that died
+        # between its mkdir and that write, or a torn state
+        return False
+    return _starttime(int(pid)) == start
+
+
+def reap_stale() -> list[str]:
+    """Remove what earlier runs left behind when their owner died without
+    cleaning up (SIGKILL, a power cut of the test process); a live run's
+    namespaces are left alone. Returns the runs removed."""
+    runs = set()
+    if STATE.is_dir():
+        runs |= {d.name for d in STATE.iterdir() if d.is_dir() and not _owner_alive(d)}
+    for n in _netns_list():
+        m = _RUN_NS.match(n)
+        if m and not _owner_alive(STATE / m.group(1)):
+            runs.add(m.group(1))
+    if NETNS_ETC.is_dir():
+        for d in NETNS_ETC.iterdir():
+            m = _RUN_NS.match(d.name)
+            if m and not _owner_alive(STATE / m.group(1)):
+                runs.add(m.group(1))
+    for run in sorted(runs):
+        remove_run(run)
+    return sorted(runs)
+
+
+class Host:
+    """One namespace on the bridge: its address, and the processes started in
+    it. Passed as `procs` to start_envoy/start_haproxy, it starts them here."""
+
+    def __init__(self, cluster: Cluster, name: str, ip: str) -> None:
+        self.cluster, self.name, self.ip = cluster, name, ip
+        self.ns = f"{PREFIX}{cluster.run}-{name}"
+        self.procs: list[Proc] = []
+        self._started: dict[str, int] = {}  # name -> times started here (a restart's log is name-2.log)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.cluster.procs.log_dir
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> Proc:
+        """A process in this host's namespace (`ip netns exec` execs it: the
+        PID is the process's own), owned by the cluster's Procs."""
+        n = self._started[name] = self._started.get(name, 0) + 1
+        p = self.cluster.procs.start(name if n == 1 else f"{name}-{n}", ["ip", "netns", "exec", self.ns, *argv], env)
+        self.procs.append(p)
+        return p
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        """A short command in this namespace (iptables, getent)."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns, *argv], capture_output=True, text=True, timeout=30)
+        if check and r.returncode:
+            raise RuntimeError(f"{self.name}: {' '.join(argv)}: {r.stderr.strip()}")
+        return r
+
+    def kill(self) -> None:
+        """The host dies: SIGKILL to every process on it at once (each process
+        group, then whatever else runs in its namespace), as a node lost with
+        its tasks."""
+        for p in self.procs:
+            if p.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+        _kill_and_wait(_netns_pids(self.ns))
+        for p in self.procs:
+            p.reap(time.monotonic() + 3)
+
+    def resolve(self, name: str) -> list[str]:
+        """What this host's system resolver (glibc, its resolv.conf and search
+        list) answers for `name`: its IPv4 addresses, sorted."""
+        r = self.run("getent", "ahostsv4", name, check=False)
+        return sorted({line.split()[0] for line in r.stdout.splitlines() if line.strip()})
+
+
+class Backend(Host):
+    """A backend host: the workload app and the agent on the host's address,
+    the agent in the forwarding tier with `fleet_peers = backends:9700`. The
+    attribute names are harness.hunters.Backend's."""
+
+    def __init__(self, cluster: Cluster, name: str, ip: str) -> None:
+        super().__init__(cluster, name, ip)
+        self.id = f"agent-{name}"
+        self.app, self.agent, self.admin = f"{ip}:{APP_PORT}", f"{ip}:{AGENT_PORT}", f"{ip}:{ADMIN_PORT}"
+        self.arrivals = cluster.procs.log_dir / f"arrivals-{name}.txt"
+        self.app_proc: Proc | None = None
+        self.agent_proc: Proc | None = None
+        self.agent_opts: dict = {}
+
+    def start_app(self, **opts) -> Proc:
+        argv = [binary("huntlb-workload"), "--listen", self.app, "--id", f"app-{self.name}", "--arrivals", str(self.arrivals)]
+        for k, v in {"demand": "const:0", **opts}.items():
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+        self.app_proc = self.start(f"app-{self.name}", argv)
+        self.cluster.call(wait_http, self.app, "/.workload/health", proc=self.app_proc)
+        return self.app_proc
+
+    def start_agent(self, **opts) -> Proc:
+        """The agent (again, after a restart, with the same options)."""
+        self.agent_opts = {**self.agent_opts, **opts}
+        argv = [binary("huntlb-agent"), "--listen", self.agent, "--admin", self.admin, "--app", self.app, "--id", self.id,
+                "--fleet-listen", f"{self.ip}:{FLEET_PORT}", "--fleet-peers", f"{SERVICE}:{FLEET_PORT}",
+                "--fleet-key-file", self.cluster.procs.fleet_key()]
+        for k, v in {"policy": "dynamic:seen_margin=1", **self.agent_opts}.items():
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+        self.agent_proc = self.start(f"agent-{self.name}", argv, env={**os.environ, "RUST_LOG": "info"})
+        self.cluster.call(wait_http, self.admin, "/metrics", proc=self.agent_proc)
+        return self.agent_proc
+
+    def metrics(self) -> dict[str, float]:
+        return self.cluster.call(metrics, self.admin)
+
+    def stats(self) -> dict:
+        return self.cluster.call(app_stats, self.app)
+
+    def paths(self) -> dict[str, int]:
+        """What this app processed, path -> times: from the app itself while
+        it runs (`/.workload/stats`), from its arrivals file (one line per
+        request a worker took, written at once, so it survives a SIGKILL) once
+        it is dead."""
+        if self.app_proc is not None and self.app_proc.alive():
+            return self.stats()["paths"]
+        out: dict[str, int] = {}
+        if self.arrivals.exists():
+            for line in self.arrivals.read_text().splitlines():
+                out[line] = out.get(line, 0) + 1
+        return out
+
+    def peers_heard(self) -> int:
+        """The agent's view of the fleet: members it heard within
+        fleet_dead_after_ms (`huntlb_fleet_peers`)."""
+        return int(self.metrics()["huntlb_fleet_peers"])
+
+
+class Front(Host):
+    """A front host: Envoy (front-tier.yaml, STRICT_DNS) or HAProxy
+    (front-tier.cfg, server-template over DNS), finding the backends by the
+    service's name through this host's resolv.conf."""
+
+    kind: str
+    listen: str
+    admin: str | None = None
+    stats: str | None = None
+
+    def up(self) -> set[str]:
+        """The backends (agent ip:port) the proxy's health checks pass."""
+        if self.kind == "envoy":
+            return {a for a, flags in self.cluster.call(envoy_host_health, self.admin).items() if flags == "healthy"}
+        out = haproxy_runtime(self.stats, "show stat")
+        lines = out.splitlines()
+        head = lines[0].lstrip("# ").split(",")
+        rows = [dict(zip(head, line.split(","))) for line in lines[1:]]
+        return {r["addr"] for r in rows if r.get("pxname") == "hunt" and r.get("svname", "").startswith("web") and r.get("status") == "UP"}
+
+    def request(self, method: str, path: str, **kw):
+        return self.cluster.call(request, self.listen, method, path, **kw)
+
+    def logged(self, path: str) -> list[str]:
+        """The proxy's access log lines for `path` (a request's own path)."""
+        return [line for p in self.procs for line in p.log().splitlines() if path in line]
+
+
+class Fault:
+    """Rules added for one fault; `heal` deletes each by its exact spec (the
+    comment names the run and the fault). A context manager: healed on exit."""
+
+    def __init__(self, cluster: Cluster, what: str) -> None:
+        self.cluster, self.what = cluster, what
+        self.tag = f"{PREFIX}{cluster.run}-{next(cluster._faults)}"
+        self.rules: list[tuple[Host, list[str]]] = []
+        self.healed_at: float | None = None
+
+    def add(self, host: Host, chain: str, match: list[str]) -> None:
+        spec = [chain, *match, "-m", "comment", "--comment", self.tag, "-j", "DROP"]
+        host.run("iptables", "-w", "-A", *spec)
+        self.rules.append((host, spec))
+
+    def heal(self) -> float:
+        """Delete every rule; returns the monotonic time the last one went."""
+        while self.rules:
+            host, spec = self.rules.pop()
+            host.run("iptables", "-w", "-D", *spec, check=False)
+        self.healed_at = time.monotonic()
+        if self in self.cluster.faults:
+            self.cluster.faults.remove(self)
+        return self.healed_at
+
+    def __enter__(self) -> Fault:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.heal()
+
+
+class Cluster:
+    """Hosts on one bridge, DNS, and the processes on them. Build with
+    `start()` (or `with`), add hosts with `backend()` and `front()`; `stop()`
+    removes everything it made."""
+
+    def __init__(self, log_dir: Path) -> None:
+        if os.geteuid() != 0:
+            raise PermissionError("the emulated cluster needs root (network namespaces, iptables, /etc/netns)")
+        for tool in ("ip", "iptables", "dnsmasq", "getent"):
+            if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
+                raise FileNotFoundError(f"{tool} not found: run `make setup` (iproute2, iptables, dnsmasq-base)")
+        self.procs = Procs(Path(log_dir))
+        self.run = ""
+        self.hosts: dict[str, Host] = {}
+        self.faults: list[Fault] = []
+        self._faults = itertools.count(1)
+        self._lock = threading.Lock()
+        self.reaped: list[str] = []
+
+    # --- building ---------------------------------------------------------
+
+    def start(self) -> Cluster:
+        self.reaped = reap_stale()
+        self.procs.log_dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            self.run = secrets.token_hex(3)
+            try:
+                (STATE / self.run).mkdir(mode=0o755, parents=True)
+                break
+            except (FileExistsError, FileNotFoundError):  # drawn before, or STATE removed meanwhile by another run
+                continue
+        os.chmod(STATE, 0o755)  # dnsmasq reads its hostsdir in here as nobody
+        self.state = STATE / self.run
+        # The owner, before anything is made: what a run leaves behind is
+        # stale exactly when this process is gone (reap_stale).
+        tmp = self.state / "owner.tmp"
+        tmp.write_text(f"{os.getpid()} {_starttime(os.getpid())}\n")
+        tmp.rename(self.state / "owner")
+        # Any /24 of 10.77.0.0/16: the bridge is this run's alone, so two runs
+        # on one subnet could not meet anyway; a different one per run keeps
+        # their logs apart.
+        self.subnet = f"10.77.{random.randrange(1, 255)}"
+        self._addrs = itertools.count(10)
+        self.hostsdir = self.state / "hosts"
+        self.hostsdir.mkdir(mode=0o755)
+        self.hub = f"{PREFIX}{self.run}-hub"
+        _ip("netns", "add", self.hub)
+        _ip("-n", self.hub, "link", "set", "lo", "up")
+        _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.hub, "link", "set", "br0", "up")
+        self.dns = self._host(Host, "dns", f"{self.subnet}.53")
+        self._start_dns()
+        self.client = self._host(Host, "client", f"{self.subnet}.250")
+        return self
+
+    def _host(self, cls, name: str, ip: str | None = None):
+        if name in self.hosts:
+            raise ValueError(f"host {name} exists")
+        h = cls(self, name, ip or f"{self.subnet}.{next(self._addrs)}")
+        _ip("netns", "add", h.ns)
+        self.hosts[name] = h  # from here on, stop() removes it
+        etc = NETNS_ETC / h.ns
+        etc.mkdir(parents=True)
+        # a pod's resolver: the cluster DNS, the service domain searched
+        # first, ndots:5 (every name with fewer dots tries the search list)
+        (etc / "resolv.conf").write_text(f"nameserver {self.subnet}.53\nsearch {DOMAIN}\noptions ndots:5 timeout:1 attempts:2\n")
+        (etc / "hosts").write_text(f"127.0.0.1 localhost\n{h.ip} {name}\n")
+        veth = f"v{len(self.hosts)}"
+        _ip("-n", self.hub, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
+        _ip("-n", self.hub, "link", "set", veth, "master", "br0", "up")
+        _ip("-n", h.ns, "link", "set", "lo", "up")
+        _ip("-n", h.ns, "addr", "add", f"{h.ip}/24", "dev", "eth0")
+        _ip("-n", h.ns, "link", "set", "eth0", "up")
+        return h
+
+    def _start_dns(self) -> None:
+        self._hostsfile("dns", f"{self.dns.ip} dns.{DOMAIN}\n")
+        self.dnsmasq = self.dns.start("dnsmasq", [
+            "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=", "--log-facility=-",
+            "--no-resolv", "--no-hosts", "--no-poll",
+            f"--listen-address={self.dns.ip}", "--bind-interfaces",
+            f"--local=/{DOMAIN}/",          # answer for the domain from the hosts files only (no upstream)
+            f"--hostsdir={self.hostsdir}",  # read again on every change (inotify)
+            "--local-ttl=1",                # Kubernetes' CoreDNS gives 5 s; 1 s keeps the tests short
+            "--neg-ttl=1",
+            "--log-queries",
+        ])
+        wait_until(lambda: self.dns.resolve(f"dns.{DOMAIN}") == [self.dns.ip] or not self.dnsmasq.alive(), timeout=10,
+                   what="dnsmasq answering")
+        if not self.dnsmasq.alive():
+            raise RuntimeError(f"dnsmasq exited:\n{self.dnsmasq.log()}")
+
+    def _hostsfile(self, name: str, text: str) -> None:
+        tmp = self.hostsdir / f".{name}.tmp"
+        tmp.write_text(text)
+        os.chmod(tmp, 0o644)
+        tmp.rename(self.hostsdir / name)  # one event, a complete file
+
+    def _made(self, path: Path) -> None:
+        """A path outside the log folder that this run made (removed with it)."""
+        with open(self.state / "paths", "a") as f:
+            f.write(f"{path}\n")
+
+    def backend(self, name: str | None = None, publish: bool = True, app_opts: dict | None = None, **agent_opts) -> Backend:
+        """A new backend host: app, then agent; published in DNS (a ready
+        pod's record) unless publish=False."""
+        name = name or f"b{sum(isinstance(h, Backend) for h in self.hosts.values()) + 1}"
+        b = self._host(Backend, name)
+        b.start_app(**(app_opts or {}))
+        b.start_agent(**agent_opts)
+        if publish:
+            self.publish(b)
+        return b
+
+    def backends(self) -> list[Backend]:
+        return [h for h in self.hosts.values() if isinstance(h, Backend)]
+
+    def published(self) -> list[str]:
+        return sorted(p.name for p in self.hostsdir.iterdir() if not p.name.startswith(".") and p.name != "dns")
+
+    def publish(self, b: Backend) -> None:
+        """Scale out by DNS: b's A record under the service's name."""
+        self._hostsfile(b.name, f"{b.ip} {SERVICE}.{DOMAIN} {b.name}.{DOMAIN}\n")
+
+    def withdraw(self, b: Backend) -> None:
+        """Scale in by DNS: b's record removed (its processes run on)."""
+        with contextlib.suppress(FileNotFoundError):
+            (self.hostsdir / b.name).unlink()
+
+    def front(self, kind: str = "envoy", name: str | None = None, expect: int | None = None, hold_timeout: str | None = "1h") -> Front:
+        """A tier front of `kind` (envoy, haproxy-2.6, haproxy-3.0) on its own
+        host, over the service's name; returned once its checks pass for
+        `expect` backends (the published ones by default). hold_timeout:
+        HAProxy's `hold timeout` (None: its default, 30 s, after which a DNS
+        server that does not answer takes every server out, docs/cluster.md)."""
+        name = name or f"f{sum(isinstance(h, Front) for h in self.hosts.values()) + 1}"
+        f = self._host(Front, name)
+        f.kind = kind
+        f.listen = f"{f.ip}:{FRONT_PORT}"
+        fqdn = f"{SERVICE}.{DOMAIN}"
+        if kind == "envoy":
+            f.admin = f"{f.ip}:{FRONT_ADMIN_PORT}"
+            cfg = front_config(f.listen, f.admin, [], example="front-tier.yaml")
+            cluster = cfg["static_resources"]["clusters"][0]
+            for k in ("type", "load_assignment"):
+                cluster.pop(k, None)
+            cluster.update(yaml.safe_load((EXAMPLES / "discovery-dns.yaml").read_text()))
+            # no `resolvers`: c-ares reads the host's resolv.conf, as in a pod
+            cluster["typed_dns_resolver_config"]["typed_config"].pop("resolvers")
+            cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
+                {"endpoint": {"address": {"socket_address": {"address": fqdn, "port_value": AGENT_PORT}}}}]
+            # one line per request in the front's log: what failed, where, and why (RESPONSE_FLAGS)
+            hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+            hcm["access_log"] = [{"name": "envoy.access_loggers.stdout", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+                "log_format": {"text_format_source": {"inline_string":
+                    "access %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_FLAGS% upstream=%UPSTREAM_HOST% "
+                    "attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% %UPSTREAM_TRANSPORT_FAILURE_REASON% %DURATION%ms\n"}}}}]
+            start_envoy(f, f"envoy-{name}", cfg, wait=False)
+            self.call(wait_http, f.admin, "/ready", proc=f.procs[-1], want=200, timeout=20)
+        elif kind.startswith("haproxy-"):
+            hr = HaproxyRoot(kind.split("-", 1)[1])
+            self._made(hr.dir)
+            self.procs.cleanups.append(hr.cleanup)
+            f.stats = str(hr.dir / f"{name}.sock")
+            text = haproxy_front_text(hr, f.listen, f.stats, [], example="front-tier.cfg")
+            # one line per request in the front's log (-db: stdout): status, server, termination state, retries
+            text = text.replace("global\n", "global\n    log stdout format raw daemon\n", 1)
+            text = text.replace("defaults\n", "defaults\n    log global\n    option httplog\n", 1)
+            # the servers: slots filled from the service's A records, as
+            # HAProxy's own docs do for Consul or Kubernetes services
+            text += (f"    server-template web 8 {fqdn}:{AGENT_PORT} resolvers cluster init-addr none resolve-prefer ipv4\n\n"
+                     "resolvers cluster\n"
+                     "    parse-resolv-conf           # the host's resolv.conf: the cluster DNS\n"
+                     "    accepted_payload_size 8192\n"
+                     "    timeout resolve 1s\n"
+                     "    timeout retry 1s\n"
+                     "    hold valid 1s               # the records' TTL\n"
+                     # With no answer at all (the DNS server unreachable), HAProxy keeps
+                     # the last addresses only `hold timeout` (30 s by default), then
+                     # puts every server in maintenance: a DNS outage becomes a total
+                     # one. The health checks, not DNS, say whether a backend is gone.
+                     + (f"    hold timeout {hold_timeout}        # keep the last answer while DNS is down\n" if hold_timeout else ""))
+            p = start_haproxy(f, hr, f"haproxy-{name}", text)
+            wait_runtime(f.stats, p)
+        else:
+            raise ValueError(f"front kind {kind}: envoy, haproxy-2.6 or haproxy-3.0")
+        want = {f"{self.hosts[n].ip}:{AGENT_PORT}" for n in self.published()} if expect is None else None
+        wait_until(lambda: f.up() == want if want is not None else len(f.up()) == expect, timeout=20,
+                   what=f"{kind} on {name} passing its checks for the published backends")
+        # Envoy's workers learn of health a moment after its admin API (harness.fronts)
+        wait_until(lambda: all(f.request("GET", "/warmup")[0] == 200 for _ in range(2)), what=f"{name} serving")
+        return f
+
+    def wait_fleet(self, timeout: float = 15) -> None:
+        """Until every running agent hears every other published one (fleets of
+        up to fleet_sample + 1 members: each hears all)."""
+        n = len(self.published())
+        wait_until(lambda: all(b.peers_heard() == n - 1 for b in self.backends()
+                               if b.agent_proc and b.agent_proc.alive() and b.name in self.published()),
+                   timeout=timeout, what=f"every agent hearing its {n - 1} peers")
+
+    # --- from the client host -----------------------------------------------
+
+    def call(self, fn, *args, **kw):
+        """fn(*args, **kw) from the client host (this thread enters its
+        namespace for the call): every test's request and read comes from there."""
+        with inside(self.client.ns):
+            return fn(*args, **kw)
+
+    # --- faults -------------------------------------------------------------
+
+    def _fault(self, what: str) -> Fault:
+        f = Fault(self, what)
+        self.faults.append(f)
+        return f
+
+    def loss(self, hosts: list[Host], p: float, port: int = FLEET_PORT) -> Fault:
+        """Each UDP datagram arriving at `port` on these hosts is dropped with
+        probability p (so p per datagram between two of them)."""
+        f = self._fault(f"loss {p} on udp/{port}")
+        for h in hosts:
+            f.add(h, "INPUT", ["-p", "udp", "--dport", str(port), "-m", "statistic", "--mode", "random", "--probability", str(p)])
+        return f
+
+    def partition(self, host: Host, way: str = "both", port: int = FLEET_PORT) -> Fault:
+        """The fleet's UDP port cut from `host`: `in` (it hears no one), `out`
+        (no one hears it) or `both`. TCP (forwards, the fronts) still flows."""
+        if way not in ("in", "out", "both"):
+            raise ValueError("way: in, out or both")
+        f = self._fault(f"partition {way} udp/{port} at {host.name}")
+        if way in ("in", "both"):
+            f.add(host, "INPUT", ["-p", "udp", "--dport", str(port)])
+        if way in ("out", "both"):
+            f.add(host, "OUTPUT", ["-p", "udp", "--dport", str(port)])
+        return f
+
+    def dns_outage(self, host: Host) -> Fault:
+        """`host` loses its DNS server: every query it sends to port 53 (UDP
+        and TCP) is dropped, so its resolvers time out."""
+        f = self._fault(f"no dns at {host.name}")
+        for proto in ("udp", "tcp"):
+            f.add(host, "OUTPUT", ["-p", proto, "--dport", "53"])
+        return f
+
+    # --- teardown -------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Every process by PID, every rule, namespace, /etc/netns folder and
+        state file this run made; whatever failed before."""
+        try:
+            for f in list(self.faults):
+                with contextlib.suppress(Exception):
+                    f.heal()
+            self.procs.stop_all()
+        finally:
+            if self.run:
+                remove_run(self.run)
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def cluster(log_dir: Path, backends: int = 3, fronts: tuple[str, ...] = ("envoy",), app_opts: dict | None = None, **agent_opts):
+    """A cluster with `backends` published backend hosts whose agents all hear
+    each other, and `fronts` over them; everything removed on the way out."""
+    with Cluster(log_dir) as c:
+        for _ in range(backends):
+            c.backend(app_opts=app_opts, **agent_opts)
+        c.wait_fleet()
+        for kind in fronts:
+            c.front(kind)
+        yield c
