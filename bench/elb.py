@@ -84,7 +84,7 @@ def agility(work: Path, quick: bool) -> dict:
         shares, runs = {}, []
         for proxy in PROXIES:
             # hunting over the proxy's own pick, each agent's c_min at its cores
-            # (issue 18: traffic follows capacity; HAProxy adds hunt-seen, seen_margin 1)
+            # (so traffic follows capacity on the mixed fleet; HAProxy adds hunt-seen, seen_margin 1)
             # Envoy's strongest least-request too (FULL_SCAN): compare with the best
             stronger = [("LR/full", "LR/full", None)] if proxy == "envoy" else []
             for name, strategy, policy in (("RR", "RR", None), ("SR_4", "hunt", "static:4"), ("SR_dyn", "hunt", "dynamic"),
@@ -111,7 +111,7 @@ def agility(work: Path, quick: bool) -> dict:
         hr.cleanup()
 
 
-# The agility point of issue 18 (p99 <= least-request's) compares two 10 s runs'
+# The agility bar (p99 <= least-request's on the 1-8 core fleet) compares two 10 s runs'
 # tails, a few hundred requests each: one run apart is noise. Paired: per
 # repetition, the proxy's strongest least-request and its shipped hunting front
 # back to back (order reversed every other one), ratios of the pair.

@@ -13,8 +13,8 @@ into the 10 s run and lasts FAULT_FOR s, on backend 0's agent. Prints each
 run (client errors flagged), the fault / none ratios of mean and p99 (median
 over repetitions, mean and 95% CI), and how long after the fault ended the
 faulty member took its first forward again (its app's arrivals of forwards,
-polled every 20 ms): "back in use". Issue 38's bars: 0 client errors, p99
-within 1.5x, back within 1 s.
+polled every 20 ms): "back in use". The bars set for the tier
+(docs/results/fleet-faults.md): 0 client errors, p99 within 1.5x, back within 1 s.
 
 `--ideal SEEDS` instead runs the simulator's ideal (JSQ on true counts, which
 also knows a frozen server and sends it nothing) on the same fleet, load and

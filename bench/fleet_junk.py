@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Offer latency at a forwarding-tier agent with and without junk on its fleet
-port (issue 29): does a flood of unauthenticated datagrams cost an offer
+port: does a flood of unauthenticated datagrams cost an offer
 anything? Paired runs, shared seeds.
 
 Four backends whose agents form a tier; huntlb-loadgen offers straight to the

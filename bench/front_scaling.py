@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""What a hunting front costs as the fleet grows (issue 39): req/s and CPU per
+"""What a hunting front costs as the fleet grows (docs/results/front-scaling.md):
+req/s and CPU per
 request of each front over the same front with every hunting line removed, at
 3, 12, 48 and 128 servers, bare and browser-like requests.
 

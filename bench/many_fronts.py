@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Many fronts, for real: what the forwarding tier buys over each proxy's
-strongest least-request at 1, 4, 8 and 16 fronts, and what it costs (issue 31).
+strongest least-request at 1, 4, 8 and 16 fronts, and what it costs
+(docs/results/many-fronts.md).
 
 Each configuration is one `bench/pairs.py` run (paired repetitions, shared
 seeds): the baseline (HAProxy leastconn, Envoy LEAST_REQUEST with a full scan),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hunting over the proxy's own choice, by simulation (issue 18, step 1).
+"""Hunting over the proxy's own choice, by simulation (docs/results/simulation-proxies.md).
 
 huntlb-sim on the SRLB model: each request is offered to the proxy's own pick
 (random, P2C or least outstanding requests, by the proxy's own counts) and the
@@ -74,7 +74,7 @@ VARIANTS = {
     "hunt over least, slack 1, load feedback": "hunt-least:dynamic:seen_margin=1 --feedback",
     "hunt over least, SR_3, load feedback": "hunt-least:static:3 --feedback",
 }
-CEILING_PROXIES = 4  # issue 18's real target there: mean <= 0.85x least-request's
+CEILING_PROXIES = 4  # where the real runs aim at mean <= 0.85x least-request's (docs/results/vs-least.md)
 STALE = {"least": "least", "least-of-3": "least-of-3", "P2C": "p2c", "hunt over least": "hunt-least:dynamic",
          "hunt over least-of-3": "hunt-least-of-3:dynamic", "hunt over P2C": "hunt-p2c:dynamic"}
 STALE_PROXIES = [1, 4]

@@ -372,7 +372,7 @@ def report_many(data: dict, quick: bool) -> str:
     }, shown=shown_in(data))
 
 
-# Scenario 3 (issue 18): hunting against the balancer users run, paired. Per
+# Scenario 3 (docs/results/vs-least.md): hunting against the balancer users run, paired. Per
 # proxy: (its own least-request as configured by default, hunting over that
 # pick, hunting over a random pick, then any stronger least-request it has).
 # Envoy's default compares two random hosts; FULL_SCAN (LR/full) compares all.

@@ -30,7 +30,7 @@ from harness import FLEET_SAMPLE, Addrs, Backend, HaproxyRoot, Procs, app_stats,
 # weight: at weight 1, 12 servers get visibly uneven shares (a 20000-query RR run
 # dropped requests at 0.95 of capacity), so every bench server gets weight 100.
 # `hunt/LR` offers to Envoy's own LEAST_REQUEST pick (two random hosts, the one
-# with fewer active requests) and reselects the final the same way (issue 18);
+# with fewer active requests) and reselects the final the same way;
 # `hunt/full` to the least loaded of all (FULL_SCAN), naming itself (hunt-front)
 # so seen_margin policies count what it holds there (the shipped front.yaml).
 # `hunt/own` is each proxy's shipped front (hunting over its own least-loaded
