@@ -8,6 +8,9 @@ integration tests, the benchmarks and the demo alike. One module per job:
 * `fronts`: the committed hunting fronts over a list of backends.
 * `wiki`: real MediaWiki replicas (a template wiki, its copies, an Apache and
   an agent each) for the Wikipedia replay; imported as `harness.wiki`.
+* `cluster`: an emulated cluster (hosts as network namespaces on one bridge,
+  dnsmasq as a headless service, faults as methods; root); imported as
+  `harness.cluster` (docs/cluster.md).
 
 Importable from the repository root (`pytest.ini` and the Makefile put it on
 the path); the names below are the public surface.
