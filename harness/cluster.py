@@ -52,7 +52,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -391,7 +390,6 @@ class Cluster:
         self.hosts: dict[str, Host] = {}
         self.faults: list[Fault] = []
         self._faults = itertools.count(1)
-        self._lock = threading.Lock()
         self.reaped: list[str] = []
 
     # --- building ---------------------------------------------------------
