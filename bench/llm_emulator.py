@@ -9,7 +9,9 @@ output tokens per second, measured by a client over HTTP at real speed
 (`--time-scale 1`), beside what the engine's model gives in virtual time
 (`huntlb-llm --table`). The measured side shows the HTTP driver keeps the
 model's timing; the model side is what docs/results/llm.md holds against the
-published 8B-on-H100 figures.
+published 8B-on-H100 figures. Then what a huntlb-agent beside the server adds
+to a stream's TTFT: single requests, straight to the server and through the
+agent in turns (ABBA), paired.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from benchlib.render import render, shown_in
 from benchlib.reports import machine, read_data, write_result
+from benchlib.stats import ci95
 from harness import Addrs, Procs, binary, wait_http
 
 SIZES = (1, 8, 32, 64)
@@ -51,6 +54,15 @@ def one(addr: str, i: int, out: list, start: threading.Event) -> None:
             stamps.append(time.monotonic() - t0)
     c.close()
     out.append(stamps)
+
+
+def ttft_ms(addr: str, i: int) -> float:
+    """One streamed request alone: its time to first token, at the client."""
+    out: list = []
+    ev = threading.Event()
+    ev.set()
+    one(addr, i, out, ev)
+    return out[0][0] * 1e3
 
 
 def burst(addr: str, c: int, first: int) -> dict:
@@ -81,15 +93,20 @@ def report(data: dict) -> str:
         mo = model[c]
         rows.append(f"| {c} | {mo['ttft_p50_ms']:.0f} | {med['ttft_p50_ms']:.0f} | {mo['tpot_ms']:.1f} | {med['tpot_ms']:.1f} | "
                     f"{mo['tokens_per_s']:.0f} | {med['tokens_per_s']:.0f} | {len(ms)} |")
+    added = data["agent_added_ttft_ms"]
+    m, h = ci95(added)
     model_rows = [f"| {m['concurrency']} | {m['ttft_p50_ms']:.0f} | {m['ttft_max_ms']:.0f} | {m['tpot_ms']:.1f} | {m['tokens_per_s']:.0f} |"
                   for m in data["model"]]
     return render("llm", {"machine": data["machine"], "reps": data["reps"], "rows": "\n".join(rows),
-                          "model_rows": "\n".join(model_rows)}, shown=shown_in(data))
+                          "model_rows": "\n".join(model_rows), "pairs": len(added),
+                          "agent_p50": f"{statistics.median(added):.3f}", "agent_mean": f"{m:.3f} ± {h:.3f}",
+                          "direct_p50": f"{statistics.median(data['direct_ttft_ms']):.1f}"}, shown=shown_in(data))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--agent-pairs", type=int, default=100, help="single requests straight and through the agent, paired")
     ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
     a = ap.parse_args()
     if a.report_only:
@@ -111,9 +128,22 @@ def main() -> int:
                 measured.append({**burst(addr, c, n), "rep": rep})
                 n += c
                 print(json.dumps(measured[-1]), flush=True)
+        host = addrs.host()
+        _, agent, _ = procs.agent(host, addr, policy="always", app_stall_ms=0)
+        direct, added = [], []
+        for k in range(a.agent_pairs):
+            order = (addr, agent) if k % 2 == 0 else (agent, addr)
+            got = {}
+            for where in order:
+                got[where] = ttft_ms(where, n)
+                n += 1
+            direct.append(got[addr])
+            added.append(got[agent] - got[addr])
+        print(f"agent adds to TTFT: median {statistics.median(added):.3f} ms over {len(added)} pairs", flush=True)
     finally:
         procs.stop_all()
-    data = {"machine": machine(), "reps": a.reps, "model": model, "measured": measured}
+    data = {"machine": machine(), "reps": a.reps, "model": model, "measured": measured,
+            "direct_ttft_ms": direct, "agent_added_ttft_ms": added}
     md = report(data)
     write_result("llm", data, md)
     print(md)
