@@ -36,7 +36,8 @@ import threading
 import time
 from pathlib import Path
 
-import srlb
+from benchlib import testbed
+from benchlib.reports import ROOT
 from benchlib.stats import ci95, rep_ratios
 
 FAULT_AT, FAULT_FOR = 3.0, 4.0
@@ -44,7 +45,7 @@ STRATEGY = {"envoy": "FWD/full", "haproxy": "FWD/least"}
 
 
 class Fault:
-    """Injected into the next run's load (srlb.drive is wrapped), on backend 0."""
+    """Injected into the next run's load (testbed.drive is wrapped), on backend 0."""
 
     def __init__(self, bench, kind):
         self.bench, self.kind = bench, kind
@@ -93,12 +94,12 @@ class Fault:
 
 def ideal(seeds: int) -> int:
     """The simulator's JSQ with and without backend 0 frozen, paired by seed."""
-    sim = Path(os.environ.get("CARGO_TARGET_DIR", srlb.ROOT / "target")) / "release" / "huntlb-sim"
-    base = [str(sim), "--dispatch", "jsq", "--servers", str(srlb.SERVERS), "--workers", str(srlb.WORKERS),
-            "--cores", f"{srlb.CORES:g}", "--backlog", str(srlb.BACKLOG), "--mean-ms", f"{srlb.MEAN_MS:g}",
+    sim = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "huntlb-sim"
+    base = [str(sim), "--dispatch", "jsq", "--servers", str(testbed.SERVERS), "--workers", str(testbed.WORKERS),
+            "--cores", f"{testbed.CORES:g}", "--backlog", str(testbed.BACKLOG), "--mean-ms", f"{testbed.MEAN_MS:g}",
             "--rho", "0.88"]
     # As many requests as a 10 s run at rho 0.88 sends.
-    requests = int(0.88 * srlb.SERVERS * srlb.CORES / (srlb.MEAN_MS / 1e3) * 10)
+    requests = int(0.88 * testbed.SERVERS * testbed.CORES / (testbed.MEAN_MS / 1e3) * 10)
     ratios = {"mean_ms": [], "p99_ms": []}
     for seed in range(1, seeds + 1):
         run = lambda *extra: json.loads(subprocess.run([*base, "--requests", str(requests), "--seed", str(seed), *extra],
@@ -130,9 +131,9 @@ def main() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     faults = a.faults.split(",")
-    rate = 0.88 * srlb.last_lambda0()
-    b = srlb.Bench(Path(tempfile.mkdtemp(prefix="huntlb-faults-")), [a.proxy], False)
-    drive = srlb.drive
+    rate = 0.88 * testbed.last_lambda0()
+    b = testbed.Bench(Path(tempfile.mkdtemp(prefix="huntlb-faults-")), [a.proxy], False)
+    drive = testbed.drive
     pending = []
 
     def driven(*args, **kw):
@@ -147,7 +148,7 @@ def main() -> int:
             if t:
                 t.join(15)
 
-    srlb.drive = driven
+    testbed.drive = driven
     runs = []
     try:
         for rep in range(a.reps):
@@ -157,8 +158,8 @@ def main() -> int:
                 if kind != "none":
                     f = Fault(b, kind)
                     pending.append(f)
-                r = b.run(a.proxy, strategy, rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
-                          keep_cdf=False, seed=srlb.common_seed(rate, rep, 4))
+                r = b.run(a.proxy, strategy, rate, testbed.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
+                          keep_cdf=False, seed=testbed.common_seed(rate, rep, 4))
                 r.policy = kind
                 back = f.back_after if f else None
                 print(f"    {kind}: back in use after {back:.3f} s" if back is not None else f"    {kind}", flush=True)

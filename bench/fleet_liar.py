@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import srlb
+from benchlib import testbed
 from benchlib.stats import ci95, rep_ratios
 
 STRATEGY = {"envoy": "FWD/full", "haproxy": "FWD/least"}
@@ -34,8 +34,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    rate = 0.88 * srlb.last_lambda0()
-    b = srlb.Bench(Path(tempfile.mkdtemp(prefix="huntlb-liar-")), [a.proxy], False)
+    rate = 0.88 * testbed.last_lambda0()
+    b = testbed.Bench(Path(tempfile.mkdtemp(prefix="huntlb-liar-")), [a.proxy], False)
     variant = ["honest"]
     start = b.fleet.procs.agent
     liar = b.fleet.backends[0].host
@@ -55,8 +55,8 @@ def main() -> int:
             for v in VARIANTS if rep % 2 == 0 else list(reversed(VARIANTS)):
                 variant[0] = v
                 before = b.fleet.stats()
-                r = b.run(a.proxy, STRATEGY[a.proxy], rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
-                          keep_cdf=False, seed=srlb.common_seed(rate, rep, 4))
+                r = b.run(a.proxy, STRATEGY[a.proxy], rate, testbed.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
+                          keep_cdf=False, seed=testbed.common_seed(rate, rep, 4))
                 r.policy = v
                 served = [x["served"] - y["served"] for x, y in zip(b.fleet.stats(), before)]
                 share = served[0] / sum(served)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Strategies of `bench/srlb.py`, each paired with a baseline, and nothing else
-running: a check of one ratio of `vs-least` (which keeps every strategy's
-fronts up at once).
+"""Strategies of the vs-least bench (benchlib/testbed.py), each paired with a
+baseline, and nothing else running: a check of one ratio of `vs-least` (which
+keeps every strategy's fronts up at once).
 
 Usage (after `make release`):
   PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/pairs.py envoy LR/full FWD/full --fronts 4 --reps 10
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import srlb
+from benchlib import testbed
 from benchlib.stats import ci95
 
 
@@ -33,23 +33,23 @@ def main() -> int:
                     "F fronts (same arrivals and jobs), e.g. leastconn@1, the one front whose least is the fleet's (JSQ)")
     ap.add_argument("--fronts", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--servers", type=int, default=srlb.SERVERS,
+    ap.add_argument("--servers", type=int, default=testbed.SERVERS,
                     help="backends; their jobs are as much longer (mean_ms x servers / 12), so the capacity and rate stay")
     ap.add_argument("--demand", default="exp", help="the jobs' sizes: exp, or lognormal:SIGMA (heavy-tailed)")
     ap.add_argument("--json", type=Path, help="write every run here (one JSON object per line)")
     a = ap.parse_args()
-    lam0 = srlb.last_lambda0()
+    lam0 = testbed.last_lambda0()
     rate = 0.88 * lam0
-    b = srlb.Bench(Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), [a.proxy], False, servers=a.servers,
-                   mean_ms=srlb.MEAN_MS * a.servers / srlb.SERVERS, demand=a.demand)
+    b = testbed.Bench(Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), [a.proxy], False, servers=a.servers,
+                   mean_ms=testbed.MEAN_MS * a.servers / testbed.SERVERS, demand=a.demand)
     runs = []
     try:
         for rep in range(a.reps):
             names = [a.baseline, *a.candidate] if rep % 2 == 0 else [*reversed(a.candidate), a.baseline]
             for name in names:
                 policy, _, fronts = name.partition("@")
-                r = b.run(a.proxy, policy, rate, srlb.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=int(fronts or a.fronts),
-                          keep_cdf=False, seed=srlb.common_seed(rate, rep, a.fronts))
+                r = b.run(a.proxy, policy, rate, testbed.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=int(fronts or a.fronts),
+                          keep_cdf=False, seed=testbed.common_seed(rate, rep, a.fronts))
                 r.policy = name
                 runs.append(r)
     finally:

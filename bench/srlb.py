@@ -27,20 +27,14 @@ import time
 from pathlib import Path
 
 from benchlib import plots
-from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, baselines, drive, summary
-from benchlib.fronts import Front, wait_all_up
-from benchlib.reports import RESULTS, ROOT, data_path, flag, machine, read_data, write_result
+from benchlib.fleet import baselines
 from benchlib.render import render, shown_in
+from benchlib.reports import RESULTS, ROOT, data_path, flag, machine, write_result
 from benchlib.runs import Run, load, paired, select
-from benchlib.stats import cdf, ci95, median
-from harness import Addrs, HaproxyRoot, Procs
+from benchlib.stats import ci95, median
+from benchlib.testbed import (BACKLOG, CORES, MAX_LATENESS_US, MEAN_MS, PROBE_QUERIES, REPEATS, SERVERS, WORKERS, Bench,
+                              last_lambda0, seconds_for)
 
-SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
-PROBE_QUERIES = 20000  # the paper's run length
-# Latency counts from the intended send time, so a late send is in the result;
-# a run is invalid when its p99 send lateness exceeds a quarter of the mean demand.
-MAX_LATENESS_US = int(MEAN_MS * 1000 / 4)
-REPEATS = 2  # an invalid run is repeated at most this many times
 QUICK_OUT = ROOT / "bench" / "out" / "quick"
 
 
@@ -60,133 +54,6 @@ def plan(quick: bool) -> dict:
 
 
 MID_RHOS = (0.1, 0.8)
-
-
-def last_lambda0(out: Path = RESULTS) -> float:
-    """λ0 as the last sweep measured it (its probe, in its data)."""
-    return read_data("srlb-poisson", out)["probe"]["lambda0"]
-
-
-def common_seed(rate: float, rep: int, instances: int) -> int:
-    """The generator's seed, the same for every strategy at one rate, repetition
-    and number of fronts: paired runs meet the same arrivals and the same job
-    sizes (common random numbers), so their ratio is the balancers' difference
-    and not two draws of a 10-s run's busy periods."""
-    return 1 + rep * 1_000_003 + instances * 10_007 + round(rate * 10)
-
-
-def seconds_for(rate: float, max_s: float) -> float:
-    return max(4.0, min(max_s, PROBE_QUERIES / rate))
-
-
-class Bench:
-    def __init__(self, work: Path, proxies: list[str], quick: bool, servers: int = SERVERS, mean_ms: float = MEAN_MS,
-                 demand: str = "exp"):
-        """servers, mean_ms: a bigger fleet with jobs as much longer keeps the
-        capacity, so the same rates (and λ0) hold. demand: the jobs' sizes,
-        `exp` or `lognormal:SIGMA` (heavy-tailed), of mean mean_ms."""
-        self.work, self.proxies, self.quick = work, proxies, quick
-        self.servers, self.mean_ms = servers, mean_ms
-        kind, _, sigma = demand.partition(":")
-        if kind == "exp" and not sigma:
-            self.demand = f"exp:{mean_ms:g}"
-        elif kind == "lognormal" and sigma:
-            self.demand = f"lognormal:{mean_ms:g}:{float(sigma):g}"
-        else:
-            raise ValueError(f"demand `{demand}`: expected exp or lognormal:SIGMA")
-        self.procs, self.addrs = Procs(work), Addrs()
-        self.hr = HaproxyRoot("2.6") if "haproxy" in proxies else None
-        self.fleet = Fleet(self.procs, self.addrs, [CORES] * servers, WORKERS, BACKLOG, mean_ms).start()
-        self.fronts: dict[tuple[str, str, int], Front] = {}  # (proxy, strategy, instance) -> Front
-        self.seq = 0
-
-    def close(self):
-        self.procs.stop_all()
-        if self.hr:
-            self.hr.cleanup()
-
-    def front(self, proxy: str, strategy: str, instance: int = 0):
-        key = (proxy, strategy, instance)
-        if key not in self.fronts:
-            hunting, lb, *example = STRATEGIES[proxy][strategy]
-            self.fronts[key] = self.fleet.front(proxy, hunting, lb, self.hr, example=example[0] if example else None,
-                                                name=f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{instance}")
-        return self.fronts[key]
-
-    def policy_for(self, name: str) -> tuple[str, str]:
-        """(front strategy, agent policy) of a named strategy."""
-        base, _, over = name.partition("/")
-        if base in HUNT_POLICIES:
-            return ("hunt/" + over if over else "hunt"), HUNT_POLICIES[base]
-        return name, "always"
-
-    def run(self, proxy: str, name: str, rate: float, seconds: float, *, rho: float, rep: int, instances: int = 1,
-            sample: bool = False, keep_cdf: bool = True, seed: int | None = None) -> Run:
-        """One measured run. A run the generator flags invalid is discarded and
-        repeated (up to REPEATS times): it says nothing about the balancer.
-        keep_cdf: keep its latency CDF (the CDF plots draw repetition 0).
-        seed: the generator's, instead of common_seed's (a run paired with
-        runs through another number of fronts)."""
-        for attempt in range(1, REPEATS + 2):
-            res = self._run_once(proxy, name, rate, seconds, instances, sample, rho, rep, seed)
-            res.attempts = attempt
-            if res.valid:
-                break
-        if not keep_cdf:
-            res.cdf = None
-        return res
-
-    def _run_once(self, proxy: str, name: str, rate: float, seconds: float, instances: int, sample: bool,
-                  rho: float, rep: int, seed: int | None = None) -> Run:
-        strategy, policy = self.policy_for(name)
-        forward = name.partition("/")[0] in FORWARDING
-        # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
-        # from c0), as a separate experiment would, and as the simulator does.
-        if strategy.startswith("hunt"):
-            self.fleet.set_policy(policy, forward=forward, sample=FORWARDING.get(name.partition("/")[0], 0))
-        fronts = [self.front(proxy, strategy, i) for i in range(instances)]
-        for f in fronts:
-            wait_all_up(f, self.servers)
-        before = self.fleet.stats()
-        refused0, forwarded0, datagrams0 = self.fleet.refused(), self.fleet.forwarded(), self.fleet.datagrams()
-        self.seq += 1
-        out = self.work / f"run-{self.seq}.json"
-        cpu0 = self.fleet.agents_cpu_seconds()
-        with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
-            report = drive([f.url for f in fronts], rate, seconds, out, seed=seed if seed is not None else common_seed(rate, rep, instances),
-                           max_lateness_us=int(self.mean_ms * 1000 / 4), work=self.demand)
-        agents_cpu = (self.fleet.agents_cpu_seconds() - cpu0) / seconds
-        datagrams = (self.fleet.datagrams() - datagrams0) / seconds if forward else None
-        after = self.fleet.stats()
-        refused = self.fleet.refused() - refused0
-        # With a forwarding tier, an offer the first agent did not keep went to a peer.
-        refused += self.fleet.forwarded() - forwarded0
-        res = Run(**summary(report), proxy=proxy, policy=name, rate=rate, seconds=seconds, instances=instances, refused=refused,
-                  acceptance=(1 - refused / max(report["completed"], 1)) if strategy.startswith("hunt") else None,
-                  backlog_rejected=sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before)),
-                  load_per_server=[(a["busy_integral_s"] - b["busy_integral_s"]) / seconds for a, b in zip(after, before)],
-                  fairness=s.fairness(), cdf=cdf(report), samples=[(t, busy) for t, busy, _ in s.rows] if sample else None,
-                  rho=rho, rep=rep, agents_cpu=agents_cpu, datagrams=datagrams)
-        invalid = "" if res.valid else f"  INVALID: {res.invalid_reason}"
-        acc = f" acc {res.acceptance:.2f}" if res.acceptance is not None else ""
-        print(f"  {proxy:7s} {name:13s} x{instances} rate {rate:7.1f}: mean {res.mean_ms:7.1f} ms p99 {res.p99_ms:8.1f} ms"
-              f" errors {flag(res.errors)}{acc} agents {agents_cpu:.2f} cores"
-              f"{f' {datagrams:.0f} datagrams/s' if datagrams is not None else ''}{invalid}", flush=True)
-        return res
-
-    def probe_lambda0(self, steps: list[float]) -> dict:
-        """The paper's bootstrap: the smallest rate at which an RR run drops requests
-        (through Envoy when there is one: its RANDOM is uniform)."""
-        proxy = "envoy" if "envoy" in self.proxies else self.proxies[0]
-        tried = []
-        for k in steps:
-            rate = k * self.fleet.capacity
-            r = self.run(proxy, "RR", rate, seconds_for(rate, 60.0), rho=rate / self.fleet.capacity, rep=0)
-            tried.append({"rate": rate, "dropped": r.backlog_rejected + r.errors})
-            if tried[-1]["dropped"] > 0:
-                return {"lambda0": rate, "nominal": self.fleet.capacity, "tried": tried, "via": proxy}
-        return {"lambda0": tried[-1]["rate"], "nominal": self.fleet.capacity, "tried": tried, "via": proxy,
-                "note": "no drop up to the last step"}
 
 
 def refill(b: Bench, data: dict) -> int:

@@ -4,7 +4,7 @@
 The case hunting exists for: independent fronts (4 per strategy, each counting
 only its own requests) over one fleet, the load spread over them in turn as
 clients spread over a service's proxies. The fleet and fronts are the vs-least
-bench's (bench/srlb.py): 12 workload apps (32 workers, 2 emulated cores,
+bench's (bench/benchlib/testbed.py): 12 workload apps (32 workers, 2 emulated cores,
 exponential 20 ms jobs), each behind a huntlb agent, at the bench's load
 (rho 0.92 of the apps' capacity). Per proxy, its strongest least-request
 (Envoy LEAST_REQUEST with FULL_SCAN; HAProxy leastconn) against the shipped hunting front over agents
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import yaml
 
-import srlb
+from benchlib import testbed
 from benchlib.fleet import FORWARDING, drive, summary
 from benchlib.fronts import wait_all_up
 from harness import ROOT, Addrs, Procs, wait_http
@@ -72,15 +72,15 @@ def main() -> int:
     # is worth having while the demo runs, not after it
     sys.stdout.reconfigure(line_buffering=True)
     t0 = time.monotonic()
-    capacity = srlb.SERVERS * srlb.CORES / (srlb.MEAN_MS / 1000)  # requests/s the apps can serve
+    capacity = testbed.SERVERS * testbed.CORES / (testbed.MEAN_MS / 1000)  # requests/s the apps can serve
     rate = a.rho * capacity
     work = Path(tempfile.mkdtemp(prefix="huntlb-demo-"))
-    print(f"huntlb demo: {srlb.SERVERS} backends x {srlb.WORKERS} workers x {srlb.CORES:g} emulated cores, "
-          f"exp({srlb.MEAN_MS:g} ms) jobs, capacity {capacity:.0f} req/s;\n"
+    print(f"huntlb demo: {testbed.SERVERS} backends x {testbed.WORKERS} workers x {testbed.CORES:g} emulated cores, "
+          f"exp({testbed.MEAN_MS:g} ms) jobs, capacity {capacity:.0f} req/s;\n"
           f"  load {rate:.0f} req/s Poisson (rho {a.rho}), spread over the fronts in turn;\n"
           f"  {a.fronts} fronts per strategy for {a.seconds:g} s, then 1 front for {a.one_seconds:g} s; "
           f"every strategy meets the same arrivals and jobs")
-    b = srlb.Bench(work, list(PAIRS), quick=False)
+    b = testbed.Bench(work, list(PAIRS), quick=False)
     try:
         for proxy, names in PAIRS.items():
             for name in names:
@@ -121,8 +121,8 @@ def main() -> int:
         b.close()
 
 
-def run(b: "srlb.Bench", proxy: str, name: str, n: int, rate: float, seconds: float, work: Path) -> dict:
-    """One strategy through n fronts, as srlb.Bench runs it (fresh agents for a
+def run(b: "testbed.Bench", proxy: str, name: str, n: int, rate: float, seconds: float, work: Path) -> dict:
+    """One strategy through n fronts, as testbed.Bench runs it (fresh agents for a
     hunting run, the seed every strategy shares at this rate and front count,
     job sizes drawn by the generator), with the agents' refusals and forwards
     counted apart. A run the generator flags is reported, not repeated."""
@@ -132,11 +132,11 @@ def run(b: "srlb.Bench", proxy: str, name: str, n: int, rate: float, seconds: fl
         b.fleet.set_policy(policy, forward=tier in FORWARDING, sample=FORWARDING.get(tier, 0))
     fronts = [b.front(proxy, strategy, i) for i in range(n)]
     for f in fronts:
-        wait_all_up(f, srlb.SERVERS)
+        wait_all_up(f, testbed.SERVERS)
     refused0, forwarded0 = b.fleet.refused(), b.fleet.forwarded()
-    seed, jobs = srlb.common_seed(rate, 0, n), f"exp:{srlb.MEAN_MS:g}"
+    seed, jobs = testbed.common_seed(rate, 0, n), f"exp:{testbed.MEAN_MS:g}"
     out = work / f"{proxy}-{name.replace('/', '-')}-x{n}.json"
-    report = drive([f.url for f in fronts], rate, seconds, out, seed=seed, max_lateness_us=srlb.MAX_LATENESS_US, work=jobs)
+    report = drive([f.url for f in fronts], rate, seconds, out, seed=seed, max_lateness_us=testbed.MAX_LATENESS_US, work=jobs)
     s = summary(report)
     return {"proxy": proxy, "strategy": name, "label": LABELS[name], "fronts": n, "hunting": strategy.startswith("hunt"),
             "seed": report["seed"], "work": jobs, "scheduled": report["scheduled"], "schedule_digest": report["schedule_digest"],
@@ -155,7 +155,7 @@ def paired(runs: list[dict]) -> str:
     return f"NOT PAIRED: {len(digests)} different schedules"
 
 
-def kill_run(b: "srlb.Bench", proxy: str, name: str, n: int, rate: float, seconds: float, work: Path, victim: int = 0) -> dict:
+def kill_run(b: "testbed.Bench", proxy: str, name: str, n: int, rate: float, seconds: float, work: Path, victim: int = 0) -> dict:
     """The strategy just run (its agents as they are) again, with backend
     `victim`'s app and agent SIGKILLed halfway: what the clients lost, beside
     what was inside that backend just before (its agent's in-flight count,
@@ -164,13 +164,13 @@ def kill_run(b: "srlb.Bench", proxy: str, name: str, n: int, rate: float, second
     strategy, _ = b.policy_for(name)
     fronts = [b.front(proxy, strategy, i) for i in range(n)]
     for f in fronts:
-        wait_all_up(f, srlb.SERVERS)
+        wait_all_up(f, testbed.SERVERS)
     gone = b.fleet.backends[victim]
     out = work / f"kill-{proxy}-x{n}.json"
     got: dict = {}
     t = threading.Thread(target=lambda: got.update(report=drive([f.url for f in fronts], rate, seconds, out,
-                                                                seed=srlb.common_seed(rate, 1, n), max_lateness_us=srlb.MAX_LATENESS_US,
-                                                                work=f"exp:{srlb.MEAN_MS:g}")))
+                                                                seed=testbed.common_seed(rate, 1, n), max_lateness_us=testbed.MAX_LATENESS_US,
+                                                                work=f"exp:{testbed.MEAN_MS:g}")))
     t.start()
     samples, t0 = [], time.monotonic()
     while time.monotonic() - t0 < seconds / 2:  # bounded: half the run
