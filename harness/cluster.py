@@ -43,335 +43,23 @@ Needs root (network namespaces, iptables, /etc/netns).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import os
 import random
-import re
 import secrets
 import shutil
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import yaml
 
-from harness.envoy import EXAMPLES, envoy_host_health, front_config, start_envoy
-from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_runtime, start_haproxy, wait_runtime
-from harness.net import app_stats, metrics, request, wait_http, wait_until
-from harness.procs import Proc, Procs, binary
-
-PREFIX = "hlb"  # namespaces: hlb<run>-<host>; <run> is 6 hex digits
-STATE = Path(os.environ.get("HUNTLB_CLUSTER_STATE", "/run/huntlb-cluster"))
-NETNS_ETC = Path("/etc/netns")
-DOMAIN = "svc.cluster.local"
-SERVICE = "backends"  # the headless service: one A record per published backend host
-FLEET_PORT = 9700
-APP_PORT, AGENT_PORT, ADMIN_PORT = 9000, 8080, 9901
-FRONT_PORT, FRONT_ADMIN_PORT = 10000, 9902
-
-_CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
-_RUN_NS = re.compile(rf"^{PREFIX}([0-9a-f]{{6}})-")
-
-
-def _ip(*args: str) -> str:
-    """One `ip` command; its error output in the exception."""
-    r = subprocess.run(["ip", *args], capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
-    return r.stdout
-
-
-def _netns_list() -> list[str]:
-    return [line.split()[0] for line in _ip("netns", "list").splitlines() if line.strip()]
-
-
-def _netns_pids(ns: str) -> list[int]:
-    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    return [int(p) for p in r.stdout.split()]
-
-
-def _starttime(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot), which tells it from a
-    later process given the same PID; None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, _CLONE_NEWNET) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-
-
-@contextlib.contextmanager
-def inside(ns: str):
-    """This thread (only) in namespace `ns`: sockets it opens meanwhile are
-    the namespace's. Its own namespace is restored on the way out."""
-    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-    try:
-        _setns(fd)
-        try:
-            yield
-        finally:
-            _setns(back)
-    finally:
-        os.close(fd)
-        os.close(back)
-
-
-def _kill_and_wait(pids: list[int], timeout: float = 5.0) -> None:
-    """SIGKILL each PID, and wait until none is left (not our children:
-    polled, by the start time read before the signal)."""
-    live = {p: s for p in pids if (s := _starttime(p)) is not None}
-    for p in live:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while live and time.monotonic() < deadline:
-        for p in live:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(p, os.WNOHANG)  # reaped here if they are ours (a subreaper's)
-        live = {p: s for p, s in live.items() if _starttime(p) == s and not _zombie(p)}
-        time.sleep(0.02)
-    for p in pids:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(p, os.WNOHANG)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-def remove_run(run: str) -> list[str]:
-    """Everything run `run` made: the processes in its namespaces (SIGKILL, by
-    PID), the namespaces, their /etc/netns folders, the paths its state lists,
-    its state folder. Returns the namespaces removed."""
-    mine = [n for n in _netns_list() if n.startswith(f"{PREFIX}{run}-")]
-    _kill_and_wait([p for n in mine for p in _netns_pids(n)])
-    for n in mine:
-        subprocess.run(["ip", "netns", "del", n], capture_output=True)
-    for d in NETNS_ETC.glob(f"{PREFIX}{run}-*") if NETNS_ETC.is_dir() else []:
-        shutil.rmtree(d, ignore_errors=True)
-    state = STATE / run
-    made = state / "paths"
-    if made.exists():
-        for p in made.read_text().splitlines():
-            shutil.rmtree(p, ignore_errors=True)
-    shutil.rmtree(state, ignore_errors=True)
-    for d in (STATE, NETNS_ETC):
-        with contextlib.suppress(OSError):
-            d.rmdir()  # only if empty: another run's (or tool's) entries keep it
-    return mine
-
-
-def _owner_alive(state: Path) -> bool:
-    try:
-        pid, start = (state / "owner").read_text().split()
-    except (OSError, ValueError):
-        # written first thing, atomically: no owner file is a run that died
-        # between its mkdir and that write, or a torn state
-        return False
-    return _starttime(int(pid)) == start
-
-
-def reap_stale() -> list[str]:
-    """Remove what earlier runs left behind when their owner died without
-    cleaning up (SIGKILL, a power cut of the test process); a live run's
-    namespaces are left alone. Returns the runs removed."""
-    runs = set()
-    if STATE.is_dir():
-        runs |= {d.name for d in STATE.iterdir() if d.is_dir() and not _owner_alive(d)}
-    for n in _netns_list():
-        m = _RUN_NS.match(n)
-        if m and not _owner_alive(STATE / m.group(1)):
-            runs.add(m.group(1))
-    if NETNS_ETC.is_dir():
-        for d in NETNS_ETC.iterdir():
-            m = _RUN_NS.match(d.name)
-            if m and not _owner_alive(STATE / m.group(1)):
-                runs.add(m.group(1))
-    for run in sorted(runs):
-        remove_run(run)
-    return sorted(runs)
-
-
-class Host:
-    """One namespace on the bridge: its address, and the processes started in
-    it. Passed as `procs` to start_envoy/start_haproxy, it starts them here."""
-
-    def __init__(self, cluster: Cluster, name: str, ip: str) -> None:
-        self.cluster, self.name, self.ip = cluster, name, ip
-        self.ns = f"{PREFIX}{cluster.run}-{name}"
-        self.procs: list[Proc] = []
-        self._started: dict[str, int] = {}  # name -> times started here (a restart's log is name-2.log)
-
-    @property
-    def log_dir(self) -> Path:
-        return self.cluster.procs.log_dir
-
-    def start(self, name: str, argv: list[str], env: dict | None = None) -> Proc:
-        """A process in this host's namespace (`ip netns exec` execs it: the
-        PID is the process's own), owned by the cluster's Procs."""
-        n = self._started[name] = self._started.get(name, 0) + 1
-        p = self.cluster.procs.start(name if n == 1 else f"{name}-{n}", ["ip", "netns", "exec", self.ns, *argv], env)
-        self.procs.append(p)
-        return p
-
-    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        """A short command in this namespace (iptables, getent)."""
-        r = subprocess.run(["ip", "netns", "exec", self.ns, *argv], capture_output=True, text=True, timeout=30)
-        if check and r.returncode:
-            raise RuntimeError(f"{self.name}: {' '.join(argv)}: {r.stderr.strip()}")
-        return r
-
-    def kill(self) -> None:
-        """The host dies: SIGKILL to every process on it at once (each process
-        group, then whatever else runs in its namespace), as a node lost with
-        its tasks."""
-        for p in self.procs:
-            if p.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-        _kill_and_wait(_netns_pids(self.ns))
-        for p in self.procs:
-            p.reap(time.monotonic() + 3)
-
-    def resolve(self, name: str) -> list[str]:
-        """What this host's system resolver (glibc, its resolv.conf and search
-        list) answers for `name`: its IPv4 addresses, sorted."""
-        r = self.run("getent", "ahostsv4", name, check=False)
-        return sorted({line.split()[0] for line in r.stdout.splitlines() if line.strip()})
-
-
-class Backend(Host):
-    """A backend host: the workload app and the agent on the host's address,
-    the agent in the forwarding tier with `fleet_peers = backends:9700`. The
-    attribute names are harness.hunters.Backend's."""
-
-    def __init__(self, cluster: Cluster, name: str, ip: str) -> None:
-        super().__init__(cluster, name, ip)
-        self.id = f"agent-{name}"
-        self.app, self.agent, self.admin = f"{ip}:{APP_PORT}", f"{ip}:{AGENT_PORT}", f"{ip}:{ADMIN_PORT}"
-        self.arrivals = cluster.procs.log_dir / f"arrivals-{name}.txt"
-        self.app_proc: Proc | None = None
-        self.agent_proc: Proc | None = None
-        self.agent_opts: dict = {}
-
-    def start_app(self, **opts) -> Proc:
-        argv = [binary("huntlb-workload"), "--listen", self.app, "--id", f"app-{self.name}", "--arrivals", str(self.arrivals)]
-        for k, v in {"demand": "const:0", **opts}.items():
-            argv += [f"--{k.replace('_', '-')}", str(v)]
-        self.app_proc = self.start(f"app-{self.name}", argv)
-        self.cluster.call(wait_http, self.app, "/.workload/health", proc=self.app_proc)
-        return self.app_proc
-
-    def start_agent(self, **opts) -> Proc:
-        """The agent (again, after a restart, with the same options)."""
-        self.agent_opts = {**self.agent_opts, **opts}
-        argv = [binary("huntlb-agent"), "--listen", self.agent, "--admin", self.admin, "--app", self.app, "--id", self.id,
-                "--fleet-listen", f"{self.ip}:{FLEET_PORT}", "--fleet-peers", f"{SERVICE}:{FLEET_PORT}",
-                "--fleet-key-file", self.cluster.procs.fleet_key()]
-        for k, v in {"policy": "dynamic:seen_margin=1", **self.agent_opts}.items():
-            argv += [f"--{k.replace('_', '-')}", str(v)]
-        self.agent_proc = self.start(f"agent-{self.name}", argv, env={**os.environ, "RUST_LOG": "info"})
-        self.cluster.call(wait_http, self.admin, "/metrics", proc=self.agent_proc)
-        return self.agent_proc
-
-    def metrics(self) -> dict[str, float]:
-        return self.cluster.call(metrics, self.admin)
-
-    def stats(self) -> dict:
-        return self.cluster.call(app_stats, self.app)
-
-    def paths(self) -> dict[str, int]:
-        """What this app processed, path -> times: from the app itself while
-        it runs (`/.workload/stats`), from its arrivals file (one line per
-        request a worker took, written at once, so it survives a SIGKILL) once
-        it is dead."""
-        if self.app_proc is not None and self.app_proc.alive():
-            return self.stats()["paths"]
-        out: dict[str, int] = {}
-        if self.arrivals.exists():
-            for line in self.arrivals.read_text().splitlines():
-                out[line] = out.get(line, 0) + 1
-        return out
-
-    def peers_heard(self) -> int:
-        """The agent's view of the fleet: members it heard within
-        fleet_dead_after_ms (`huntlb_fleet_peers`)."""
-        return int(self.metrics()["huntlb_fleet_peers"])
-
-
-class Front(Host):
-    """A front host: Envoy (front-tier.yaml, STRICT_DNS) or HAProxy
-    (front-tier.cfg, server-template over DNS), finding the backends by the
-    service's name through this host's resolv.conf."""
-
-    kind: str
-    listen: str
-    admin: str | None = None
-    stats: str | None = None
-
-    def up(self) -> set[str]:
-        """The backends (agent ip:port) the proxy's health checks pass."""
-        if self.kind == "envoy":
-            return {a for a, flags in self.cluster.call(envoy_host_health, self.admin).items() if flags == "healthy"}
-        out = haproxy_runtime(self.stats, "show stat")
-        lines = out.splitlines()
-        head = lines[0].lstrip("# ").split(",")
-        rows = [dict(zip(head, line.split(","))) for line in lines[1:]]
-        return {r["addr"] for r in rows if r.get("pxname") == "hunt" and r.get("svname", "").startswith("web") and r.get("status") == "UP"}
-
-    def request(self, method: str, path: str, **kw):
-        return self.cluster.call(request, self.listen, method, path, **kw)
-
-    def logged(self, path: str) -> list[str]:
-        """The proxy's access log lines for `path` (a request's own path)."""
-        return [line for p in self.procs for line in p.log().splitlines() if path in line]
-
-
-class Fault:
-    """Rules added for one fault; `heal` deletes each by its exact spec (the
-    comment names the run and the fault). A context manager: healed on exit."""
-
-    def __init__(self, cluster: Cluster, what: str) -> None:
-        self.cluster, self.what = cluster, what
-        self.tag = f"{PREFIX}{cluster.run}-{next(cluster._faults)}"
-        self.rules: list[tuple[Host, list[str]]] = []
-        self.healed_at: float | None = None
-
-    def add(self, host: Host, chain: str, match: list[str]) -> None:
-        spec = [chain, *match, "-m", "comment", "--comment", self.tag, "-j", "DROP"]
-        host.run("iptables", "-w", "-A", *spec)
-        self.rules.append((host, spec))
-
-    def heal(self) -> float:
-        """Delete every rule; returns the monotonic time the last one went."""
-        while self.rules:
-            host, spec = self.rules.pop()
-            host.run("iptables", "-w", "-D", *spec, check=False)
-        self.healed_at = time.monotonic()
-        if self in self.cluster.faults:
-            self.cluster.faults.remove(self)
-        return self.healed_at
-
-    def __enter__(self) -> Fault:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.heal()
+from harness.clusterhosts import (AGENT_PORT, DOMAIN, FLEET_PORT, FRONT_ADMIN_PORT, FRONT_PORT, SERVICE, Backend, Fault, Front,
+                                 Host)
+from harness.envoy import EXAMPLES, front_config, start_envoy
+from harness.haproxy import HaproxyRoot, haproxy_front_text, start_haproxy, wait_runtime
+from harness.net import request, wait_http, wait_until
+from harness.netns import NETNS_ETC, PREFIX, STATE, inside, reap_stale, remove_run, starttime
+from harness.procs import Procs
 
 
 class Cluster:
@@ -409,7 +97,7 @@ class Cluster:
         # The owner, before anything is made: what a run leaves behind is
         # stale exactly when this process is gone (reap_stale).
         tmp = self.state / "owner.tmp"
-        tmp.write_text(f"{os.getpid()} {_starttime(os.getpid())}\n")
+        tmp.write_text(f"{os.getpid()} {starttime(os.getpid())}\n")
         tmp.rename(self.state / "owner")
         # Any /24 of 10.77.0.0/16: the bridge is this run's alone, so two runs
         # on one subnet could not meet anyway; a different one per run keeps
@@ -419,10 +107,10 @@ class Cluster:
         self.hostsdir = self.state / "hosts"
         self.hostsdir.mkdir(mode=0o755)
         self.hub = f"{PREFIX}{self.run}-hub"
-        _ip("netns", "add", self.hub)
-        _ip("-n", self.hub, "link", "set", "lo", "up")
-        _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.hub, "link", "set", "br0", "up")
+        ip("netns", "add", self.hub)
+        ip("-n", self.hub, "link", "set", "lo", "up")
+        ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
+        ip("-n", self.hub, "link", "set", "br0", "up")
         self.dns = self._host(Host, "dns", f"{self.subnet}.53")
         self._start_dns()
         self.client = self._host(Host, "client", f"{self.subnet}.250")
@@ -432,7 +120,7 @@ class Cluster:
         if name in self.hosts:
             raise ValueError(f"host {name} exists")
         h = cls(self, name, ip or f"{self.subnet}.{next(self._addrs)}")
-        _ip("netns", "add", h.ns)
+        ip("netns", "add", h.ns)
         self.hosts[name] = h  # from here on, stop() removes it
         etc = NETNS_ETC / h.ns
         etc.mkdir(parents=True)
@@ -441,11 +129,11 @@ class Cluster:
         (etc / "resolv.conf").write_text(f"nameserver {self.subnet}.53\nsearch {DOMAIN}\noptions ndots:5 timeout:1 attempts:2\n")
         (etc / "hosts").write_text(f"127.0.0.1 localhost\n{h.ip} {name}\n")
         veth = f"v{len(self.hosts)}"
-        _ip("-n", self.hub, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
-        _ip("-n", self.hub, "link", "set", veth, "master", "br0", "up")
-        _ip("-n", h.ns, "link", "set", "lo", "up")
-        _ip("-n", h.ns, "addr", "add", f"{h.ip}/24", "dev", "eth0")
-        _ip("-n", h.ns, "link", "set", "eth0", "up")
+        ip("-n", self.hub, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
+        ip("-n", self.hub, "link", "set", veth, "master", "br0", "up")
+        ip("-n", h.ns, "link", "set", "lo", "up")
+        ip("-n", h.ns, "addr", "add", f"{h.ip}/24", "dev", "eth0")
+        ip("-n", h.ns, "link", "set", "eth0", "up")
         return h
 
     def _start_dns(self) -> None:

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import pytest
 from harness import ROOT, request, wait_until
-from harness.cluster import NETNS_ETC, PREFIX, STATE, Cluster, cluster, inside
+from harness.cluster import Cluster, cluster
+from harness.netns import NETNS_ETC, PREFIX, STATE, inside
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and iptables: root"),
               pytest.mark.skipif(not shutil.which("dnsmasq", path="/usr/sbin:/usr/bin:/sbin"), reason="no dnsmasq: make setup")]
