@@ -10,7 +10,8 @@ twice, nothing lost but what was inside a killed host. Measured numbers are
 printed (`pytest -s`) and recorded in docs/cluster.md.
 
 A front's host losing DNS: HUNTLB_DNS_OUTAGE_S seconds (5 here, to keep make
-test short; the issue's 30 s is a run away: HUNTLB_DNS_OUTAGE_S=30)."""
+test short; a 30 s outage, as long as a DNS server restart can take, is a run away:
+HUNTLB_DNS_OUTAGE_S=30)."""
 
 from __future__ import annotations
 
