@@ -38,7 +38,9 @@ from harness import FLEET_SAMPLE, Addrs, Backend, HaproxyRoot, Procs, app_stats,
 # front over a tier (front-tier.yaml, front-tier.cfg: the proxy's own least
 # plus hunt-pass and hunt-front, no retry on a refusal); a third element names
 # the example config a strategy's front is written from. `hunt/pass2`: that
-# front over Envoy's default LEAST_REQUEST (two random hosts, O(1)), not FULL_SCAN.
+# front over Envoy's default LEAST_REQUEST (two random hosts, O(1)), not FULL_SCAN;
+# `hunt/passr`: HAProxy's over random(2), whose ties are not in step across fronts
+# (leastconn breaks ties in each front's own round-robin order, the same in all).
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
               "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN),
@@ -47,7 +49,7 @@ STRATEGIES = {
               "hunt/pass2": (True, "LEAST_REQUEST", "front-tier.yaml")},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
                 "random(2)": (False, "random(2)"), "hunt/least": (True, None), "hunt/own": (True, None),
-                "hunt/pass": (True, None, "front-tier.cfg")},
+                "hunt/pass": (True, None, "front-tier.cfg"), "hunt/passr": (True, "random(2)", "front-tier.cfg")},
 }
 
 # The acceptance policy each hunting strategy asks of the agents. A name with a
@@ -58,13 +60,17 @@ STRATEGIES = {
 HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "SR_dyn": "dynamic",
                  "SR_slack": "dynamic:seen_margin=1", "SR_slack2": "dynamic:seen_margin=2",
                  "SR_gate": "dynamic:c0=0,c_max=0,seen_margin=1",
-                 "FWD": "dynamic:seen_margin=1", "FWDall": "dynamic:seen_margin=1"}
+                 "FWD": "dynamic:seen_margin=1", "FWDall": "dynamic:seen_margin=1", "FWDm1": "dynamic:seen_margin=1"}
 # Strategies whose agents form a forwarding tier (agent `fleet_listen`, every
 # agent a member): an offer not the least of what its agent hears goes on to
 # the least peer heard; the policy decides only while no peer is heard. The
 # value is each agent's `fleet_sample`, the peers it hears: FWD as shipped (the
 # agent's default, FLEET_SAMPLE), FWDall every member (the tier before sampling).
-FORWARDING = {"FWD": FLEET_SAMPLE, "FWDall": 0}
+FORWARDING = {"FWD": FLEET_SAMPLE, "FWDall": 0, "FWDm1": FLEET_SAMPLE}
+# Agent settings a forwarding strategy changes from the defaults: FWDm1 keeps an
+# offer while its backend holds at most one more than the least peer (a forward
+# only for a gap of two), fewer forwards for a coarser balance.
+FORWARD_OPTS = {"FWDm1": {"forward_peer_margin": 1}}
 FLEET_PORT = 9700
 
 
@@ -104,15 +110,16 @@ class Fleet:
         """Requests/s the apps can serve: sum of cores / mean demand."""
         return sum(self.cores) / (self.mean_ms / 1000)
 
-    def set_policy(self, policy: str, forward: bool = False, sample: int = FLEET_SAMPLE) -> None:
+    def set_policy(self, policy: str, forward: bool = False, sample: int = FLEET_SAMPLE, opts: dict | None = None) -> None:
         """Restart every agent in place with this acceptance policy (fresh state).
         `{cores}` in it becomes each backend's own cores, rounded up (a
         capacity-aware fleet: `dynamic:c_min={cores}`). forward: the agents
         form a forwarding tier, each hearing `sample` peers (0: every other;
-        all of them when the fleet is smaller), returned once each hears them."""
+        all of them when the fleet is smaller), returned once each hears them.
+        opts: more agent settings (FORWARD_OPTS)."""
         for b in self.backends:
             b.agent_proc.stop()
-        self.policy, self.forward, self.sample = policy, forward, sample
+        self.policy, self.forward, self.sample, self.opts = policy, forward, sample, opts or {}
         for i in range(len(self.backends)):
             self._start_agent(i)
         if forward:
@@ -131,7 +138,7 @@ class Fleet:
         b = self.backends[i]
         fleet = {"fleet_listen": f"{b.host}:{FLEET_PORT}", "fleet_key_file": self.procs.fleet_key(),
                  "fleet_peers": ",".join(f"{o.host}:{FLEET_PORT}" for o in self.backends),
-                 "fleet_sample": self.sample} if self.forward else {}
+                 "fleet_sample": self.sample, **self.opts} if self.forward else {}
         b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=self.policy.format(cores=math.ceil(self.cores[i])),
                                               workers=self.workers, drain_grace_ms=0, **fleet)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, drive, summary
+from benchlib.fleet import FORWARD_OPTS, FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, drive, summary
 from benchlib.fronts import Front, wait_all_up
 from benchlib.reports import RESULTS, flag, read_data
 from benchlib.runs import Run
@@ -107,7 +107,8 @@ class Bench:
         # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
         # from c0), as a separate experiment would, and as the simulator does.
         if strategy.startswith("hunt"):
-            self.fleet.set_policy(policy, forward=forward, sample=FORWARDING.get(name.partition("/")[0], 0))
+            base = name.partition("/")[0]
+            self.fleet.set_policy(policy, forward=forward, sample=FORWARDING.get(base, 0), opts=FORWARD_OPTS.get(base))
         fronts = [self.front(proxy, strategy, i) for i in range(instances)]
         for f in fronts:
             wait_all_up(f, self.servers)
