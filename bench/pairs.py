@@ -15,6 +15,7 @@ quietly.
 """
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -22,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib import testbed
+from benchlib.runs import Run
 from benchlib.stats import ci95
 
 
@@ -37,7 +39,15 @@ def main() -> int:
                     help="backends; their jobs are as much longer (mean_ms x servers / 12), so the capacity and rate stay")
     ap.add_argument("--demand", default="exp", help="the jobs' sizes: exp, or lognormal:SIGMA (heavy-tailed)")
     ap.add_argument("--json", type=Path, help="write every run here (one JSON object per line)")
+    ap.add_argument("--from", dest="runs_from", type=Path, metavar="JSONL",
+                    help="measure nothing: the ratios of runs an earlier --json wrote, against this baseline")
     a = ap.parse_args()
+    if a.runs_from:
+        rows = [json.loads(line) for line in a.runs_from.read_text().splitlines() if line.strip()]
+        known = {f.name for f in dataclasses.fields(Run)}
+        runs = [Run.from_json({k: v for k, v in d.items() if k in known}) for d in rows]
+        a.reps, a.fronts, a.servers = max(r.rep for r in runs) + 1, rows[0]["fronts"], rows[0]["servers"]
+        return summarize(a, runs)
     lam0 = testbed.last_lambda0()
     rate = 0.88 * lam0
     b = testbed.Bench(Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), [a.proxy], False, servers=a.servers,
@@ -58,6 +68,11 @@ def main() -> int:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         setup = {"baseline": a.baseline, "fronts": a.fronts, "servers": a.servers, "demand": a.demand}
         a.json.write_text("".join(json.dumps({**r.to_json(), **setup}, sort_keys=True) + "\n" for r in runs))
+    return summarize(a, runs)
+
+
+def summarize(a, runs) -> int:
+    """Every candidate / baseline, mean and p99, paired by repetition; the agents' CPU and datagrams."""
     bad = [r for r in runs if r.errors or not r.valid]
     if bad:
         print(f"FLAGGED: {len(bad)} runs with client errors or invalid; their pairs are left out", file=sys.stderr)
@@ -78,6 +93,9 @@ def main() -> int:
         cpu = [r.agents_cpu for r in runs if r.policy == name and r.agents_cpu is not None]
         if cpu:
             print(f"{name}: the {a.servers} agents' CPU, cores: median {statistics.median(cpu):.3f} (range {min(cpu):.3f}-{max(cpu):.3f})")
+        fair = [r.fairness for r in runs if r.policy == name and r.fairness is not None]
+        if fair:
+            print(f"{name}: Jain's index of the apps' load: median {statistics.median(fair):.3f} (range {min(fair):.3f}-{max(fair):.3f})")
         dg = [r.datagrams / r.achieved_rate for r in runs if r.policy == name and r.datagrams is not None and r.achieved_rate]
         if dg:
             print(f"{name}: the tier's datagrams per request: median {statistics.median(dg):.2f} (range {min(dg):.2f}-{max(dg):.2f})")
