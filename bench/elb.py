@@ -20,7 +20,6 @@ Usage: python3 bench/elb.py [--quick | --report-only | --only agility | --only a
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import threading
 import time

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 from benchlib.stats import ci95
 from harness import start_fleet

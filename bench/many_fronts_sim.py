@@ -142,7 +142,7 @@ def where(k: tuple) -> str:
 def report(data: dict) -> str:
     c = cells(data["runs"])
     modes = list(dict.fromkeys(r["mode"] for r in data["runs"]))
-    out = [f"# Many fronts at a bounded cost: simulation\n",
+    out = ["# Many fronts at a bounded cost: simulation\n",
            f"`{data['argv']}` (after `cargo build --release -p huntlb-instruments`; {data['seconds']:.0f} s on {data['machine']}, "
            f"one simulator process at a time). Simulator only: no real proxy, agent or network. Deterministic: the same command "
            f"gives the same numbers.\n",

@@ -15,7 +15,6 @@ Writes docs/results/simulation.{md,png} and bench/data/simulation.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 

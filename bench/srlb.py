@@ -21,7 +21,6 @@ alone; --report-only measures nothing and rewrites the reports and plots from th
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path

@@ -26,9 +26,7 @@ end, by PID, pass or fail.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import random
 import statistics
 import sys
 import tempfile
@@ -40,8 +38,6 @@ from benchlib.reports import RESULTS, flag, machine, read_data, write_result
 from benchlib.render import render, shown_in
 from benchlib.stats import ci95, median, t95
 from benchlib.wikibed import POLL_MS, Bed
-from harness import request
-from harness import wiki
 
 NAME = "wiki-replay"
 # (proxy, strategy, fronts): the paper's pair first, then the shipped fronts

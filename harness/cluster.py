@@ -48,7 +48,6 @@ import os
 import random
 import secrets
 import shutil
-import time
 from pathlib import Path
 
 import yaml
@@ -57,8 +56,8 @@ from harness.clusterhosts import (AGENT_PORT, DOMAIN, FLEET_PORT, FRONT_ADMIN_PO
                                  Host)
 from harness.envoy import EXAMPLES, front_config, start_envoy
 from harness.haproxy import HaproxyRoot, haproxy_front_text, start_haproxy, wait_runtime
-from harness.net import request, wait_http, wait_until
-from harness.netns import NETNS_ETC, PREFIX, STATE, inside, reap_stale, remove_run, starttime
+from harness.net import wait_http, wait_until
+from harness.netns import NETNS_ETC, PREFIX, STATE, inside, reap_stale, remove_run, run_ip, starttime
 from harness.procs import Procs
 
 
@@ -107,10 +106,10 @@ class Cluster:
         self.hostsdir = self.state / "hosts"
         self.hostsdir.mkdir(mode=0o755)
         self.hub = f"{PREFIX}{self.run}-hub"
-        ip("netns", "add", self.hub)
-        ip("-n", self.hub, "link", "set", "lo", "up")
-        ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.hub, "link", "set", "br0", "up")
+        run_ip("netns", "add", self.hub)
+        run_ip("-n", self.hub, "link", "set", "lo", "up")
+        run_ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
+        run_ip("-n", self.hub, "link", "set", "br0", "up")
         self.dns = self._host(Host, "dns", f"{self.subnet}.53")
         self._start_dns()
         self.client = self._host(Host, "client", f"{self.subnet}.250")
@@ -120,7 +119,7 @@ class Cluster:
         if name in self.hosts:
             raise ValueError(f"host {name} exists")
         h = cls(self, name, ip or f"{self.subnet}.{next(self._addrs)}")
-        ip("netns", "add", h.ns)
+        run_ip("netns", "add", h.ns)
         self.hosts[name] = h  # from here on, stop() removes it
         etc = NETNS_ETC / h.ns
         etc.mkdir(parents=True)
@@ -129,11 +128,11 @@ class Cluster:
         (etc / "resolv.conf").write_text(f"nameserver {self.subnet}.53\nsearch {DOMAIN}\noptions ndots:5 timeout:1 attempts:2\n")
         (etc / "hosts").write_text(f"127.0.0.1 localhost\n{h.ip} {name}\n")
         veth = f"v{len(self.hosts)}"
-        ip("-n", self.hub, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
-        ip("-n", self.hub, "link", "set", veth, "master", "br0", "up")
-        ip("-n", h.ns, "link", "set", "lo", "up")
-        ip("-n", h.ns, "addr", "add", f"{h.ip}/24", "dev", "eth0")
-        ip("-n", h.ns, "link", "set", "eth0", "up")
+        run_ip("-n", self.hub, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
+        run_ip("-n", self.hub, "link", "set", veth, "master", "br0", "up")
+        run_ip("-n", h.ns, "link", "set", "lo", "up")
+        run_ip("-n", h.ns, "addr", "add", f"{h.ip}/24", "dev", "eth0")
+        run_ip("-n", h.ns, "link", "set", "eth0", "up")
         return h
 
     def _start_dns(self) -> None:

@@ -1,9 +1,8 @@
 """The emulated cluster's hosts (harness.cluster): a namespace with its own
 address and resolver, a backend host (app and agent), a front host (Envoy or
 HAProxy), and a fault (iptables rules in hosts, each with the run's comment,
-deleted by exact spec when healed). `Cluster` in annotations is
-harness.cluster's, which makes these hosts (never imported here: it imports
-this module)."""
+deleted by exact spec when healed). What they need of the cluster that made
+them (harness.cluster.Cluster) is `Owner`: this module never imports it."""
 
 from __future__ import annotations
 
@@ -13,14 +12,13 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator, Protocol
 
-import yaml
-
-from harness.envoy import envoy_host_health, start_envoy
-from harness.haproxy import haproxy_runtime, start_haproxy
+from harness.envoy import envoy_host_health
+from harness.haproxy import haproxy_runtime
 from harness.net import app_stats, metrics, request, wait_http
-from harness.procs import Proc, Procs, binary
 from harness.netns import PREFIX, kill_and_wait, netns_pids
+from harness.procs import Proc, Procs, binary
 
 
 DOMAIN = "svc.cluster.local"
@@ -30,11 +28,22 @@ APP_PORT, AGENT_PORT, ADMIN_PORT = 9000, 8080, 9901
 FRONT_PORT, FRONT_ADMIN_PORT = 10000, 9902
 
 
+class Owner(Protocol):
+    """What a host and a fault need of their cluster: its run id, its processes,
+    a call made from its client namespace, and its fault bookkeeping."""
+    run: str
+    procs: Procs
+    faults: list
+    _faults: Iterator[int]
+
+    def call(self, fn, *args, **kw): ...
+
+
 class Host:
     """One namespace on the bridge: its address, and the processes started in
     it. Passed as `procs` to start_envoy/start_haproxy, it starts them here."""
 
-    def __init__(self, cluster: Cluster, name: str, ip: str) -> None:
+    def __init__(self, cluster: Owner, name: str, ip: str) -> None:
         self.cluster, self.name, self.ip = cluster, name, ip
         self.ns = f"{PREFIX}{cluster.run}-{name}"
         self.procs: list[Proc] = []
@@ -83,7 +92,7 @@ class Backend(Host):
     the agent in the forwarding tier with `fleet_peers = backends:9700`. The
     attribute names are harness.hunters.Backend's."""
 
-    def __init__(self, cluster: Cluster, name: str, ip: str) -> None:
+    def __init__(self, cluster: Owner, name: str, ip: str) -> None:
         super().__init__(cluster, name, ip)
         self.id = f"agent-{name}"
         self.app, self.agent, self.admin = f"{ip}:{APP_PORT}", f"{ip}:{AGENT_PORT}", f"{ip}:{ADMIN_PORT}"
@@ -169,7 +178,7 @@ class Fault:
     """Rules added for one fault; `heal` deletes each by its exact spec (the
     comment names the run and the fault). A context manager: healed on exit."""
 
-    def __init__(self, cluster: Cluster, what: str) -> None:
+    def __init__(self, cluster: Owner, what: str) -> None:
         self.cluster, self.what = cluster, what
         self.tag = f"{PREFIX}{cluster.run}-{next(cluster._faults)}"
         self.rules: list[tuple[Host, list[str]]] = []

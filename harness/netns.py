@@ -27,7 +27,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _RUN_NS = re.compile(rf"^{PREFIX}([0-9a-f]{{6}})-")
 
 
-def ip(*args: str) -> str:
+def run_ip(*args: str) -> str:
     """One `ip` command; its error output in the exception."""
     r = subprocess.run(["ip", *args], capture_output=True, text=True)
     if r.returncode:
@@ -36,7 +36,7 @@ def ip(*args: str) -> str:
 
 
 def _netns_list() -> list[str]:
-    return [line.split()[0] for line in ip("netns", "list").splitlines() if line.strip()]
+    return [line.split()[0] for line in run_ip("netns", "list").splitlines() if line.strip()]
 
 
 def netns_pids(ns: str) -> list[int]:

@@ -9,7 +9,6 @@ try was forwarded); that is shown against real agents. And an app's Envoy
 controls in a response reach no client (a client Envoy would act on them)."""
 
 import threading
-import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace

@@ -46,7 +46,6 @@ Written to a file by bench/wiki_trace.py; replayed by bench/wiki_replay.py.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import random
 from pathlib import Path

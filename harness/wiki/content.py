@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
 from harness.wiki.install import SCRIPT_PATH

@@ -16,7 +16,7 @@ from harness.net import request
 from harness.procs import Addrs, Procs
 from harness.wiki.install import CACHE, MEDIAWIKI, PHP, SCRIPT_PATH, TEMPLATE_VERSION, check_traversable, mediawiki_missing
 from harness.wiki.content import dump_xml, generate_pages, page_path
-from harness.wiki.apache import Apache, start_apache
+from harness.wiki.apache import start_apache
 
 
 # Appended to install.php's LocalSettings.php. Every replica is a copy, so
