@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration demo fuzz \
+.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-cluster demo fuzz \
 	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-proxies bench-front-scaling bench-vs-least bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
@@ -50,6 +50,11 @@ test-lua:
 TESTS ?= tests
 test-integration: build
 	$(PYTEST) -q $(TESTS)
+
+# The fleet on an emulated cluster (docs/cluster.md): hosts as network
+# namespaces, dnsmasq, faults; needs root; ~1.5 min. .ci/run runs it after make test.
+test-cluster: setup build
+	HUNTLB_CLUSTER_TEST=1 $(PYTEST) -q tests/test_cluster.py
 
 # the demo runs the vs-least bench's fleet and fronts (bench/srlb.py) at its
 # load, 1100 req/s: release builds, as the bench (a debug generator falls behind)
