@@ -163,18 +163,18 @@ impl Engine {
         let mut i = 0;
         while i < self.running.len() {
             let s = &self.running[i];
-            if s.computed == s.prompt_tokens && s.generated > 0 && needs_block(s) && !self.take_blocks(1) {
-                // preempt the newest (vLLM's recompute policy): maybe this one
-                let victim = self.running.pop().expect("running is not empty");
-                self.preempt(victim);
-                continue;
-            }
-            if self.running[i].computed == self.running[i].prompt_tokens && self.running[i].generated > 0 && needs_block(&self.running[i]) {
+            if decoding(s) && needs_block(s) {
+                if !self.take_blocks(1) {
+                    // preempt the newest (vLLM's recompute policy): maybe this one
+                    let victim = self.running.pop().expect("running is not empty");
+                    self.preempt(victim);
+                    continue;
+                }
                 self.running[i].blocks += 1;
             }
             i += 1;
         }
-        let decoding = self.running.iter().filter(|s| s.computed == s.prompt_tokens && s.generated > 0).count() as u32;
+        let decoding = self.running.iter().filter(|s| decoding(s)).count() as u32;
         // 2. admit into free seats while the prompt's blocks fit (cached prefix counted free)
         while self.running.len() < self.cfg.max_num_seqs {
             let Some(s) = self.waiting.front() else { break };
@@ -307,6 +307,11 @@ pub fn tokens_of(prompt: &[u8]) -> u32 {
 
 fn blocks_for(tokens: u32) -> u32 {
     tokens.div_ceil(BLOCK_TOKENS)
+}
+
+/// Past its prompt and its first token: one token a step from here.
+fn decoding(s: &Seq) -> bool {
+    s.computed == s.prompt_tokens && s.generated > 0
 }
 
 /// A decoding sequence needs a new block when its next token starts one.
