@@ -55,15 +55,23 @@ def test_a_full_server_is_passed_by_and_streams_arrive_whole(procs, addrs, kind,
         assert events(r, 1)
     try:
         wait_until(lambda: metrics(a.app)["vllm:num_requests_running"] == SEATS, what="a's seats full")
-        for i in range(9):  # the front's own pick sees no load anywhere: a gets its share of them
+        # The front's own pick sees no load anywhere, so a gets its share of
+        # them; Envoy breaks least-request ties at random, so how many land on
+        # a first varies: send until a has passed two on (at most 40; a run
+        # that never offers a anything fails below).
+        sent = 0
+        for i in range(40):
             c, r = stream(front.listen, {"prompt": f"question {i}", "max_tokens": 5})
             assert r.status == 200
             evs = events(r)
             c.close()
             assert evs[-1] == "[DONE]" and len(evs) == 6, evs
+            sent += 1
+            if sent >= 9 and a.metrics()['huntlb_forwards_total{outcome="sent"}'] >= 2:
+                break
         assert done(a) == 0  # none ran at the full server
-        assert sum(done(b) for b in rest) == 9  # each ran once, elsewhere
-        assert a.metrics()['huntlb_forwards_total{outcome="sent"}'] >= 1
+        assert sum(done(b) for b in rest) == sent  # each ran once, elsewhere
+        assert a.metrics()['huntlb_forwards_total{outcome="sent"}'] >= 2
     finally:
         for c, _ in held:
             c.close()
