@@ -87,7 +87,7 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
         cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(b)}} for b in backends]
     hcm = lst["filter_chains"][0]["filters"][0]["typed_config"]
     for vh in hcm["route_config"]["virtual_hosts"]:
-        if keep_served_by:
+        if keep_served_by and "response_headers_to_remove" in vh:
             vh["response_headers_to_remove"] = [h for h in vh.get("response_headers_to_remove", []) if h != "hunt-served-by"]
         if not hunting:
             for key in ("include_request_attempt_count", "request_headers_to_add", "request_headers_to_remove", "response_headers_to_remove"):

@@ -148,7 +148,9 @@ class Procs:
 
     def agent(self, host: str, app: str, wait: bool = True, env: dict | None = None, **opts) -> tuple[Proc, str, str]:
         listen, admin = opts.pop("listen", f"{host}:8080"), opts.pop("admin", f"{host}:9901")
-        argv = [binary("huntlb-agent"), "--listen", listen, "--admin", admin, "--app", app, "--id", opts.pop("id", f"agent-{host}")]
+        # named, so it says who served (hunt-served-by); id=None: as shipped, it does not
+        name = opts.pop("id", f"agent-{host}")
+        argv = [binary("huntlb-agent"), "--listen", listen, "--admin", admin, "--app", app] + (["--id", name] if name else [])
         for k, v in opts.items():
             argv += [f"--{k.replace('_', '-')}", str(v)]
         p = self.start(f"agent-{host}", argv, env={**os.environ, "RUST_LOG": "info", **(env or {})})

@@ -169,8 +169,8 @@ impl Agent {
                     parts.status = StatusCode::from_u16(carrier).expect("the carrier is a status");
                     parts.headers.insert(protocol::APP_STATUS, HeaderValue::from_static(app_status));
                 }
-                if let Ok(v) = HeaderValue::from_str(&self.cfg.id) {
-                    parts.headers.insert(protocol::SERVED_BY, v);
+                if let Some(v) = &self.cfg.served_by {
+                    parts.headers.insert(protocol::SERVED_BY, v.clone());
                 }
                 Response::from_parts(parts, Guarded { inner: body, _guard: Some(guard), _front: front, _relay: None }.boxed_unsync())
             }

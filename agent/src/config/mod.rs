@@ -29,6 +29,12 @@ pub enum LoadSource {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub id: String,
+    /// `hunt-served-by` on the app's answers: only when an `id` was given.
+    /// A tier front passes the agents' answers on untouched (removing a
+    /// response header costs Envoy about 2% of its throughput), so an agent
+    /// nobody named tells clients nothing about the fleet; tests and benches
+    /// name theirs to see who served.
+    pub served_by: Option<http::HeaderValue>,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub app: SocketAddr,
@@ -100,6 +106,7 @@ impl Raw {
         }
         let knobs = fleet::Knobs::take(&mut self);
         // the settings the sidecars share: validated by the policy crate, once for every host
+        let named = self.id.is_some();
         let shared = RawSettings { policy: self.policy.as_deref(), workers: self.workers.map(u64::from), id: self.id.as_deref() }
             .validate("agent")
             .map_err(|e| invalid(e.key, e.reason))?;
@@ -192,6 +199,7 @@ impl Raw {
                 Some(v) => Some(addr("agent_check", Some(v), "")?),
                 None => None,
             },
+            served_by: if named { Some(http::HeaderValue::from_str(&id).map_err(|_| invalid("id", "must be a header value"))?) } else { None },
             id,
             policy,
             workers,

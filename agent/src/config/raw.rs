@@ -14,7 +14,7 @@ pub struct Raw {
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Agent id, sent back as `hunt-served-by` [default: agent].
+    /// Agent id, in its logs and, only when given, sent back as `hunt-served-by` [default: agent].
     #[arg(long)]
     pub id: Option<String>,
     /// Address proxies send requests to [default: 127.0.0.1:8080].

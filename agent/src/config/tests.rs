@@ -23,6 +23,15 @@ fn defaults_are_valid() {
 }
 
 #[test]
+fn only_a_named_agent_says_who_served() {
+    // nobody named it: its id is for its logs, clients learn nothing of the fleet
+    let c = raw(|_| {}).unwrap();
+    assert_eq!((c.id.as_str(), c.served_by), ("agent", None));
+    let c = raw(|r| r.id = Some("web-3".into())).unwrap();
+    assert_eq!(c.served_by.as_ref().map(|v| v.as_bytes()), Some(&b"web-3"[..]));
+}
+
+#[test]
 fn bad_values_name_their_key() {
     assert_eq!(key_of(raw(|r| r.policy = Some("fastest".into()))), "policy");
     assert_eq!(key_of(raw(|r| r.listen = Some("nowhere".into()))), "listen");
