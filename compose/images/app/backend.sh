@@ -23,7 +23,10 @@ if [ "${FORWARD:-off}" = on ]; then
     ip=$(hostname -i | cut -d' ' -f1)
     # reports are sealed with the key compose mounts (build.sh made it); the
     # IP in fleet_advertise is where this agent's reports come from
-    fleet=(--fleet-listen 0.0.0.0:9700 --fleet-peers backends:9700 --fleet-advertise "$ip:8080" --fleet-key-file /run/huntlb/fleet.key)
+    # FLEET_PEERS, FLEET_KEY_FILE: the Swarm stack (compose/swarm/) names its
+    # peers tasks.backends:9700 and holds the key as a Docker secret
+    fleet=(--fleet-listen 0.0.0.0:9700 --fleet-peers "${FLEET_PEERS:-backends:9700}" --fleet-advertise "$ip:8080"
+           --fleet-key-file "${FLEET_KEY_FILE:-/run/huntlb/fleet.key}")
 fi
 exec huntlb-agent --listen 0.0.0.0:8080 --admin 0.0.0.0:9901 --app 127.0.0.1:9000 --id "$(hostname)" \
     --policy "$POLICY" --workers "$WORKERS" --drain-grace-ms "${DRAIN_GRACE_MS:-5000}" "${fleet[@]}"
