@@ -38,6 +38,10 @@ def main() -> int:
     ap.add_argument("--servers", type=int, default=testbed.SERVERS,
                     help="backends; their jobs are as much longer (mean_ms x servers / 12), so the capacity and rate stay")
     ap.add_argument("--demand", default="exp", help="the jobs' sizes: exp, or lognormal:SIGMA (heavy-tailed)")
+    ap.add_argument("--cluster", action="store_true", help="on the emulated cluster (benchlib/clusterbed.py: hosts as "
+                    "network namespaces, DNS discovery; needs root): FWD/pass against the proxy's own least only")
+    ap.add_argument("--fleet-loss", type=float, default=0.0, metavar="P",
+                    help="with --cluster: drop each datagram arriving at a backend's fleet port with probability P")
     ap.add_argument("--json", type=Path, help="write every run here (one JSON object per line)")
     ap.add_argument("--from", dest="runs_from", type=Path, metavar="JSONL",
                     help="measure nothing: the ratios of runs an earlier --json wrote, against this baseline")
@@ -50,8 +54,14 @@ def main() -> int:
         return summarize(a, runs)
     lam0 = testbed.last_lambda0()
     rate = 0.88 * lam0
-    b = testbed.Bench(Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), [a.proxy], False, servers=a.servers,
-                   mean_ms=testbed.MEAN_MS * a.servers / testbed.SERVERS, demand=a.demand)
+    work, mean_ms = Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), testbed.MEAN_MS * a.servers / testbed.SERVERS
+    if a.cluster:
+        from benchlib.clusterbed import ClusterBench
+        b = ClusterBench(work, [a.proxy], servers=a.servers, mean_ms=mean_ms, demand=a.demand, fleet_loss=a.fleet_loss)
+    elif a.fleet_loss:
+        raise SystemExit("--fleet-loss needs --cluster (loss is a kernel rule inside the cluster's hosts)")
+    else:
+        b = testbed.Bench(work, [a.proxy], False, servers=a.servers, mean_ms=mean_ms, demand=a.demand)
     runs = []
     try:
         for rep in range(a.reps):
@@ -66,7 +76,8 @@ def main() -> int:
         b.close()
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        setup = {"baseline": a.baseline, "fronts": a.fronts, "servers": a.servers, "demand": a.demand}
+        setup = {"baseline": a.baseline, "fronts": a.fronts, "servers": a.servers, "demand": a.demand,
+                 "bed": "cluster" if a.cluster else "loopback", "fleet_loss": a.fleet_loss}
         a.json.write_text("".join(json.dumps({**r.to_json(), **setup}, sort_keys=True) + "\n" for r in runs))
     return summarize(a, runs)
 

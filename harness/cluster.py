@@ -189,12 +189,16 @@ class Cluster:
         with contextlib.suppress(FileNotFoundError):
             (self.hostsdir / b.name).unlink()
 
-    def front(self, kind: str = "envoy", name: str | None = None, expect: int | None = None, hold_timeout: str | None = "1h") -> Front:
+    def front(self, kind: str = "envoy", name: str | None = None, expect: int | None = None, hold_timeout: str | None = "1h",
+              hunting: bool = True, slots: int = 8) -> Front:
         """A tier front of `kind` (envoy, haproxy-2.6, haproxy-3.0) on its own
         host, over the service's name; returned once its checks pass for
         `expect` backends (the published ones by default). hold_timeout:
         HAProxy's `hold timeout` (None: its default, 30 s, after which a DNS
-        server that does not answer takes every server out, docs/cluster.md)."""
+        server that does not answer takes every server out, docs/cluster.md).
+        hunting=False: the same front with its hunting lines removed (the
+        proxy's own least-loaded pick, the baseline). slots: HAProxy's
+        server-template size, the most backends it can hold."""
         name = name or f"f{sum(isinstance(h, Front) for h in self.hosts.values()) + 1}"
         f = self._host(Front, name)
         f.kind = kind
@@ -202,7 +206,7 @@ class Cluster:
         fqdn = f"{SERVICE}.{DOMAIN}"
         if kind == "envoy":
             f.admin = f"{f.ip}:{FRONT_ADMIN_PORT}"
-            cfg = front_config(f.listen, f.admin, [], example="front-tier.yaml")
+            cfg = front_config(f.listen, f.admin, [], example="front-tier.yaml", hunting=hunting)
             cluster = cfg["static_resources"]["clusters"][0]
             for k in ("type", "load_assignment"):
                 cluster.pop(k, None)
@@ -225,13 +229,13 @@ class Cluster:
             self._made(hr.dir)
             self.procs.cleanups.append(hr.cleanup)
             f.stats = str(hr.dir / f"{name}.sock")
-            text = haproxy_front_text(hr, f.listen, f.stats, [], example="front-tier.cfg")
+            text = haproxy_front_text(hr, f.listen, f.stats, [], example="front-tier.cfg", hunting=hunting)
             # one line per request in the front's log (-db: stdout): status, server, termination state, retries
             text = text.replace("global\n", "global\n    log stdout format raw daemon\n", 1)
             text = text.replace("defaults\n", "defaults\n    log global\n    option httplog\n", 1)
             # the servers: slots filled from the service's A records, as
             # HAProxy's own docs do for Consul or Kubernetes services
-            text += (f"    server-template web 8 {fqdn}:{AGENT_PORT} resolvers cluster init-addr none resolve-prefer ipv4\n\n"
+            text += (f"    server-template web {slots} {fqdn}:{AGENT_PORT} resolvers cluster init-addr none resolve-prefer ipv4\n\n"
                      "resolvers cluster\n"
                      "    parse-resolv-conf           # the host's resolv.conf: the cluster DNS\n"
                      "    accepted_payload_size 8192\n"
