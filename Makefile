@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-cluster demo fuzz \
+.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-cluster demo demo-swarm fuzz \
 	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-proxies bench-front-scaling bench-vs-least bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
@@ -60,6 +60,15 @@ test-cluster: setup build
 # load, 1100 req/s: release builds, as the bench (a debug generator falls behind)
 demo: setup release
 	PYTHONPATH=$(CURDIR):$(CURDIR)/bench HUNTLB_PROFILE=release $(PYTHON) scripts/demo.py
+
+# The compose fleet as a Docker Swarm stack on three nodes (dockerd-in-docker),
+# backends scaled 3 -> 5 -> 3, the agents rolled, a node killed, all under load;
+# hunting against the proxies' own least-request, errors per phase, written to
+# docs/results/swarm.md (docs/demo.md, "Across nodes"). Needs root; builds the
+# compose images (compose/build.sh) and the node image; ~4 min with them built.
+demo-swarm: setup
+	./scripts/docker-setup.sh install
+	$(PYTHON) scripts/swarm_demo.py
 
 # Benchmarks are never part of `make test`. They use release builds and write
 # reports to docs/results/ and their runs to bench/data/ (docs/bench.md says what

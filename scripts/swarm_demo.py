@@ -195,11 +195,15 @@ def form_swarm(nodes: list[Node]) -> None:
     assert sum(1 for line in ready if line.endswith(" Ready")) == len(nodes), ready
 
 
-def deploy(mgr: Node) -> None:
+def deploy(mgr: Node, encrypted: bool) -> None:
     key = (ROOT / "compose" / ".fleet.key")
     assert key.is_file(), "no compose/.fleet.key: compose/build.sh makes it"
+    text = (SWARM_DIR / "stack.yaml").read_text()
+    if encrypted:  # the overlay's VXLAN traffic in IPsec between nodes
+        assert "    # driver_opts: {encrypted: \"\"}" in text
+        text = text.replace("    # driver_opts: {encrypted: \"\"}", "    driver_opts: {encrypted: \"\"}")
     run(["docker", "exec", mgr.cid, "mkdir", "-p", "/stack"])
-    run(["docker", "cp", str(SWARM_DIR / "stack.yaml"), f"{mgr.cid}:/stack/stack.yaml"])
+    run(["docker", "exec", "-i", mgr.cid, "sh", "-c", "cat > /stack/stack.yaml"], input=text.encode())
     run(["docker", "cp", str(key), f"{mgr.cid}:/stack/fleet.key"])
     run(["docker", "exec", "-w", "/stack", mgr.cid, "docker", "stack", "deploy", "-c", "stack.yaml", STACK])
 
@@ -333,6 +337,8 @@ def main() -> int:
     ap.add_argument("--steady", type=float, default=20.0, help="seconds of load before the first event, and between events")
     ap.add_argument("--after-kill", type=float, default=45.0, help="seconds of load after the node is killed")
     ap.add_argument("--results", default=str(ROOT / "docs" / "results" / "swarm.md"), help="where the table goes ('' for nowhere)")
+    ap.add_argument("--encrypted-overlay", action="store_true", help="the stack's overlay network encrypted (IPsec between nodes)")
+    ap.add_argument("--runs", type=int, default=1, help="runs, each on new nodes (default 1)")
     ap.add_argument("--clean", action="store_true", help="only remove what a killed run left, then exit")
     args = ap.parse_args()
 
@@ -360,16 +366,34 @@ def main() -> int:
     loadgen = os.environ.get("HUNTLB_LOADGEN") or str(ROOT / "target" / "release" / "huntlb-loadgen")
     assert os.access(loadgen, os.X_OK), f"no {loadgen}: make release"
 
+    runs = []
     try:
-        return exercise(args, timings, wall0, loadgen)
+        for i in range(args.runs):
+            if i:
+                t = time.monotonic()
+                left = remove_all()   # the last run's nodes, swarm and network: every run starts from none
+                assert not any(left.values()), f"could not remove {left}"
+                log(f"run {i + 1} of {args.runs} (the last run's nodes removed in {time.monotonic() - t:.1f} s)")
+            # the first run's durations include building the images
+            runs.append(exercise(args, dict(timings) if i == 0 else {}, loadgen, f"{os.getpid()}r{i + 1}"))
+        report = render(args, runs, time.monotonic() - wall0)
+        print(report)
+        if args.results:
+            Path(args.results).write_text(report)
+            log(f"wrote {args.results}")
+        return 0 if all(rolling_clean(r["table"]) for r in runs) else 1
     finally:
         t = time.monotonic()
         cleanup()
         log(f"teardown {time.monotonic() - t:.1f} s; wall time {time.monotonic() - wall0:.0f} s")
 
 
-def exercise(args, timings: dict[str, float], wall0: float, loadgen: str) -> int:
-    run_id = str(os.getpid())
+def rolling_clean(table: list[dict]) -> bool:
+    rolling = [r for r in table if r["phase"].startswith("rolling")]
+    return bool(rolling) and all(r["errors"][s] == 0 and r["dead_front"][s] == 0 for r in rolling for s in STRATEGIES)
+
+
+def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict:
     t = time.monotonic()
     nodes, _net = start_nodes(3, run_id)
     timings["3 nodes up"] = time.monotonic() - t
@@ -380,7 +404,7 @@ def exercise(args, timings: dict[str, float], wall0: float, loadgen: str) -> int
     t = time.monotonic()
     form_swarm(nodes)
     mgr = nodes[0]
-    deploy(mgr)
+    deploy(mgr, args.encrypted_overlay)
     wait_for(lambda: len(running_tasks(mgr, "backends")) == 3 and len(running_tasks(mgr, "envoy")) == 3
              and len(running_tasks(mgr, "haproxy")) == 3, 120, "3 backends and a front of each proxy on every node")
     where = running_tasks(mgr, "backends")
@@ -396,6 +420,7 @@ def exercise(args, timings: dict[str, float], wall0: float, loadgen: str) -> int
     log(f"stack up ({timings['swarm formed, stack up']:.1f} s): backends on {sorted(n for _, n in where)}")
 
     demand = "exp:20"
+    timings_note: list[str] = []
     with tempfile.TemporaryDirectory(prefix="huntlb-swarm-load-") as work:
         load = Load(loadgen, nodes, args.rate, args.window, demand, Path(work))
         phases: list[Phase] = []
@@ -414,7 +439,12 @@ def exercise(args, timings: dict[str, float], wall0: float, loadgen: str) -> int
             mgr.docker("service", "scale", "--detach", f"{STACK}_backends={n}")
 
         phase("steady (3 backends)")
-        time.sleep(args.steady)
+        time.sleep(max(0.0, args.steady - 3))
+        # what the nodes cost under this load (docker stats samples for about 2 s)
+        stats = run(["docker", "stats", "--no-stream", "--format", "{{.Name}}: CPU {{.CPUPerc}}, memory {{.MemUsage}}",
+                     *[nd.cid for nd in nodes]], timeout=60).strip().splitlines()
+        timings_note.append("nodes under the steady load: " + "; ".join(x.split("-")[-1] for x in stats))
+        time.sleep(max(0.0, args.steady - (time.monotonic() - phases[-1].start)))
         p = phase("scale 3 -> 5")
         svc_scale(5)
         wait_for(lambda: len(running_tasks(mgr, "backends")) == 5, 60, "5 backends running")
@@ -426,7 +456,6 @@ def exercise(args, timings: dict[str, float], wall0: float, loadgen: str) -> int
         p.note = f"3 running after {time.monotonic() - p.start:.1f} s (the 2 removed drain 5 s before they exit)"
         time.sleep(max(0.0, args.steady + 5 - (time.monotonic() - p.start)))
         p = phase("rolling update of the agents")
-        before = {n for n, _ in running_tasks(mgr, "backends")}
         mgr.docker("service", "update", "--force", "--detach", f"{STACK}_backends")
 
         def updated():
@@ -439,36 +468,34 @@ def exercise(args, timings: dict[str, float], wall0: float, loadgen: str) -> int
         p.note = f"completed after {time.monotonic() - p.start:.1f} s (parallelism 1, start-first, 5 s delay)"
         # the last replaced agent is still draining (5 s) when Swarm says completed
         time.sleep(args.steady)
-        victim = nodes[2]
-        on_victim = [n for n, nd in running_tasks(mgr, "backends") if nd == victim.name]
+        # a worker (the manager stays up), the one with the most backends now:
+        # after a start-first roll they need not be one a node
+        tasks = running_tasks(mgr, "backends")
+        victim = max(nodes[1:], key=lambda nd: sum(1 for _, where in tasks if where == nd.name))
+        on_victim = [n for n, where in tasks if where == victim.name]
         inside = inflight(victim)
-        p = phase(f"{victim.name} killed", note="")
+        p = phase(f"{victim.name} killed")
+        killed_at = time.monotonic()   # a request ending from here on may be the kill's
         run(["docker", "kill", victim.cid])
-        killed_at = time.monotonic()
 
         def rescheduled():
             tasks = running_tasks(mgr, "backends")
             return len(tasks) == 3 and all(nd != victim.name for _, nd in tasks)
+        p.note = (f"{len(on_victim)} of the 3 backends and an Envoy and a HAProxy front on it, "
+                  f"{inside} request(s) in its agents just before")
         try:
             wait_for(rescheduled, args.after_kill, f"{victim.name}'s backends running elsewhere", every=1.0)
-            p.note = (f"{len(on_victim)} backend(s) and 2 fronts on it, {inside} request(s) in its agents just before; "
-                      f"Swarm ran its backends elsewhere after {time.monotonic() - killed_at:.1f} s")
+            if on_victim:
+                p.note += f"; Swarm ran its backends elsewhere after {time.monotonic() - killed_at:.1f} s"
         except RuntimeError:
-            p.note = (f"{len(on_victim)} backend(s) and 2 fronts on it, {inside} request(s) in its agents just before; "
-                      f"its backends NOT run elsewhere within {args.after_kill:.0f} s")
+            p.note += f"; its backends NOT run elsewhere within {args.after_kill:.0f} s"
         time.sleep(max(0.0, args.after_kill - (time.monotonic() - killed_at)))
         phases[-1].end = time.monotonic()
         load.stop()
         timings["load"] = time.monotonic() - T0
-        del before
         table = tabulate(load, phases, T0, victim.ip, killed_at)
-    report = render(args, table, phases, timings, time.monotonic() - wall0)
-    print(report)
-    if args.results:
-        Path(args.results).write_text(report)
-        log(f"wrote {args.results}")
-    rolling = [r for r in table if r["phase"].startswith("rolling")]
-    return 0 if rolling and all(r["errors"][s] == 0 for r in rolling for s in STRATEGIES) else 1
+    return {"table": table, "phases": phases, "timings": timings, "notes": timings_note,
+            "when": time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
 
 
 def tabulate(load: Load, phases: list[Phase], T0: float, dead_ip: str, killed_at: float) -> list[dict]:
@@ -506,41 +533,56 @@ def tabulate(load: Load, phases: list[Phase], T0: float, dead_ip: str, killed_at
     return rows
 
 
-def render(args, table: list[dict], phases: list[Phase], timings: dict[str, float], wall: float) -> str:
+def render(args, runs: list[dict], wall: float) -> str:
     cols = list(STRATEGIES)
     out = ["# The fleet as a Docker Swarm stack on three nodes", "",
-           "Written by `scripts/swarm_demo.py` (`make demo-swarm`; docs/demo.md, \"Across nodes: Docker Swarm\").", "",
+           "Written by `scripts/swarm_demo.py` (`make demo-swarm`; docs/demo.md, \"Across nodes: Docker Swarm\"), "
+           f"`{' '.join(['scripts/swarm_demo.py'] + sys.argv[1:])}`.", "",
            f"Machine: {os.cpu_count()} cores, Linux {platform.release()}, {run(['docker', 'version', '-f', 'Docker {{.Server.Version}}']).strip()}; "
-           f"nodes: huntlb/swarm-node (Debian's docker.io) containers on one bridge; run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+           f"nodes: huntlb/swarm-node (Debian's docker.io) containers on one bridge, 1 manager and 2 workers; "
+           f"overlay {'encrypted (IPsec)' if args.encrypted_overlay else 'not encrypted'}.", "",
            f"Load: open-loop Poisson, {args.rate:g} req/s to each of the 4 strategies at once ({4 * args.rate:g} req/s in all), "
            f"the same arrivals and job sizes (exp 20 ms) for each, in {args.window:g} s windows over the nodes whose fronts accept "
            "connections; 3 backends of 100 req/s each (8 workers, 2 emulated cores). A client error: a transport error, "
-           "a 10 s timeout or a non-2xx answer; nothing is re-sent.", "",
+           "a 10 s timeout or a non-2xx answer; nothing is re-sent. Hunting: the shipped fronts over the agents' forwarding "
+           "tier; least: the proxy's own least-request (Envoy LEAST_REQUEST with FULL_SCAN, HAProxy leastconn) over the "
+           "same agents, no hunting lines; all four at once over the same backends.", "",
            "Client errors / requests, per phase; a request counts in the phase it ended in (answered or failed), so one "
            "in flight when a node died is the kill's. Requests the outside balancer had sent to the killed node's own "
-           "fronts (the same requests for every strategy: one seed, one order of targets) are on a row of their own.", "",
-           "| phase | s | " + " | ".join(cols) + " |", "|---|--:|" + "--:|" * len(cols)]
-    for r in table:
-        cells = []
-        for s in cols:
-            c = f"{r['errors'][s]} / {r['sent'][s]}"
-            cells.append(f"**{c}**" if r["errors"][s] else c)
-        out.append(f"| {r['phase']} | {r['seconds']:.0f} | " + " | ".join(cells) + " |")
-        if any(r["dead_sent"].values()):
-            out.append(f"| {r['phase']}: sent to the killed node's own fronts | | "
-                       + " | ".join(f"{r['dead_front'][s]} / {r['dead_sent'][s]}" for s in cols) + " |")
-    out += ["", "Hunting: the shipped fronts over the agents' forwarding tier; least: the proxy's own least-request "
-            "(Envoy LEAST_REQUEST with FULL_SCAN, HAProxy leastconn) over the same agents, no hunting lines. "
-            "Both run at once over the same backends.", "", "Events:", ""]
-    out += [f"* {p.name}: {p.note}" if p.note else f"* {p.name}" for p in phases]
-    if table[0].get("windows"):
-        out += ["", "Every load window with a client error (as the generator reported it):", ""]
-        out += [f"* {w}" for w in table[0]["windows"]]
-    invalid = sum(r["invalid"] for r in table)
-    if invalid:
-        out += ["", f"**{invalid} generator windows could not keep their schedule** (p99 send lateness over 20 ms): "
-                "their counts are in the table, flagged here."]
-    out += ["", "Durations (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()) + f"; whole run {wall:.0f}.", ""]
+           "fronts (the same requests for every strategy: one seed, one order of targets) are on a row of their own.", ""]
+    if len(runs) > 1:
+        out += ["## Every run: the rolling update and the kill", "",
+                "| run | event | " + " | ".join(cols) + " |", "|--:|---|" + "--:|" * len(cols)]
+        for k, r in enumerate(runs, 1):
+            for row in r["table"]:
+                if row["phase"].startswith("rolling") or "killed" in row["phase"]:
+                    out.append(f"| {k} | {row['phase']} | " + " | ".join(f"{row['errors'][s]} / {row['sent'][s]}" for s in cols) + " |")
+                    if any(row["dead_sent"].values()):
+                        out.append(f"| {k} | ... sent to its own fronts | " + " | ".join(
+                            f"{row['dead_front'][s]} / {row['dead_sent'][s]}" for s in cols) + " |")
+        out.append("")
+    for k, r in enumerate(runs, 1):
+        table, phases = r["table"], r["phases"]
+        out += [f"## Run {k} of {len(runs)} ({r['when']})" if len(runs) > 1 else f"## The run ({r['when']})", "",
+                "| phase | s | " + " | ".join(cols) + " |", "|---|--:|" + "--:|" * len(cols)]
+        for row in table:
+            cells = [f"{row['errors'][s]} / {row['sent'][s]}" for s in cols]
+            out.append(f"| {row['phase']} | {row['seconds']:.0f} | " + " | ".join(f"**{c}**" if not c.startswith("0 /") else c for c in cells) + " |")
+            if any(row["dead_sent"].values()):
+                out.append(f"| {row['phase']}: sent to the killed node's own fronts | | "
+                           + " | ".join(f"{row['dead_front'][s]} / {row['dead_sent'][s]}" for s in cols) + " |")
+        out += ["", "Events:", ""]
+        out += [f"* {p.name}: {p.note}" if p.note else f"* {p.name}" for p in phases]
+        if table[0].get("windows"):
+            out += ["", "Every load window with a client error (as the generator reported it):", ""]
+            out += [f"* {w}" for w in table[0]["windows"]]
+        invalid = sum(row["invalid"] for row in table)
+        if invalid:
+            out += ["", f"**{invalid} generator windows could not keep their schedule** (p99 send lateness over 20 ms): "
+                    "their counts are in the table, flagged here."]
+        out += ["", "Durations (s): " + ", ".join(f"{k2} {v:.1f}" for k2, v in r["timings"].items()) + ".", ""]
+        out += [f"{n}." for n in r["notes"]] + ([""] if r["notes"] else [])
+    out += [f"Whole run: {wall:.0f} s (teardown, a few seconds, after this was written).", ""]
     return "\n".join(out)
 
 
