@@ -2,6 +2,7 @@
 //! Apache servers, the load generator, and the simulator the real runs are
 //! compared with.
 
+pub mod epp;
 pub mod llm;
 pub mod loadgen;
 pub mod sim;
