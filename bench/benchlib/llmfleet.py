@@ -1,0 +1,104 @@
+"""A fleet of emulated model servers (`huntlb-llm`), each with an agent beside
+it in a forwarding tier (as tests/test_llm_gateway.py sets one up), and the
+two kinds of gateway over it: the tier fronts (hunting) and an Envoy with its
+own endpoint picker (`huntlb-epp`, the GIE-style baseline,
+bench/configs/epp-gateway.yaml). Used by bench/llm_gateways.py and
+tests/test_llm_epp.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from harness import Backend, Proc, Procs, binary, request, start_envoy, wait_http, wait_until
+from harness.envoy import sock
+
+EPP_GATEWAY = Path(__file__).resolve().parents[1] / "configs" / "epp-gateway.yaml"
+DEST = "x-gateway-destination-endpoint"
+
+
+def llm_metrics(addr: str) -> dict[str, float]:
+    """A model server's vLLM gauges and counters (one model)."""
+    _, _, body = request(addr, "GET", "/metrics")
+    out = {}
+    for line in body.decode().splitlines():
+        m = re.match(r'^([a-z_:]+)\{model_name="[^"]*"\} (\S+)$', line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def served(b: Backend) -> float:
+    """Requests the model server finished (`vllm:request_success_total`)."""
+    return llm_metrics(b.app)["vllm:request_success_total"]
+
+
+def model_fleet(procs: Procs, addrs, n: int, seats: int, time_scale: float, agents: bool = True,
+                policy: str = "dynamic:seen_margin=1") -> list[Backend]:
+    """n hosts, each an emulated model server with `seats` seats (max_num_seqs)
+    at `time_scale`, and (agents) a huntlb agent beside it, the agents a
+    forwarding tier."""
+    hosts = [addrs.host() for _ in range(n)]
+    peers = ",".join(f"{h}:9700" for h in hosts)
+    out = []
+    for host in hosts:
+        llm = f"{host}:8000"
+        lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--time-scale", str(time_scale),
+                                          "--max-num-seqs", str(seats), "--model", "m"])
+        wait_http(llm, "/health", proc=lp)
+        if agents:
+            ap, agent, admin = procs.agent(host, llm, policy=policy, workers=seats, app_stall_ms=0, fleet_listen=f"{host}:9700",
+                                           fleet_peers=peers, fleet_key_file=procs.fleet_key(), id=None)
+        else:
+            ap, agent, admin = None, None, None
+        out.append(Backend(host, llm, agent, admin, lp, ap))
+    if agents and n > 1:
+        wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), timeout=20,
+                   what="every agent hearing the others")
+    return out
+
+
+def start_picker(procs: Procs, host: str, servers: list[str], interval_ms: int = 50, seed: int = 1) -> tuple[Proc, str]:
+    """huntlb-epp on host:9002 over the model servers (ip:port each)."""
+    addr = f"{host}:9002"
+    p = procs.start(f"epp-{host}", [binary("huntlb-epp"), "--listen", addr, "--server", ",".join(servers),
+                                     "--interval-ms", str(interval_ms), "--seed", str(seed)])
+    wait_http(addr, "/.epp/metrics", proc=p)
+    return p, addr
+
+
+def epp_gateway_config(listen: str, admin: str, picker: str) -> dict:
+    """bench/configs/epp-gateway.yaml pointed at these addresses."""
+    cfg = yaml.safe_load(EPP_GATEWAY.read_text())
+    cfg["admin"]["address"] = sock(admin)
+    lst = cfg["static_resources"]["listeners"][0]
+    lst["address"] = sock(listen)
+    for f in lst["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]:
+        if f["name"] == "envoy.filters.http.ext_authz":
+            f["typed_config"]["http_service"]["server_uri"]["uri"] = f"http://{picker}"
+    epp = [c for c in cfg["static_resources"]["clusters"] if c["name"] == "epp"][0]
+    epp["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(picker)}}]
+    return cfg
+
+
+class EppGateway:
+    """One Envoy and its own picker over the model servers."""
+
+    def __init__(self, procs: Procs, addrs, servers: list[str], interval_ms: int = 50, seed: int = 1, concurrency: int = 1):
+        host = addrs.host()
+        self.picker_proc, self.picker = start_picker(procs, host, servers, interval_ms, seed)
+        self.listen, self.admin = f"{host}:10000", f"{host}:9902"
+        self.proc = start_envoy(procs, f"epp-gateway-{host}", epp_gateway_config(self.listen, self.admin, self.picker),
+                                concurrency=concurrency)
+        # the picker has scraped every server once
+        wait_until(lambda: self.picker_stats()["huntlb_epp_scrapes_total"] >= 2 * len(servers), what="the picker scraping")
+
+    def picker_stats(self) -> dict[str, float]:
+        _, _, body = request(self.picker, "GET", "/.epp/metrics")
+        out = {}
+        for line in body.decode().splitlines():
+            k, _, v = line.rpartition(" ")
+            out[k] = float(v)
+        return out

@@ -1,0 +1,110 @@
+"""The GIE-style baseline the LLM gateways are measured against: an Envoy that
+asks its endpoint picker (`huntlb-epp`, bench/configs/epp-gateway.yaml)
+where each request goes. The picker sends requests to the server its scrape
+of `/metrics` shows least loaded (counted at the servers); a client's own
+`x-gateway-destination-endpoint` is never obeyed; a picker that is down is a
+503 at the client, and no request reaches any server unpicked."""
+
+import json
+
+from benchlib.llmfleet import DEST, EppGateway, llm_metrics, model_fleet, served
+from harness import request, wait_until
+from test_llm import events, stream
+
+SEATS = 1
+
+
+def held(addr: str, n: int) -> list:
+    """n streams that never end by themselves, sent straight to a server."""
+    return [stream(addr, {"prompt": f"held {i}", "max_tokens": 100_000}) for i in range(n)]
+
+
+def ask(gw: EppGateway, i: int, headers: dict | None = None) -> int:
+    status, _, _ = request(gw.listen, "POST", "/v1/completions", headers={"content-type": "application/json", **(headers or {})},
+                           body=json.dumps({"prompt": f"question {i}", "max_tokens": 3}).encode())
+    return status
+
+
+def load_seen(gw: EppGateway, want: dict[str, float]) -> None:
+    """The servers show these waiting counts, and the picker scraped since."""
+    wait_until(lambda: all(llm_metrics(a)["vllm:num_requests_waiting"] == w for a, w in want.items()), what="queues built")
+    n = gw.picker_stats()["huntlb_epp_scrapes_total"]
+    wait_until(lambda: gw.picker_stats()["huntlb_epp_scrapes_total"] >= n + 2 * len(want), what="fresh scrapes")
+
+
+def close(streams: list) -> None:
+    for c, _ in streams:
+        c.close()
+
+
+def test_the_picker_sends_each_request_to_the_least_loaded_server(procs, addrs):
+    a, b, c = bs = model_fleet(procs, addrs, 3, SEATS, 0.1, agents=False)
+    gw = EppGateway(procs, addrs, [x.app for x in bs])
+    # a: its seat and 2 waiting; c: its seat and 1 waiting; b: idle
+    hold = held(a.app, 3) + held(c.app, 2)
+    try:
+        load_seen(gw, {a.app: 2, b.app: 0, c.app: 1})
+        for i in range(6):
+            assert ask(gw, i) == 200
+        assert (served(a), served(b), served(c)) == (0, 6, 0)
+        picks = gw.picker_stats()
+        assert picks[f'huntlb_epp_picks_total{{endpoint="{b.app}"}}'] == 6
+    finally:
+        close(hold)
+
+
+def test_a_clients_destination_header_is_not_obeyed(procs, addrs):
+    """The attacker names a server outside the pool (and, second, the busiest
+    in it): neither is where its request goes."""
+    *pool, outside = bs = model_fleet(procs, addrs, 3, SEATS, 0.1, agents=False)
+    a, b = pool
+    gw = EppGateway(procs, addrs, [x.app for x in pool])
+    hold = held(a.app, 2)  # a busy: its seat and 1 waiting
+    try:
+        load_seen(gw, {a.app: 1, b.app: 0})
+        for i, target in enumerate([outside.app] * 3 + [a.app] * 3):
+            assert ask(gw, i, headers={DEST: target}) == 200
+        assert served(outside) == 0
+        assert (served(a), served(b)) == (0, 6)
+        assert sum(served(x) for x in bs) == 6
+    finally:
+        close(hold)
+
+
+def test_a_picker_that_is_down_is_a_503_and_nothing_is_sent(procs, addrs):
+    bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
+    gw = EppGateway(procs, addrs, [x.app for x in bs])
+    assert ask(gw, 0) == 200
+    gw.picker_proc.stop()
+    # a client naming a server itself is not let through either
+    assert ask(gw, 1) == 503
+    assert ask(gw, 2, headers={DEST: bs[0].app}) == 503
+    assert sum(served(x) for x in bs) == 1
+
+
+def test_a_picker_with_no_live_server_answers_503_through_the_gateway(procs, addrs):
+    bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
+    gw = EppGateway(procs, addrs, [x.app for x in bs])
+    for x in bs:
+        x.app_proc.stop()
+    # Until the staleness bound (2 s) the picker still names a server, and
+    # Envoy's connection to it fails (a 503 of its own: one endpoint, no
+    # retry); past it, no server is a candidate and the picker answers 503,
+    # which Envoy takes as a failed check: a 503 too, the reason counted at
+    # the picker.
+    wait_until(lambda: ask(gw, 0) == 503 and gw.picker_stats()["huntlb_epp_no_endpoint_total"] >= 1, timeout=10, every=0.2,
+               what="the picker finding no live server")
+    assert gw.picker_stats()["huntlb_epp_no_endpoint_total"] >= 1
+
+
+def test_a_stream_through_the_epp_gateway_arrives_token_by_token(procs, addrs):
+    bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
+    gw = EppGateway(procs, addrs, [x.app for x in bs])
+    c, r = stream(gw.listen, {"prompt": "hello", "max_tokens": 100_000})
+    try:
+        assert r.status == 200
+        assert len(events(r, 3)) == 3  # tokens arrive while the server still runs it
+        assert sum(llm_metrics(x.app)["vllm:num_requests_running"] for x in bs) == 1
+    finally:
+        c.close()
+    wait_until(lambda: sum(llm_metrics(x.app)["vllm:num_requests_running"] for x in bs) == 0, what="the seat freed")
