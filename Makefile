@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-cluster demo demo-swarm fuzz \
-	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-proxies bench-front-scaling bench-vs-least bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-proxies bench-front-scaling bench-vs-least bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -122,6 +122,12 @@ bench-agent: setup release
 # The emulated model server against its own model (docs/results/llm.md): ~1 min
 bench-llm-emulator: setup release
 	$(BENCH) bench/llm_emulator.py
+
+# Issue 43: 1 and 4 gateways with an endpoint picker each against 1 and 4
+# hunting tier fronts over 8 emulated model servers, 6 paired repetitions (a
+# repetition an invocation: about 5 minutes each), then the report.
+bench-llm-gateways: setup release
+	for k in 0 1 2 3 4 5; do $(BENCH) bench/llm_gateways.py --reps 1 --first-rep $$k || exit 1; done
 
 bench-proxies: bench-setup release
 	$(BENCH) bench/proxy_overhead.py
