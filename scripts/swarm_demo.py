@@ -103,13 +103,16 @@ class Cleanup:
         self.dockerd: str = ""
         self.done = False
         self.lock = threading.Lock()
+        self.spawn = threading.Lock()
 
     def __call__(self) -> None:
-        with self.lock:
+        with self.lock, self.spawn:
             if self.done:
                 return
             self.done = True
-        for p in self.procs:
+        with self.spawn:  # no generator starts after this: the load's thread checks `done` under the same lock
+            procs = list(self.procs)
+        for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
@@ -294,8 +297,11 @@ class Load:
                         argv += ["--work", self.demand]
                     for ip in live:
                         argv += ["--target", f"http://{ip}:{port}/"]
-                    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                    cleanup.procs.append(p)
+                    with cleanup.spawn:
+                        if cleanup.done:
+                            return
+                        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                        cleanup.procs.append(p)
                     procs[s] = p
                 self.windows.append(w)
                 t = threading.Thread(target=self._collect, args=(w, procs))
@@ -533,6 +539,13 @@ def tabulate(load: Load, phases: list[Phase], T0: float, dead_ip: str, killed_at
     return rows
 
 
+def source() -> str:
+    """Which tree the images and the load generator were built from."""
+    head = run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False).strip() or "no git"
+    dirty = run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], check=False).strip()
+    return f"tree {head}" + (" with uncommitted changes" if dirty else "")
+
+
 def render(args, runs: list[dict], wall: float) -> str:
     cols = list(STRATEGIES)
     out = ["# The fleet as a Docker Swarm stack on three nodes", "",
@@ -540,7 +553,7 @@ def render(args, runs: list[dict], wall: float) -> str:
            f"`{' '.join(['scripts/swarm_demo.py'] + sys.argv[1:])}`.", "",
            f"Machine: {os.cpu_count()} cores, Linux {platform.release()}, {run(['docker', 'version', '-f', 'Docker {{.Server.Version}}']).strip()}; "
            f"nodes: huntlb/swarm-node (Debian's docker.io) containers on one bridge, 1 manager and 2 workers; "
-           f"overlay {'encrypted (IPsec)' if args.encrypted_overlay else 'not encrypted'}.", "",
+           f"overlay {'encrypted (IPsec)' if args.encrypted_overlay else 'not encrypted'}; {source()}.", "",
            f"Load: open-loop Poisson, {args.rate:g} req/s to each of the 4 strategies at once ({4 * args.rate:g} req/s in all), "
            f"the same arrivals and job sizes (exp 20 ms) for each, in {args.window:g} s windows over the nodes whose fronts accept "
            "connections; 3 backends of 100 req/s each (8 workers, 2 emulated cores). A client error: a transport error, "
