@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-cluster demo demo-swarm fuzz \
-	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-proxies bench-front-scaling bench-vs-least bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -115,6 +115,18 @@ bench-wiki: bench-wiki-setup release
 bench-vs-least: bench-setup release
 	$(BENCH) bench/srlb.py --only vs-least --proxies envoy
 	$(BENCH) bench/srlb.py --only vs-least --proxies haproxy
+
+# The tier at 4 and 8 HAProxy fronts against leastconn and one front's ideal,
+# on loopback, on the emulated cluster (docs/cluster.md) and there with 1% of
+# the fleet's datagrams lost: 5 paired repetitions each, about 30 minutes; root.
+CL := bench/data/cluster
+bench-cluster: bench-setup release
+	for n in 4 8; do \
+	  $(BENCH) bench/pairs.py haproxy leastconn FWD/pass leastconn@1 --fronts $$n --reps 5 --json $(CL)/haproxy-$$n-loopback.jsonl && \
+	  $(BENCH) bench/pairs.py haproxy leastconn FWD/pass leastconn@1 --fronts $$n --reps 5 --cluster --json $(CL)/haproxy-$$n-cluster.jsonl && \
+	  $(BENCH) bench/pairs.py haproxy leastconn FWD/pass leastconn@1 --fronts $$n --reps 5 --cluster --fleet-loss 0.01 \
+	    --json $(CL)/haproxy-$$n-loss.jsonl || exit 1; \
+	done
 
 bench-agent: setup release
 	$(BENCH) bench/agent_overhead.py
