@@ -108,3 +108,14 @@ def test_a_stream_through_the_epp_gateway_arrives_token_by_token(procs, addrs):
     finally:
         c.close()
     wait_until(lambda: sum(llm_metrics(x.app)["vllm:num_requests_running"] for x in bs) == 0, what="the seat freed")
+
+
+def test_the_llm_gateways_report_renders_from_its_data():
+    """docs/results/llm-gateways.md is what bench/llm_gateways.py renders from
+    the committed data (as tests/test_reports.py holds the other reports)."""
+    import llm_gateways
+    from benchlib.reports import RESULTS, read_data
+    data = read_data("llm-gateways")
+    kept = data.get("shown")
+    assert llm_gateways.report(data) == (RESULTS / "llm-gateways.md").read_text()
+    assert data.get("shown") == kept

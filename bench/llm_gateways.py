@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Several gateways over one fleet of model servers, against one gateway's
+ideal (issue 43; make bench-llm-gateways).
+
+A fleet of emulated model servers (`huntlb-llm`, SERVERS of them, SEATS
+seats each, at TIME_SCALE of real time so it fits on 2 cores), each on its own
+127.x address with a huntlb agent beside it (the agents a forwarding tier).
+The same open-loop Poisson load of streamed completions (`huntlb-llmload`,
+lognormal prompt and output lengths, one seed per repetition shared by every
+arm) goes through each arm in turn:
+
+* epp1: ONE Envoy with ONE endpoint picker (`huntlb-epp`, GIE's default
+  scoring, 50 ms scrapes), straight to the model servers: what users run
+  today, GIE's one active EPP, the ideal a fleet of gateways is held to;
+* epp4: FOUR such gateways, each with its own picker, the load split among
+  them (request i to gateway i mod 4);
+* hunt4: FOUR huntlb tier fronts (envoy-filter/examples/front-tier.yaml:
+  Envoy's least-request plus hunt-pass) over the agents;
+* hunt1: ONE tier front.
+
+Each arm's gateways (and pickers) run only during its runs; the fleet is idle
+(no request running or waiting anywhere) before each. Reported: TTFT p50 and
+p99 and mean end-to-end time per run, and per arm the median over
+repetitions of its ratio to epp1 in the same repetition, with 95% CIs.
+
+Run it a repetition at a time (`--reps 1 --first-rep K`): each invocation
+adds its runs to the data (bench/data/llm-gateways.json), and
+`--report-only` rewrites the report from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import data as rundata
+from benchlib.fronts import start_front
+from benchlib.llmfleet import EppGateway, llm_metrics, model_fleet
+from benchlib.render import render, shown_in
+from benchlib.reports import data_path, flag, machine, write_result
+from benchlib.stats import ci95, median_ci95
+from harness import Addrs, Procs, binary, wait_until
+
+NAME = "llm-gateways"
+SERVERS, SEATS, TIME_SCALE = 8, 4, 0.5
+# the workload (huntlb-llmload's flags): ShareGPT-like in shape, not fitted to it
+WORKLOAD = {"prompt_median": 192, "prompt_sigma": 0.9, "prompt_max": 2048,
+            "output_median": 96, "output_sigma": 0.8, "output_max": 512}
+ARMS = {"epp1": ("epp", 1), "epp4": ("epp", 4), "hunt4": ("hunt", 4), "hunt1": ("hunt", 1)}
+BASE = "epp1"
+# GIE's 50-ms scrape interval, on the emulator's clock: at TIME_SCALE every
+# duration of the model is shorter, and so is the picker's wait for news
+PICKER_INTERVAL_MS = round(50 * TIME_SCALE)
+FORWARD_SENT = 'huntlb_forwards_total{outcome="sent"}'
+REPORTS_SENT = "huntlb_fleet_reports_sent_total"
+
+
+def llmload(targets: list[str], rate: float, seconds: float, seed: int, out: Path) -> dict:
+    argv = [binary("huntlb-llmload"), "--rate", f"{rate:.4f}", "--duration", str(seconds), "--seed", str(seed), "--out", str(out)]
+    for k, v in WORKLOAD.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    for t in targets:
+        argv += ["--target", t.removeprefix("http://").rstrip("/")]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 300, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def cpu_s(pid: int) -> float:
+    """User + system seconds of a process so far (/proc/PID/stat, clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100.0
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[round(p / 100 * (len(s) - 1))] if s else float("nan")
+
+
+# A TTFT past this (ten times an idle server's) is a request that waited for a
+# seat: sent to a server whose batch was full
+QUEUED_MS = 250.0
+
+
+def queued_share(ttft_ms: list[float]) -> float:
+    return sum(1 for t in ttft_ms if t > QUEUED_MS) / len(ttft_ms) if ttft_ms else float("nan")
+
+
+def quiet(fleet) -> None:
+    """Nothing running or waiting at any server."""
+    def idle():
+        return all((m := llm_metrics(b.app))["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0 for b in fleet)
+    wait_until(idle, timeout=120, every=0.2, what="the fleet idle")
+
+
+def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: float, seed: int, rep: int) -> dict:
+    kind, n = ARMS[arm]
+    procs = Procs(work / f"{arm}-rep{rep}")
+    procs.log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if kind == "epp":
+            gws = [EppGateway(procs, addrs, [b.app for b in fleet], interval_ms=PICKER_INTERVAL_MS, seed=seed + i) for i in range(n)]
+            targets, pids = [g.listen for g in gws], [g.proc.pid for g in gws] + [g.picker_proc.pid for g in gws]
+        else:
+            fronts = [start_front(procs, addrs, "envoy", fleet, True, example="front-tier.yaml", served_by=False, name=f"tier-{i}")
+                      for i in range(n)]
+            targets, pids, gws = [f.url for f in fronts], [f.pid for f in fronts], []
+        quiet(fleet)
+        served0 = [llm_metrics(b.app)["vllm:request_success_total"] for b in fleet]
+        fwd0 = sum(b.metrics()[FORWARD_SENT] for b in fleet)
+        dg0 = sum(b.metrics()[REPORTS_SENT] for b in fleet)
+        scrapes0 = sum(g.picker_stats()["huntlb_epp_scrapes_total"] for g in gws)
+        bytes0 = sum(g.picker_stats()["huntlb_epp_scrape_bytes_total"] for g in gws)
+        cpu0 = [cpu_s(p) for p in pids]
+        out = procs.log_dir / "requests.jsonl"
+        t0 = time.monotonic()
+        summary = llmload(targets, rate, seconds, seed, out)
+        wall = time.monotonic() - t0
+        cpu = sum(cpu_s(p) - c for p, c in zip(pids, cpu0)) / wall
+        reqs = [json.loads(line) for line in out.read_text().splitlines()]
+        ok = [r for r in reqs if r["status"] == 200 and r["error"] is None]
+        served = [llm_metrics(b.app)["vllm:request_success_total"] - s for b, s in zip(fleet, served0)]
+        ttft = [r["ttft_us"] / 1e3 for r in ok]
+        e2e = [r["e2e_us"] / 1e3 for r in ok]
+        res = {"arm": arm, "rep": rep, "seed": seed, "rate": rate, "seconds": seconds, "scheduled": len(reqs), "ok": len(ok),
+               "errors": len(reqs) - len(ok), "error_kinds": sorted({r["error"] or str(r["status"]) for r in reqs if r not in ok})[:5],
+               "ttft_p50_ms": pct(ttft, 50), "ttft_p90_ms": pct(ttft, 90), "ttft_p99_ms": pct(ttft, 99),
+               "e2e_mean_ms": statistics.fmean(e2e) if e2e else float("nan"),
+               "queued_share": queued_share(ttft),
+               "served_per_server": served, "forwards_per_s": (sum(b.metrics()[FORWARD_SENT] for b in fleet) - fwd0) / seconds,
+               "scrapes_per_s": (sum(g.picker_stats()["huntlb_epp_scrapes_total"] for g in gws) - scrapes0) / wall,
+               "scrape_bytes_per_s": (sum(g.picker_stats()["huntlb_epp_scrape_bytes_total"] for g in gws) - bytes0) / wall,
+               "datagrams_per_s": (sum(b.metrics()[REPORTS_SENT] for b in fleet) - dg0) / wall,
+               "gateways_cpu": cpu, "loadgen_cpu": summary["cpu_s"] / summary["wall_s"],
+               "send_late_p99_ms": summary["send_late_p99_ms"]}
+        print(f"  rep {rep} {arm:6s} rate {rate:.2f}/s: TTFT p50 {res['ttft_p50_ms']:7.1f} p99 {res['ttft_p99_ms']:7.1f} ms, "
+              f"e2e mean {res['e2e_mean_ms']:7.1f} ms, errors {flag(res['errors'])}, forwards {res['forwards_per_s']:.2f}/s, "
+              f"gateways {cpu:.2f} cores, loadgen {res['loadgen_cpu']:.2f} cores, late p99 {res['send_late_p99_ms']:.1f} ms", flush=True)
+        return res
+    finally:
+        procs.stop_all()
+
+
+def calibrate(work: Path, addrs: Addrs, fleet, seconds: float = 30.0, seed: int = 7) -> dict:
+    """One server's throughput when its queue never empties (requests/s): the
+    workload sent straight to it at 3x what it serves, completions counted
+    over the run's second half."""
+    b = fleet[0]
+    out = work / "calibrate.jsonl"
+    guess = 3.0
+    llmload([b.app], guess, seconds, seed, out)
+    reqs = [json.loads(line) for line in out.read_text().splitlines()]
+    ends = sorted((r["offset_us"] + r["e2e_us"]) / 1e6 for r in reqs if r["e2e_us"] is not None)
+    lo, hi = seconds / 2, seconds
+    done = sum(1 for t in ends if lo <= t < hi)
+    quiet(fleet)
+    return {"per_server_rps": done / (hi - lo), "rate_sent": guess, "seconds": seconds, "window": [lo, hi]}
+
+
+KEYS = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_mean_ms")
+
+
+def ratios(runs: list[dict], arm: str, key: str, base: str = BASE) -> list[float]:
+    """arm / base of `key` in each repetition that has both, without client errors."""
+    by = {}
+    for r in runs:
+        by.setdefault(r["rep"], {})[r["arm"]] = r
+    return [p[arm][key] / p[base][key] for _, p in sorted(by.items()) if arm in p and base in p
+            and not p[arm]["errors"] and not p[base]["errors"]]
+
+
+def fmt_ratio(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    med = statistics.median(xs)
+    lo, hi = median_ci95(xs)
+    m, h = ci95(xs)
+    ci = f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "n/a (< 6 reps)"
+    return f"{med:.3f} {ci}; mean {m:.3f} ± {h:.3f}"
+
+
+def report(data: dict) -> str:
+    runs = data["runs"]
+    rows = []
+    for arm in ARMS:
+        rs = [r for r in runs if r["arm"] == arm]
+        if not rs:
+            continue
+        med = {k: statistics.median(r[k] for r in rs) for k in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_mean_ms", "forwards_per_s",
+                                                                 "scrapes_per_s", "scrape_bytes_per_s", "datagrams_per_s", "queued_share",
+                                                                 "gateways_cpu", "loadgen_cpu")}
+        errs = sum(r["errors"] for r in rs)
+        ratio = {k: fmt_ratio(ratios(runs, arm, k)) if arm != BASE else "1" for k in KEYS}
+        rows.append(f"| {arm} | {len(rs)} | {med['ttft_p50_ms']:.1f} | {ratio['ttft_p50_ms']} | {med['ttft_p90_ms']:.1f} | "
+                    f"{ratio['ttft_p90_ms']} | {med['ttft_p99_ms']:.1f} | "
+                    f"{ratio['ttft_p99_ms']} | {100 * med['queued_share']:.1f} | {med['e2e_mean_ms']:.1f} | {ratio['e2e_mean_ms']} | {flag(errs)} | "
+                    f"{med['forwards_per_s']:.2f} | {med['datagrams_per_s']:.0f} | {med['scrapes_per_s']:.0f} | {med['scrape_bytes_per_s'] / 1e3:.0f} | "
+                    f"{med['gateways_cpu']:.2f} | {med['loadgen_cpu']:.2f} |")
+    per_run = [f"| {r['rep']} | {r['arm']} | {r['scheduled']} | {r['ttft_p50_ms']:.1f} | {r['ttft_p90_ms']:.1f} | {r['ttft_p99_ms']:.1f} | "
+               f"{100 * r['queued_share']:.1f} | {r['e2e_mean_ms']:.1f} | {flag(r['errors'])} | {max(r['served_per_server']) / max(statistics.fmean(r['served_per_server']), 1e-9):.2f} | "
+               f"{r['send_late_p99_ms']:.1f} |" for r in sorted(runs, key=lambda r: (r["rep"], list(ARMS).index(r["arm"])))]
+    # four gateways against one of their own kind, on the same requests
+    same = []
+    for four, one in (("epp4", "epp1"), ("hunt4", "hunt1")):
+        cells = [fmt_ratio(ratios(runs, four, k, one)) for k in KEYS]
+        same.append(f"| {four} / {one} | " + " | ".join(cells) + " |")
+    cal = data["calibration"]
+    reps = sorted({r["rep"] for r in runs})
+    values = {"machine": data["machine"], "servers": str(SERVERS), "seats": str(SEATS), "time_scale": str(TIME_SCALE), "interval": str(PICKER_INTERVAL_MS),
+              "per_server_rps": f"{cal['per_server_rps']:.3f}", "capacity": f"{cal['per_server_rps'] * SERVERS:.2f}",
+              "rho": f"{data['rho']:.2f}", "rate": f"{data['rate']:.2f}", "seconds": f"{data['seconds']:g}", "reps": str(len(reps)),
+              "workload": ", ".join(f"{k} {v}" for k, v in WORKLOAD.items()), "rows": "\n".join(rows), "same_kind": "\n".join(same), "queued_ms": f"{QUEUED_MS:g}", "per_run": "\n".join(per_run)}
+    return render(NAME, values, shown=shown_in(data))
+
+
+def load_data() -> dict | None:
+    p = data_path(NAME)
+    return rundata.read(p) if p.exists() else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=1, help="repetitions this invocation runs")
+    ap.add_argument("--first-rep", type=int, default=0)
+    ap.add_argument("--rho", type=float, default=0.85, help="load, as a fraction of the fleet's calibrated throughput")
+    ap.add_argument("--seconds", type=float, default=40.0, help="seconds of arrivals a run")
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput again (else the data's)")
+    ap.add_argument("--report-only", action="store_true")
+    a = ap.parse_args()
+    data = load_data()
+    if a.report_only:
+        write_result(NAME, data, report(data))
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="huntlb-llm-gateways-"))
+    procs, addrs = Procs(work), Addrs()
+    try:
+        fleet = model_fleet(procs, addrs, SERVERS, SEATS, TIME_SCALE)
+        if data is None or a.calibrate:
+            cal = calibrate(work, addrs, fleet)
+            print(f"calibrated: one server serves {cal['per_server_rps']:.3f} requests/s", flush=True)
+            data = {"machine": machine(), "calibration": cal, "runs": []}
+        data["rho"], data["seconds"] = a.rho, a.seconds
+        data["rate"] = a.rho * data["calibration"]["per_server_rps"] * SERVERS
+        arms = a.arms.split(",")
+        for rep in range(a.first_rep, a.first_rep + a.reps):
+            seed = 1 + rep * 1_000_003
+            # the arms' order turns with the repetition: none always runs first
+            order = arms[rep % len(arms):] + arms[:rep % len(arms)]
+            for arm in order:
+                res = run_arm(work, addrs, fleet, arm, data["rate"], a.seconds, seed, rep)
+                data["runs"] = [r for r in data["runs"] if not (r["rep"] == rep and r["arm"] == arm)] + [res]
+                rundata.write(data_path(NAME), data)
+    finally:
+        procs.stop_all()
+    if all(any(r["arm"] == BASE and r["rep"] == k for r in data["runs"]) for k in {r["rep"] for r in data["runs"]}):
+        write_result(NAME, data, report(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
