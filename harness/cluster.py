@@ -28,8 +28,10 @@ bridge, DNS like a Kubernetes headless service, and faults as methods.
   `loss` (iptables `statistic --mode random` on the fleet's UDP port inside
   the hosts), `partition` (the fleet port cut from one host: in, out or both),
   `dns_outage` (port 53 dropped from a host), `publish`/`withdraw` (scaling by
-  DNS). Each rule carries this run's comment and is deleted by its exact spec
-  (`Fault.heal`). No delay: this kernel has no netem (docs/cluster.md).
+  DNS), `delay` (each packet a host sends held D +- J us by `huntlb-delay`
+  on an NFQUEUE in the host: this kernel has no netem). Each rule carries
+  this run's comment and is deleted by its exact spec, and a fault's
+  processes are stopped by PID (`Fault.heal`).
 * **Cleanup**: `with Cluster(log_dir) as c:` (or `cluster(...)`) stops every
   process by PID, deletes every namespace, /etc/netns folder and state file it
   made, pass or fail. Names carry a per-run id (`hlb<run>-<host>`), and the
@@ -46,8 +48,12 @@ import contextlib
 import itertools
 import os
 import random
+import re
 import secrets
 import shutil
+import socket
+import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -58,7 +64,7 @@ from harness.envoy import EXAMPLES, front_config, start_envoy
 from harness.haproxy import HaproxyRoot, haproxy_front_text, start_haproxy, wait_runtime
 from harness.net import wait_http, wait_until
 from harness.netns import NETNS_ETC, PREFIX, STATE, inside, reap_stale, remove_run, run_ip, starttime
-from harness.procs import Procs
+from harness.procs import Procs, binary
 
 
 class Cluster:
@@ -309,6 +315,77 @@ class Cluster:
             f.add(host, "OUTPUT", ["-p", proto, "--dport", "53"])
         return f
 
+    def delay(self, hosts: list[Host], us: int = 250, jitter_us: int = 50, seed: int | None = None) -> Fault:
+        """Every packet these hosts send out of their eth0 held `us` +-
+        `jitter_us` microseconds (uniform), as a link's delay: this kernel has
+        no netem, so each host runs `huntlb-delay` on an NFQUEUE (the fault's
+        number) in its namespace, its OUTPUT to eth0 queued to it. A hop
+        between two delayed hosts is held once each way (at its sender), so a
+        round trip gains about 2 `us`; a hop from an undelayed host is not held.
+        Loopback (an agent to its app) is not held. `--queue-bypass`: a
+        delayer that is gone lets packets pass (a dead one black-holes no
+        host). The delayers' counts: `delay_counts(fault)` after the heal."""
+        f = self._fault(f"delay {us}+-{jitter_us} us")
+        seed = random.randrange(2**32) if seed is None else seed
+        try:
+            for i, h in enumerate(hosts):
+                p = h.start(f"delay-{h.name}-{f.num}", [
+                    binary("huntlb-delay"), "--queue", str(f.num), "--delay-us", str(us), "--jitter-us", str(jitter_us),
+                    "--seed", str(seed + i), "--fail-open"])
+                f.procs.append(p)
+                wait_until(lambda: " bound: " in p.log() or not p.alive(), timeout=10, what=f"huntlb-delay on {h.name}")
+                if not p.alive():
+                    raise RuntimeError(f"huntlb-delay on {h.name} exited:\n{p.log()}")
+                f.add(h, "OUTPUT", ["-o", "eth0"], ("NFQUEUE", "--queue-num", str(f.num), "--queue-bypass"))
+        except BaseException:
+            f.heal()
+            raise
+        return f
+
+    # --- measuring ------------------------------------------------------------
+
+    def rtt(self, src: Host, dst: Host, n: int = 1000, port: int = 9800) -> list[float]:
+        """Round trips (microseconds) of `n` UDP pings, one at a time, from
+        `src` to an echo on `dst` (both in their namespaces); lost ones (1 s)
+        are left out."""
+        ready, stop = threading.Event(), threading.Event()
+
+        def echo():
+            with inside(dst.ns), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind((dst.ip, port))
+                s.settimeout(0.2)
+                ready.set()
+                while not stop.is_set():
+                    try:
+                        data, peer = s.recvfrom(64)
+                    except TimeoutError:
+                        continue
+                    s.sendto(data, peer)
+
+        t = threading.Thread(target=echo, daemon=True)
+        t.start()
+        out = []
+        try:
+            if not ready.wait(5):
+                raise RuntimeError(f"no echo on {dst.name}")
+            with inside(src.ns), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.settimeout(1.0)
+                s.connect((dst.ip, port))
+                for i in range(n):
+                    msg = i.to_bytes(4, "big")
+                    t0 = time.perf_counter()
+                    s.send(msg)
+                    try:
+                        while s.recv(64) != msg:  # a late answer to an earlier, lost ping
+                            pass
+                    except TimeoutError:
+                        continue
+                    out.append((time.perf_counter() - t0) * 1e6)
+        finally:
+            stop.set()
+            t.join(2)
+        return out
+
     # --- teardown -------------------------------------------------------------
 
     def stop(self) -> None:
@@ -345,3 +422,16 @@ def cluster(log_dir: Path, backends: int = 3, fronts: tuple[str, ...] = ("envoy"
         for kind in fronts:
             c.front(kind)
         yield c
+
+
+def delay_counts(f: Fault) -> list[dict[str, float]]:
+    """What each delayer of a healed delay fault said on its way out: packets,
+    cpu_us, us_per_packet, held_most, late_us_p50/p99/max (how long after its
+    due time a packet went)."""
+    out = []
+    for p in f.procs:
+        m = re.search(r"done: (.*)", p.log_path.read_text(errors="replace"))  # its log is closed by now
+        if m:
+            words = m.group(1).split()
+            out.append({k: float(v) for k, v in zip(words[::2], words[1::2])})
+    return out

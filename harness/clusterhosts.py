@@ -175,28 +175,41 @@ class Front(Host):
 
 
 class Fault:
-    """Rules added for one fault; `heal` deletes each by its exact spec (the
-    comment names the run and the fault). A context manager: healed on exit."""
+    """Rules added for one fault, and the processes serving them (a delayer);
+    `heal` deletes each rule by its exact spec (the comment names the run and
+    the fault), then stops each process by PID. A context manager: healed on
+    exit."""
 
     def __init__(self, cluster: Owner, what: str) -> None:
         self.cluster, self.what = cluster, what
-        self.tag = f"{PREFIX}{cluster.run}-{next(cluster._faults)}"
+        self.num = next(cluster._faults)
+        self.tag = f"{PREFIX}{cluster.run}-{self.num}"
         self.rules: list[tuple[Host, list[str]]] = []
+        self.procs: list[Proc] = []
         self.healed_at: float | None = None
 
-    def add(self, host: Host, chain: str, match: list[str]) -> None:
-        spec = [chain, *match, "-m", "comment", "--comment", self.tag, "-j", "DROP"]
+    def add(self, host: Host, chain: str, match: list[str], target: tuple[str, ...] = ("DROP",)) -> None:
+        spec = [chain, *match, "-m", "comment", "--comment", self.tag, "-j", *target]
         host.run("iptables", "-w", "-A", *spec)
         self.rules.append((host, spec))
 
     def heal(self) -> float:
-        """Delete every rule; returns the monotonic time the last one went."""
-        while self.rules:
-            host, spec = self.rules.pop()
-            host.run("iptables", "-w", "-D", *spec, check=False)
-        self.healed_at = time.monotonic()
-        if self in self.cluster.faults:
-            self.cluster.faults.remove(self)
+        """Delete every rule, then stop the fault's processes (SIGTERM: a
+        delayer lets what it holds go; SIGKILL after 3 s); returns the
+        monotonic time the last rule went."""
+        try:
+            while self.rules:
+                host, spec = self.rules.pop()
+                host.run("iptables", "-w", "-D", *spec, check=False)
+            self.healed_at = time.monotonic()
+        finally:
+            for p in self.procs:
+                p.terminate()
+            deadline = time.monotonic() + 3
+            for p in self.procs:
+                p.reap(deadline)
+            if self in self.cluster.faults:
+                self.cluster.faults.remove(self)
         return self.healed_at
 
     def __enter__(self) -> Fault:
