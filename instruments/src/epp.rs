@@ -21,8 +21,10 @@
 //! * max-score-picker: the highest weighted sum, ties broken at random
 //!   (GIE shuffles the candidates before a stable sort).
 //!
-//! An endpoint whose last good scrape is older than the staleness bound is no
-//! candidate (GIE's `--metrics-staleness-threshold`).
+//! An endpoint whose last good scrape is older than the staleness bound (GIE's
+//! `DefaultMetricsStalenessThreshold`, 2 s, pkg/epp/server/runserver.go) is no
+//! candidate: GIE marks such metrics stale; dropping the endpoint is this
+//! picker's choice.
 
 use rand::Rng;
 

@@ -41,7 +41,7 @@ struct Args {
     #[arg(long, default_value_t = 50)]
     interval_ms: u64,
     /// A server whose last good scrape is older than this is no candidate, ms
-    /// (GIE's --metrics-staleness-threshold: 2 s).
+    /// (GIE calls metrics this old stale: 2 s).
     #[arg(long, default_value_t = 2000)]
     stale_ms: u64,
     /// The response header that names the endpoint.
