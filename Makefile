@@ -52,7 +52,7 @@ test-integration: build
 	$(PYTEST) -q $(TESTS)
 
 # The fleet on an emulated cluster (docs/cluster.md): hosts as network
-# namespaces, dnsmasq, faults; needs root; ~1.5 min. .ci/run runs it after make test.
+# namespaces, dnsmasq, faults; needs root; ~1.7 min. .ci/run runs it after make test.
 test-cluster: setup build
 	HUNTLB_CLUSTER_TEST=1 $(PYTEST) -q tests/test_cluster.py
 

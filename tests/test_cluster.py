@@ -33,7 +33,7 @@ from harness import ROOT, request, wait_until
 from harness.cluster import Cluster, cluster, delay_counts
 from harness.netns import NETNS_ETC, PREFIX, STATE, inside
 
-# About 90 s of namespaces, proxies and faults: run by .ci/run after make test
+# About 100 s of namespaces, proxies and faults: run by .ci/run after make test
 # (and by `make test-cluster`), which keeps make test inside its time.
 pytestmark = [pytest.mark.skipif(os.environ.get("HUNTLB_CLUSTER_TEST") != "1",
                                  reason="the emulated cluster: HUNTLB_CLUSTER_TEST=1 (make test-cluster; .ci/run sets it)"),
