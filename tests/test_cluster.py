@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -433,6 +434,13 @@ def test_hops_delayed_250us_on_every_host(build):
     assert len(delayed) >= 990 and len(base) >= 990
     assert 400 <= pct(delayed, .5) <= 3000, pct(delayed, .5)
     assert pct(delayed, .5) - pct(base, .5) >= 300, (pct(base, .5), pct(delayed, .5))
+    # A delayer that dies black-holes nothing: the rule's --queue-bypass lets
+    # b1's packets through undelayed (what it held at the kill is dropped).
+    with c.delay([b1], us=250, jitter_us=0) as d:
+        d.procs[0].signal(signal.SIGKILL)
+        d.procs[0].wait(5)
+        after = c.rtt(c.client, b1, n=100)
+    assert len(after) >= 99 and pct(after, .5) < 250, (len(after), pct(after, .5))
 
 
 PR_SET_CHILD_SUBREAPER = 36
