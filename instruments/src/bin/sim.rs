@@ -92,6 +92,14 @@ struct Args {
     /// D random peers and decides on their answers, a round trip of --fleet-delay-ms later (0: push).
     #[arg(long, default_value_t = 0)]
     fleet_probe: usize,
+    /// forward-*: how counts are shared beyond the shipped push (issue 42), comma separated keys:
+    /// over the pushed sample, level=H (a change goes out only across the counts 0..=H+1),
+    /// delta=D (only a change of D or more), batch=MS (at most one count every MS), piggy (a
+    /// forward's answer carries the peer's count); or instead of the sample, tokens=L[,expire=MS]
+    /// (a server below L sends L - count tokens, each to one agent at random; an agent forwards
+    /// only on a token) [default: none, as shipped].
+    #[arg(long, default_value = "")]
+    fleet_share: String,
     /// Service demand: exp (exponential) or lognormal:SIGMA, both of mean --mean-ms.
     #[arg(long, default_value = "exp")]
     demand: String,
@@ -179,7 +187,13 @@ fn setup(a: Args) -> anyhow::Result<(sim::Config, Vec<f64>, Vec<String>)> {
     // place for both): the pushed counts the agent sends. Snapshots and pulls
     // model no sample, and other dispatchers have no tier. A default sample
     // above the other servers is all of them, as in the agent.
-    let pushed = forward && a.fleet_view_ms == 0.0 && a.fleet_probe == 0;
+    let share: sim::Share = a.fleet_share.parse().map_err(anyhow::Error::msg).context("--fleet-share")?;
+    anyhow::ensure!(a.fleet_share.is_empty() || forward, "--fleet-share: only forward-RULE has agents that share counts");
+    anyhow::ensure!(
+        share.tokens.is_none() || (given == 0 && a.fleet_probe == 0 && a.fleet_view_ms == 0.0),
+        "--fleet-share: tokens replace the sample: not with --fleet-sample, --fleet-probe or --fleet-view-ms"
+    );
+    let pushed = forward && a.fleet_view_ms == 0.0 && a.fleet_probe == 0 && share.tokens.is_none();
     let sample = a.fleet_sample.unwrap_or(if pushed { DEFAULT_SAMPLE } else { 0 });
     let keep = match (a.fleet_sample_keep, a.fleet_keep) {
         (Some(_), Some(_)) => anyhow::bail!("--fleet-sample-keep: given twice, as --fleet-keep (its old name) and as --fleet-sample-keep"),
@@ -191,6 +205,7 @@ fn setup(a: Args) -> anyhow::Result<(sim::Config, Vec<f64>, Vec<String>)> {
     };
     anyhow::ensure!(sample > 0 || keep.is_none(), "--fleet-sample-keep: only meaningful with a sample (--fleet-sample above 0)");
     let keep = keep.unwrap_or_else(|| default_sample_keep(sample));
+    anyhow::ensure!(!share.filtered() || (sample > 0 && a.fleet_delay_ms > 0.0), "--fleet-share: level, delta, batch and piggy filter the pushed sample: need --fleet-sample above 0 and --fleet-delay-ms");
     anyhow::ensure!(sample == 0 || keep < sample, "--fleet-sample-keep: {keep} must be below --fleet-sample ({sample}): each draw brings in at least one new peer");
     anyhow::ensure!(a.rate.iter().all(|r| *r > 0.0 && r.is_finite()), "--rate: every rate must be positive");
     anyhow::ensure!(a.rho.iter().all(|r| *r > 0.0 && r.is_finite()), "--rho: every load must be positive");
@@ -215,6 +230,7 @@ fn setup(a: Args) -> anyhow::Result<(sim::Config, Vec<f64>, Vec<String>)> {
         fleet_resample_s: a.fleet_resample_ms / 1e3,
         fleet_sample_keep: keep,
         fleet_probe: a.fleet_probe,
+        fleet_share: share,
         demand,
         seed: a.seed,
         sample_every_s: a.sample_every,

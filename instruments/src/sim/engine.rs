@@ -180,6 +180,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             keep: cfg.fleet_sample_keep,
             probe: cfg.fleet_probe,
             seed: cfg.seed,
+            share: cfg.fleet_share,
         };
         Tier::new(spec, n)
     });
@@ -274,7 +275,18 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
                 }
                 t.server = to;
             }
-            if !sim.admit(t.server, t.id, t.demand, now) {
+            // A forward (the tier's second hop, from the agent its front offered it to).
+            let from = sim.owner[t.id as usize].1;
+            let forward = sim.tier.is_some() && from != t.server;
+            if forward {
+                sim.tier.as_mut().expect("a tier").landing(from);
+            }
+            let taken = sim.admit(t.server, t.id, t.demand, now);
+            if forward {
+                let count = sim.servers[t.server].inflight();
+                sim.tier.as_mut().expect("a tier").landed(from, t.server, now, count);
+            }
+            if !taken {
                 let (p, at) = sim.owner[t.id as usize];
                 sim.view[p][at] -= 1;
                 sim.rejected += 1;

@@ -60,6 +60,7 @@ mod engine;
 pub mod prequal;
 mod rule;
 mod server;
+mod share;
 mod tier;
 #[cfg(test)]
 mod tests;
@@ -69,6 +70,7 @@ pub use dispatch::{Assign, Dispatch};
 pub use engine::run_with;
 pub use prequal::PrequalSpec;
 pub use rule::{pick, Rule};
+pub use share::{Share, TOKEN_EXPIRE_S};
 pub use tier::{HEARTBEAT_S, WANT_FOR_S};
 
 use rand::{rngs::SmallRng, SeedableRng};
@@ -133,6 +135,9 @@ pub struct Config {
     /// `forward-*`: pull on demand instead: an agent about to decide by
     /// counts asks this many random peers (0: counts are pushed).
     pub fleet_probe: usize,
+    /// `forward-*`: how counts are shared beyond the shipped push (filters
+    /// on it, or tokens instead; see [`share`]); default: as shipped.
+    pub fleet_share: Share,
     pub demand: Demand,
     pub seed: u64,
     /// Sample per-server busy workers this often (seconds); 0: never.
@@ -233,13 +238,17 @@ pub struct Datagrams {
     pub heartbeats: u64,
     /// Pull on demand: asks for a peer's count (the answers are counts).
     pub asks: u64,
+    /// Tokens ([`share`]): sent on their own.
+    pub tokens: u64,
+    /// Tokens ([`share`]): ridden on a forward's answer (no datagram; not in `total`).
+    pub piggybacked: u64,
     pub total: u64,
 }
 
 impl Messages {
     fn close(mut self, requests: u64) -> Messages {
         let d = &mut self.datagrams;
-        d.total = d.counts + d.subscribes + d.renewals + d.unsubscribes + d.heartbeats + d.asks;
+        d.total = d.counts + d.subscribes + d.renewals + d.unsubscribes + d.heartbeats + d.asks + d.tokens;
         self.total = self.refusals + self.forwards + self.probes + d.total;
         self.per_request = self.total as f64 / requests.max(1) as f64;
         self

@@ -23,6 +23,13 @@
 //!   to decide by counts asks D random peers for theirs (a datagram each way)
 //!   and decides when the answers are back, two datagrams later.
 //!
+//! * **shared otherwise** (`share`, [`super::share`], issue 42; off by default):
+//!   filters on the sample's pushes (`level`, `delta`, `batch`: a member sends
+//!   fewer counts, its heartbeats still carry the truth every [`HEARTBEAT_S`];
+//!   `piggy`: a forward's answer tells the forwarder the peer's count), or
+//!   tokens instead of the sample (a server below a level hands each free
+//!   slot to one agent; an agent forwards only on a token).
+//!
 //! Either way an agent wants changes only while it decides offers by the
 //! counts (for [`WANT_FOR_S`] after the last such offer): with one front every
 //! offer is kept by the front's own count (`seen`), and nobody does.
@@ -31,6 +38,7 @@
 //! the forwards it sent there within `fleet_delay_s + hop_s` (the agent's
 //! `fleet_settle_ms`: sent, not yet in what it heard).
 
+use super::share::Share;
 use super::Datagrams;
 use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
 use std::collections::VecDeque;
@@ -57,6 +65,19 @@ pub struct TierSpec {
     /// D random peers for theirs and decides on the answers (0: push).
     pub probe: usize,
     pub seed: u64,
+    /// Filters on the pushed counts, or tokens instead (issue 42; default: as shipped).
+    pub share: Share,
+}
+
+/// A token (`Share::tokens`): server `server` held `count` when it sent it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Token {
+    pub(super) server: usize,
+    pub(super) count: u32,
+    pub(super) sent: f64,
+    /// It reaches its agent then (a datagram later).
+    pub(super) usable: f64,
+    pub(super) expires: f64,
 }
 
 pub(super) struct Tier {
@@ -90,6 +111,22 @@ pub(super) struct Tier {
     redraws: u64,
     rng: SmallRng,
     pub(super) sent: Datagrams,
+    /// Filtered pushes: each server's true count, what it sent its listeners
+    /// ((when, count): changes that went out and heartbeats), when it last
+    /// sent, what, and whether a coalesced change waits for `batch`.
+    cur: Vec<u32>,
+    rep: Vec<VecDeque<(f64, u32)>>,
+    last_push: Vec<f64>,
+    last_val: Vec<u32>,
+    pending: Vec<bool>,
+    /// Filtered pushes: per agent, counts heard from one member alone (a
+    /// subscription's answer, a forward's answer): (member, usable at, taken at, count).
+    private: Vec<Vec<(usize, f64, f64, u32)>>,
+    /// Tokens: each server's tokens out (their expiries, in order), each agent's held.
+    out: Vec<VecDeque<f64>>,
+    held: Vec<Vec<Token>>,
+    /// Tokens with `piggy`: the forwarder whose forward is being taken now.
+    answer_to: Option<usize>,
 }
 
 impl Tier {
@@ -123,7 +160,24 @@ impl Tier {
             redraws: n as u64,
             rng,
             sent,
+            cur: vec![0; n],
+            rep: vec![VecDeque::from([(f64::NEG_INFINITY, 0)]); n],
+            last_push: vec![0.0; n],
+            last_val: vec![0; n],
+            pending: vec![false; n],
+            private: vec![Vec::new(); n],
+            out: vec![VecDeque::new(); n],
+            held: vec![Vec::new(); n],
+            answer_to: None,
         }
+    }
+
+    fn filtered(&self) -> bool {
+        self.spec.share.filtered() && self.bounded()
+    }
+
+    fn tokens(&self) -> Option<u32> {
+        self.spec.share.tokens
     }
 
     fn bounded(&self) -> bool {
@@ -147,7 +201,21 @@ impl Tier {
             self.pairs_beating(now, -(k as i64));
             self.sent.subscribes += k;
             self.sent.counts += k; // each member's count at once, a datagram back
+            if self.filtered() {
+                for i in 0..self.samples[a].len() {
+                    let m = self.samples[a][i];
+                    self.heard_alone(a, m, now + self.spec.delay_s, self.cur[m]);
+                }
+            }
         }
+    }
+
+    /// Agent `a` hears member `m`'s count `count`, as `m` held it at `taken`,
+    /// from `m` alone (filtered pushes): usable a datagram after it was taken.
+    fn heard_alone(&mut self, a: usize, m: usize, taken: f64, count: u32) {
+        let p = &mut self.private[a];
+        p.retain(|e| e.0 != m);
+        p.push((m, taken + self.spec.delay_s, taken, count));
     }
 
     /// The number of (agent, member) pairs that beat changes by `by` at `now`.
@@ -160,6 +228,12 @@ impl Tier {
     /// The peers agent `a` decides by, and their counts as it sees them;
     /// `live(s)` is server s's true count now (the snapshot path reads it).
     pub(super) fn view(&mut self, a: usize, now: f64, live: impl Fn(usize) -> u32) -> (Vec<usize>, Vec<u32>) {
+        if self.tokens().is_some() {
+            return self.token_view(a, now);
+        }
+        if self.filtered() {
+            return self.filtered_view(a, now);
+        }
         if !self.delayed {
             if self.spec.view_s == 0.0 || now >= self.snap_t + self.spec.view_s {
                 for (s, v) in self.snap.iter_mut().enumerate() {
@@ -196,6 +270,13 @@ impl Tier {
 
     /// Agent `a` forwarded an offer to `to` at `now`.
     pub(super) fn forwarded(&mut self, a: usize, to: usize, now: f64) {
+        if self.tokens().is_some() {
+            // The token used: the least count of `to`'s usable ones.
+            let h = &mut self.held[a];
+            let i = (0..h.len()).filter(|&i| h[i].server == to && h[i].usable <= now).min_by_key(|&i| h[i].count).expect("a forward uses a token");
+            h.swap_remove(i);
+            self.out[to].pop_front();
+        }
         if self.delayed {
             self.recent[a].push_back((now, to));
         } else {
@@ -205,6 +286,26 @@ impl Tier {
 
     /// Server `s`'s count changed to `count`: it goes to whoever hears `s`.
     pub(super) fn changed(&mut self, s: usize, now: f64, count: u32) {
+        if self.tokens().is_some() {
+            self.cur[s] = count;
+            self.issue(s, now, count);
+            return;
+        }
+        if self.filtered() {
+            self.settle(s, now);
+            self.cur[s] = count;
+            let share = self.spec.share;
+            if share.worth_sending(self.last_val[s], count) {
+                if share.batch_s > 0.0 && now < self.last_push[s] + share.batch_s {
+                    self.pending[s] = true;
+                } else {
+                    self.push(s, now, count, false);
+                }
+            } else {
+                self.pending[s] = false; // back to what was sent: nothing owed
+            }
+            return;
+        }
         if self.delayed {
             self.history[s].push_back((now, count));
         }
@@ -311,6 +412,11 @@ impl Tier {
                     sub_at.push(now);
                     self.sent.subscribes += 1;
                     self.sent.counts += 1;
+                    if self.filtered() {
+                        let taken = now + self.spec.delay_s;
+                        let c = self.cur[m];
+                        self.heard_alone(a, m, taken, c);
+                    }
                     if wanting {
                         self.subs[m] += 1;
                     }
@@ -323,8 +429,154 @@ impl Tier {
                 self.subs[m] -= 1;
             }
         }
+        if self.filtered() {
+            self.private[a].retain(|e| new.contains(&e.0));
+        }
         self.samples[a] = new;
         self.sub_at[a] = sub_at;
+    }
+
+    /// Filtered pushes: server `s` sends `count` to its listeners at `t` (a
+    /// change, or a heartbeat).
+    fn push(&mut self, s: usize, t: f64, count: u32, beat: bool) {
+        self.rep[s].push_back((t, count));
+        self.last_push[s] = t;
+        self.last_val[s] = count;
+        self.pending[s] = false;
+        let to = u64::from(self.subs[s]);
+        if beat {
+            self.sent.heartbeats += to;
+        } else {
+            self.sent.counts += to;
+        }
+    }
+
+    /// Filtered pushes: what server `s` sent up to `t` on its timers (a
+    /// coalesced change at the end of its batch, heartbeats after silence),
+    /// all carrying its count since its last change (`t` is never before a
+    /// timer an earlier change settled).
+    fn settle(&mut self, s: usize, t: f64) {
+        loop {
+            let beat_at = self.last_push[s] + HEARTBEAT_S;
+            let batch_at = if self.pending[s] { self.last_push[s] + self.spec.share.batch_s } else { f64::INFINITY };
+            if beat_at.min(batch_at) > t {
+                return;
+            }
+            let c = self.cur[s];
+            if batch_at <= beat_at {
+                self.push(s, batch_at, c, false);
+            } else {
+                // k beats of the same count in a row: the view needs the last.
+                let k = ((t - self.last_push[s]) / HEARTBEAT_S).floor().max(1.0);
+                self.sent.heartbeats += (k as u64 - 1) * u64::from(self.subs[s]);
+                let at = self.last_push[s] + k * HEARTBEAT_S;
+                self.push(s, at, c, true);
+            }
+        }
+    }
+
+    /// Filtered pushes: agent `a`'s members and their counts as it sees them:
+    /// the latest of what the member sent its listeners and what it told `a`
+    /// alone, a datagram late, plus `a`'s forwards there since that was taken.
+    fn filtered_view(&mut self, a: usize, now: f64) -> (Vec<usize>, Vec<u32>) {
+        let at = now - self.spec.delay_s;
+        let horizon = HEARTBEAT_S + self.spec.share.batch_s + 2.0 * self.spec.delay_s + self.spec.hop_s + 0.01;
+        let r = &mut self.recent[a];
+        while r.front().is_some_and(|&(t, _)| t < now - horizon) {
+            r.pop_front();
+        }
+        let known = |i: usize| now >= self.sub_at[a][i] + 2.0 * self.spec.delay_s;
+        let peers: Vec<usize> = self.samples[a].iter().enumerate().filter(|&(i, _)| known(i)).map(|(_, &s)| s).collect();
+        let mut counts = Vec::with_capacity(peers.len());
+        for &s in &peers {
+            self.settle(s, at);
+            let (mut taken, mut c) = heard_at(&mut self.rep[s], at);
+            if let Some(&(_, _, t, pc)) = self.private[a].iter().find(|e| e.0 == s && e.1 <= now) {
+                if t > taken {
+                    (taken, c) = (t, pc);
+                }
+            }
+            // A forward is in what was taken if it got there by then.
+            let hop = self.spec.hop_s;
+            c += self.recent[a].iter().filter(|&&(t, to)| to == s && t + hop > taken).count() as u32;
+            counts.push(c);
+        }
+        (peers, counts)
+    }
+
+    /// A forward from agent `from` is about to be taken at server `to`
+    /// (tokens with `piggy`: a token `to` owes now rides on the answer).
+    pub(super) fn landing(&mut self, from: usize) {
+        self.answer_to = Some(from);
+    }
+
+    /// A forward from agent `from` was taken at server `to` at `now`, which
+    /// holds `count` since: with `piggy`, the answer tells `from` so.
+    pub(super) fn landed(&mut self, from: usize, to: usize, now: f64, count: u32) {
+        self.answer_to = None;
+        if self.filtered() && self.spec.share.piggy {
+            self.heard_alone(from, to, now, count);
+        }
+    }
+
+    /// Tokens: server `s` holds `count` at `now`; it sends the tokens it owes
+    /// (L - count, less those out and not lapsed), each to one agent deciding
+    /// by counts, drawn at random (none: none sent).
+    fn issue(&mut self, s: usize, now: f64, count: u32) {
+        let l = self.tokens().expect("tokens");
+        let out = &mut self.out[s];
+        while out.front().is_some_and(|&e| e <= now) {
+            out.pop_front();
+        }
+        let owed = (l.saturating_sub(count) as usize).saturating_sub(out.len());
+        if owed == 0 {
+            return;
+        }
+        let mut answer = self.answer_to.take().filter(|_| self.spec.share.piggy);
+        let wanting: Vec<usize> = if answer.is_some() && owed == 1 {
+            Vec::new()
+        } else {
+            (0..self.n).filter(|&a| a != s && self.wants(a, now)).collect()
+        };
+        let expires = now + self.spec.share.expire_s;
+        for _ in 0..owed {
+            let to = match answer.take() {
+                Some(a) => {
+                    self.sent.piggybacked += 1;
+                    a
+                }
+                None if wanting.is_empty() => break,
+                None => {
+                    self.sent.tokens += 1;
+                    wanting[self.rng.gen_range(0..wanting.len())]
+                }
+            };
+            self.held[to].push(Token { server: s, count, sent: now, usable: now + self.spec.delay_s, expires });
+            self.out[s].push_back(expires);
+        }
+    }
+
+    /// Tokens: the servers agent `a` holds a usable token of, each with its
+    /// count then plus `a`'s forwards there since.
+    fn token_view(&mut self, a: usize, now: f64) -> (Vec<usize>, Vec<u32>) {
+        let horizon = self.spec.share.expire_s + self.spec.delay_s;
+        let r = &mut self.recent[a];
+        while r.front().is_some_and(|&(t, _)| t < now - horizon) {
+            r.pop_front();
+        }
+        self.held[a].retain(|t| t.expires > now);
+        let usable: Vec<Token> = self.held[a].iter().filter(|t| t.usable <= now).copied().collect();
+        let peers = usable.iter().map(|t| t.server).collect();
+        let counts = usable
+            .iter()
+            .map(|t| t.count + self.recent[a].iter().filter(|&&(f, to)| to == t.server && f >= t.sent).count() as u32)
+            .collect();
+        (peers, counts)
+    }
+
+    #[cfg(test)]
+    pub(super) fn held(&self, a: usize) -> &[Token] {
+        &self.held[a]
     }
 
     /// The last request arrived at `end`: heartbeats due until then.
@@ -332,8 +584,17 @@ impl Tier {
         if self.probes() {
             return; // an ask is its own liveness check: nothing beats
         }
+        if self.tokens().is_some() {
+            return; // a token is its own liveness: nothing beats
+        }
         if self.bounded() {
             self.pairs_beating(end, 0);
+        }
+        if self.filtered() {
+            for s in 0..self.n {
+                self.settle(s, end);
+            }
+            return;
         }
         for s in 0..self.n {
             let every = if self.bounded() { u64::from(self.subs[s]) } else { self.n as u64 - 1 };
@@ -354,6 +615,14 @@ fn count_at(h: &mut VecDeque<(f64, u32)>, at: f64) -> u32 {
         h.pop_front();
     }
     h[0].1
+}
+
+/// What a server's listeners hold at `at`: (when it was sent, the count).
+fn heard_at(h: &mut VecDeque<(f64, u32)>, at: f64) -> (f64, u32) {
+    while h.len() >= 2 && h[1].0 <= at {
+        h.pop_front();
+    }
+    h[0]
 }
 
 /// `k` servers drawn uniformly among those neither `a` nor in `not`, in order.

@@ -23,6 +23,7 @@ fn cfg(dispatch: &str, rho: f64) -> Config {
         fleet_resample_s: 0.1,
         fleet_sample_keep: 0,
         fleet_probe: 0,
+        fleet_share: Share::default(),
         demand: Demand::Exp,
         seed: 7,
         sample_every_s: 0.0,

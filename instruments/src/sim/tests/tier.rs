@@ -69,7 +69,7 @@ fn with_one_front_nobody_wants_changes() {
 
 #[test]
 fn a_redraw_keeps_the_lowest_members_and_pays_for_the_changes() {
-    let spec = TierSpec { delay_s: 0.0, hop_s: 0.0, view_s: 0.0, sample: 4, resample_s: 0.1, keep: 2, probe: 0, seed: 5 };
+    let spec = TierSpec { delay_s: 0.0, hop_s: 0.0, view_s: 0.0, sample: 4, resample_s: 0.1, keep: 2, probe: 0, seed: 5, share: Default::default() };
     let mut t = Tier::new(spec, 10);
     assert_eq!((t.sent.subscribes, t.sent.counts), (40, 40), "at start, a subscribe and a first count per member");
     t.consult(0, 0.0);
@@ -115,4 +115,94 @@ fn pulling_counts_on_demand_costs_two_datagrams_a_peer_asked_and_a_round_trip() 
     assert!(d.total as f64 <= 8.0 * small.requests as f64 && d.asks > 0, "{d:?}");
     assert!(large.messages.per_request < 1.1 * small.messages.per_request, "{} vs {}", large.messages.per_request, small.messages.per_request);
     assert!(small.mean_ms < 0.8 * least.mean_ms, "pull {} vs least {}", small.mean_ms, least.mean_ms);
+}
+
+fn share_spec(sample: usize, share: &str) -> TierSpec {
+    TierSpec { delay_s: 0.0002, hop_s: 0.0002, view_s: 0.0, sample, resample_s: 0.1, keep: 0, probe: 0, seed: 5, share: share.parse().unwrap() }
+}
+
+#[test]
+fn a_share_spec_parses_and_says_what_is_worth_sending() {
+    let s: Share = "level=2".parse().unwrap();
+    // Counts capped at 3: a change among 0..=3 goes, one above does not.
+    assert!(s.worth_sending(0, 1) && s.worth_sending(3, 2) && s.worth_sending(4, 2));
+    assert!(!s.worth_sending(3, 4) && !s.worth_sending(5, 4));
+    let d: Share = "delta=2".parse().unwrap();
+    assert!(!d.worth_sending(3, 4) && d.worth_sending(3, 5) && d.worth_sending(3, 1));
+    let every: Share = "batch=5,piggy".parse().unwrap();
+    assert!(every.worth_sending(3, 4) && !every.worth_sending(4, 4) && every.filtered());
+    assert!(!Share::default().filtered() && "".parse::<Share>().unwrap().tokens.is_none());
+    let t: Share = "tokens=3,expire=5,piggy".parse().unwrap();
+    assert_eq!((t.tokens, t.expire_s, t.piggy, t.filtered()), (Some(3), 0.005, true, false));
+    assert_eq!(t.to_string(), "tokens=3,expire=5,piggy");
+    assert_eq!("tokens=3".parse::<Share>().unwrap().expire_s, TOKEN_EXPIRE_S);
+    for bad in ["level=x", "tokens=0", "tokens=2,level=1", "expire=5", "batch=0", "nope"] {
+        assert!(bad.parse::<Share>().is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn a_level_filter_sends_only_crossings_and_heartbeats_carry_the_rest() {
+    let mut t = Tier::new(share_spec(11, "level=1"), 12);
+    t.consult(0, 0.0); // agent 0 hears every other server's changes
+    let base = t.sent.clone();
+    // Server 5 goes 0 -> 1 -> 2 -> 3 -> 2 -> 1: capped at 2, only 0->1, 1->2 and 2->1 go.
+    for (i, c) in [1, 2, 3, 2, 1].into_iter().enumerate() {
+        t.changed(5, 0.001 * (i + 1) as f64, c);
+    }
+    assert_eq!(t.sent.counts - base.counts, 3, "{:?}", t.sent);
+    // Agent 0 sees 1 (the last crossing) once it has landed.
+    let (peers, counts) = t.view(0, 0.0056, |_| 0);
+    assert_eq!(counts[peers.iter().position(|&p| p == 5).unwrap()], 1);
+    // Up at 4 and silent: the next heartbeat, 50 ms after the last send, says 4.
+    t.changed(5, 0.006, 2);
+    t.changed(5, 0.007, 3);
+    t.changed(5, 0.008, 4);
+    let (peers, counts) = t.view(0, 0.057, |_| 0);
+    assert_eq!(counts[peers.iter().position(|&p| p == 5).unwrap()], 4);
+    assert!(t.sent.heartbeats > base.heartbeats);
+}
+
+#[test]
+fn a_batch_coalesces_changes_into_one_count_per_interval() {
+    let mut t = Tier::new(share_spec(11, "batch=5"), 12);
+    t.consult(0, 0.0);
+    let base = t.sent.counts;
+    // Four changes within 5 ms of the first send: the first goes, the last goes at 5 ms.
+    for (i, c) in [1, 2, 3, 4].into_iter().enumerate() {
+        t.changed(5, 0.010 + 0.001 * i as f64, c);
+    }
+    assert_eq!(t.sent.counts - base, 1);
+    let (peers, counts) = t.view(0, 0.0149, |_| 0);
+    assert_eq!(counts[peers.iter().position(|&p| p == 5).unwrap()], 1, "the batch's end not yet");
+    let (peers, counts) = t.view(0, 0.0153, |_| 0);
+    assert_eq!(counts[peers.iter().position(|&p| p == 5).unwrap()], 4, "the coalesced count, a datagram after the batch's end");
+    assert_eq!(t.sent.counts - base, 2);
+}
+
+#[test]
+fn tokens_go_one_agent_each_and_a_forward_uses_one_up() {
+    let mut t = Tier::new(share_spec(0, "tokens=2,expire=10"), 4);
+    // Nobody decides by counts: nothing is sent.
+    t.changed(0, 0.0, 0);
+    assert_eq!(t.sent.tokens, 0);
+    t.consult(1, 0.0);
+    t.changed(0, 0.001, 0);
+    assert_eq!(t.sent.tokens, 2, "L - count tokens, all to the only agent that wants them");
+    assert_eq!(t.held(1).len(), 2);
+    t.changed(0, 0.002, 1);
+    assert_eq!(t.sent.tokens, 2, "two out already cover L - 1");
+    assert_eq!(t.view(1, 0.0011, |_| 0).0, Vec::<usize>::new(), "a datagram on the way");
+    let (peers, counts) = t.view(1, 0.0013, |_| 0);
+    assert_eq!((peers, counts), (vec![0, 0], vec![0, 0]));
+    t.forwarded(1, 0, 0.0013);
+    assert_eq!(t.held(1).len(), 1);
+    let (_, counts) = t.view(1, 0.0014, |_| 0);
+    assert_eq!(counts, [1], "the other token, with the forward sent since it came");
+    // Lapsed after 10 ms: the server owes tokens again at its next change.
+    assert!(t.view(1, 0.0115, |_| 0).0.is_empty());
+    t.changed(0, 0.012, 0);
+    assert_eq!(t.sent.tokens, 4);
+    t.finish(1.0);
+    assert_eq!(t.sent.heartbeats, 0, "a token is its own liveness");
 }
