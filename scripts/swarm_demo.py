@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the harness package, run from anywhere
+from harness.net import wait_until  # noqa: E402
 SWARM_DIR = ROOT / "compose" / "swarm"
 LABEL = "huntlb.swarm-demo"
 STACK = "huntlb"
@@ -216,16 +218,6 @@ def running_tasks(mgr: Node, service: str) -> list[tuple[str, str]]:
     out = mgr.docker("service", "ps", f"{STACK}_{service}", "--filter", "desired-state=running",
                      "--format", "{{.Name}} {{.Node}} {{.CurrentState}}", check=False)
     return [(line.split()[0], line.split()[1]) for line in out.splitlines() if " Running " in line]
-
-
-def wait_for(cond, timeout: float, what: str, every: float = 0.5):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        v = cond()
-        if v:
-            return v
-        time.sleep(every)
-    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def answers(ip: str, port: int, timeout: float = 0.3) -> bool:
@@ -411,8 +403,8 @@ def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict
     form_swarm(nodes)
     mgr = nodes[0]
     deploy(mgr, args.encrypted_overlay)
-    wait_for(lambda: len(running_tasks(mgr, "backends")) == 3 and len(running_tasks(mgr, "envoy")) == 3
-             and len(running_tasks(mgr, "haproxy")) == 3, 120, "3 backends and a front of each proxy on every node")
+    wait_until(lambda: len(running_tasks(mgr, "backends")) == 3 and len(running_tasks(mgr, "envoy")) == 3
+               and len(running_tasks(mgr, "haproxy")) == 3, 120, what="3 backends and a front of each proxy on every node")
     where = running_tasks(mgr, "backends")
     # every front, on every node, answers three times in a row: found the backends, passed health checks
     streak = {(nd.ip, p): 0 for nd in nodes for p in STRATEGIES.values()}
@@ -421,7 +413,7 @@ def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict
         for k in streak:
             streak[k] = streak[k] + 1 if front_ok(*k) else 0
         return min(streak.values()) >= 3
-    wait_for(fronts_ready, 120, "every front on every node serving", every=0.2)
+    wait_until(fronts_ready, 120, what="every front on every node serving", every=0.2)
     timings["swarm formed, stack up"] = time.monotonic() - t
     log(f"stack up ({timings['swarm formed, stack up']:.1f} s): backends on {sorted(n for _, n in where)}")
 
@@ -453,12 +445,12 @@ def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict
         time.sleep(max(0.0, args.steady - (time.monotonic() - phases[-1].start)))
         p = phase("scale 3 -> 5")
         svc_scale(5)
-        wait_for(lambda: len(running_tasks(mgr, "backends")) == 5, 60, "5 backends running")
+        wait_until(lambda: len(running_tasks(mgr, "backends")) == 5, 60, what="5 backends running")
         p.note = f"5 running after {time.monotonic() - p.start:.1f} s"
         time.sleep(max(0.0, args.steady - (time.monotonic() - p.start)))
         p = phase("scale 5 -> 3")
         svc_scale(3)
-        wait_for(lambda: len(running_tasks(mgr, "backends")) == 3, 60, "3 backends running")
+        wait_until(lambda: len(running_tasks(mgr, "backends")) == 3, 60, what="3 backends running")
         p.note = f"3 running after {time.monotonic() - p.start:.1f} s (the 2 removed drain 5 s before they exit)"
         time.sleep(max(0.0, args.steady + 5 - (time.monotonic() - p.start)))
         p = phase("rolling update of the agents")
@@ -470,7 +462,7 @@ def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict
             if state in ("paused", "rollback_started", "rollback_completed"):
                 raise RuntimeError(f"the rolling update ended {state}")
             return state == "completed"
-        wait_for(updated, 300, "the rolling update to complete", every=1.0)
+        wait_until(updated, 300, what="the rolling update to complete", every=1.0)
         p.note = f"completed after {time.monotonic() - p.start:.1f} s (parallelism 1, start-first, 5 s delay)"
         # the last replaced agent is still draining (5 s) when Swarm says completed
         time.sleep(args.steady)
@@ -490,10 +482,10 @@ def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict
         p.note = (f"{len(on_victim)} of the 3 backends and an Envoy and a HAProxy front on it, "
                   f"{inside} request(s) in its agents just before")
         try:
-            wait_for(rescheduled, args.after_kill, f"{victim.name}'s backends running elsewhere", every=1.0)
+            wait_until(rescheduled, args.after_kill, what=f"{victim.name}'s backends running elsewhere", every=1.0)
             if on_victim:
                 p.note += f"; Swarm ran its backends elsewhere after {time.monotonic() - killed_at:.1f} s"
-        except RuntimeError:
+        except TimeoutError:
             p.note += f"; its backends NOT run elsewhere within {args.after_kill:.0f} s"
         time.sleep(max(0.0, args.after_kill - (time.monotonic() - killed_at)))
         phases[-1].end = time.monotonic()

@@ -167,6 +167,19 @@ def views(c: Cluster) -> dict[str, int]:
     return {b.name: b.peers_heard() for b in c.backends() if b.agent_proc and b.agent_proc.alive()}
 
 
+def short_views(c, seconds: float = 4, full: int = 3) -> tuple[int, int]:
+    """Every agent's view sampled each 50 ms for `seconds`: how many samples
+    were short of `full` peers, of how many."""
+    short = samples = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        v = views(c)
+        short += sum(1 for x in v.values() if x < full)
+        samples += len(v)
+        time.sleep(0.05)
+    return short, samples
+
+
 def time_until(cond, timeout: float, every: float = 0.005) -> float:
     """Seconds until cond() held (polled), or raise."""
     t0 = time.monotonic()
@@ -297,13 +310,7 @@ def test_loss_on_the_fleet_port(build, p):
     before = {b.name: b.metrics() for b in c.backends()}
     hold(c, c.hosts["b1"], 4, work_ms=6000)  # b1 passes tries on: forwards go through the loss
     with c.loss(c.backends(), p), Load(c, fronts_of(c), threads=4) as load:
-        short = samples = 0
-        deadline = time.monotonic() + 4
-        while time.monotonic() < deadline:
-            v = views(c)
-            short += sum(1 for x in v.values() if x < 3)
-            samples += len(v)
-            time.sleep(0.05)
+        short, samples = short_views(c)
     failed = errors(c, load.results)
     after = {b.name: b.metrics() for b in c.backends()}
 
@@ -403,17 +410,11 @@ def test_hops_delayed_250us_on_every_host(build):
     b1 = c.hosts["b1"]
     base = c.rtt(c.client, b1)
     sent_before = forwards(c)["sent"]
-    short = samples = 0
     with c.delay(list(c.hosts.values()), us=250, jitter_us=50) as d:
         delayed = c.rtt(c.client, b1)
         hold(c, b1, 4, work_ms=5000)  # b1 passes the fronts' tries on: forwards under delay
         with Load(c, fronts_of(c), threads=4) as load:
-            deadline = time.monotonic() + 4
-            while time.monotonic() < deadline:
-                v = views(c)
-                short += sum(1 for x in v.values() if x < 3)
-                samples += len(v)
-                time.sleep(0.05)
+            short, samples = short_views(c)
         assert all(p.alive() for p in d.procs), "a delayer died under load"
     counts = delay_counts(d)
     failed = errors(c, load.results)

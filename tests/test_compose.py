@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from docker_state import as_root, differences, machine_state
+from harness.net import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = ROOT / "compose"
@@ -35,6 +36,11 @@ FRONTS = ["envoy-hunting", "envoy-least", "envoy-random", "haproxy-hunting", "ha
 HUNTING = ["envoy-hunting", "haproxy-hunting"]
 FRONTS_PER_STRATEGY = 4  # compose.yaml: scale of the envoy and haproxy services
 WINDOW_S = 3  # loadgen window: counters move every 3 s
+
+
+def wait(cond, timeout: float, what: str, every: float = 0.5):
+    return wait_until(cond, timeout=timeout, every=every, what=what)
+
 
 pytestmark = pytest.mark.skipif(os.environ.get("HUNTLB_COMPOSE_TEST") != "1",
                                 reason="the compose demo needs Docker: HUNTLB_COMPOSE_TEST=1 (.ci/run sets it)")
@@ -65,16 +71,6 @@ def scrape(port: int) -> dict[str, float]:
             k, _, v = line.rpartition(" ")
             out[k] = float(v)
     return out
-
-
-def wait(cond, timeout: float, what: str, every: float = 0.5):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        v = cond()
-        if v:
-            return v
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def compose_cmd() -> list[str]:

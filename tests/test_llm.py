@@ -5,20 +5,13 @@ full queue answers 503, and vLLM's metric names count what happened."""
 
 import http.client
 import json
-import re
 
 import pytest
+from benchlib.llmfleet import llm_metrics
 from harness import binary, request, wait_http, wait_until
 
 
-def metrics(addr: str) -> dict[str, float]:
-    _, _, body = request(addr, "GET", "/metrics")
-    out = {}
-    for line in body.decode().splitlines():
-        m = re.match(r'^([a-z_:]+)\{model_name="[^"]*"\} (\S+)$', line)
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
+metrics = llm_metrics  # tests/test_llm_gateway.py imports it by this name
 
 
 @pytest.fixture
