@@ -13,6 +13,8 @@ forwards, datagrams between agents, probes) are counted.
 
 Usage: python3 bench/many_fronts_sim.py [--seeds 3] [--requests 200000] [--quick]
        python3 bench/many_fronts_sim.py --only "tier, K=4, B=2, biased" ...  (re-run these modes into the data)
+       python3 bench/many_fronts_sim.py --frontier "tier, K=8, B=4, delta=2" ... [--requests 100000]
+           (issue 42: run these modes of SHARE over the frontier's grid, FRONTIER, into the data)
        python3 bench/many_fronts_sim.py --report-only
 (after `cargo build --release -p huntlb-instruments`; one simulator process at a
 time: wrap it in `flock /tmp/huntlb-heavy.lock nice -n 10`). Writes
@@ -75,10 +77,10 @@ def capped(args: list[str], backends: int) -> list[str]:
     return out
 
 
-def sim(args: list[str], backends: int, fronts: int, demand: str, seed: int, requests: int) -> dict:
+def sim(args: list[str], backends: int, fronts: int, demand: str, seed: int, requests: int, rho: float = RHO) -> dict:
     args = capped(args, backends)
     fleet = ["--servers", str(backends), "--workers", str(WORKERS), "--cores", str(CORES), "--backlog", str(BACKLOG)]
-    run = [*fleet, *args, "--mean-ms", str(MEAN_MS), "--rho", str(RHO), "--proxies", str(fronts), "--demand", demand,
+    run = [*fleet, *args, "--mean-ms", str(MEAN_MS), "--rho", str(rho), "--proxies", str(fronts), "--demand", demand,
            "--requests", str(requests), "--seed", str(seed)]
     return huntlb_sim(str(SIM), run, timeout=1800)[0]
 
@@ -89,7 +91,8 @@ def record(name: str, args: list[str], backends: int, fronts: int, demand: str, 
             "mean_ms": round(r["mean_ms"], 4), "p50_ms": round(r["p50_ms"], 4), "p99_ms": round(r["p99_ms"], 4),
             "rejected": r["rejected"], "acceptance": r["acceptance"],
             "msg": {"per_request": round(m["per_request"], 4), "refusals": m["refusals"], "forwards": m["forwards"], "probes": m["probes"],
-                    **{k: d.get(k, 0) for k in ("counts", "subscribes", "renewals", "unsubscribes", "heartbeats", "asks")}}}
+                    **{k: d.get(k, 0) for k in ("counts", "subscribes", "renewals", "unsubscribes", "heartbeats", "asks")},
+                    **{k: d[k] for k in ("tokens", "piggybacked") if d.get(k)}}}
 
 
 def grid(modes: dict, seeds: list[int], requests: int, t0: float) -> list[dict]:
@@ -193,6 +196,7 @@ def report(data: dict) -> str:
                                + (f" ({x['rejected']} rejected)" if x["rejected"] else ""))
                 out.append(f"| {m} | " + " | ".join(row) + " |")
     out.append(extra_text(data))
+    out += frontier_text(data)
     text = "\n".join(out) + "\n"
     keep_shown(data, text)
     return text
@@ -369,6 +373,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1 seed of 20000 requests, to bench/out/many-fronts-sim/")
     ap.add_argument("--only", nargs="+", metavar="MODE", help="re-run these modes (names of MODES or EXTRA) into the data")
     ap.add_argument("--report-only", action="store_true", help=f"rewrite the report from {DATA.relative_to(ROOT)}")
+    ap.add_argument("--frontier", nargs="+", metavar="MODE", help="issue 42: run these modes of SHARE (or `all`) over FRONTIER's grid into the data")
     a = ap.parse_args()
     if a.quick:
         a.seeds, a.requests = 1, 20_000
@@ -377,6 +382,16 @@ def main() -> None:
     t0 = time.monotonic()
     if a.report_only:
         data = rundata.read(DATA)
+    elif a.frontier:
+        data = rundata.read(DATA)
+        names = list(SHARE) if a.frontier == ["all"] else a.frontier
+        unknown = [m for m in names if m not in SHARE]
+        if unknown:
+            raise SystemExit(f"--frontier: unknown modes {unknown} (known: {list(SHARE)})")
+        f = data.setdefault("frontier", {"seeds": list(range(1, a.seeds + 1)), "requests": a.requests, "seconds": 0.0, "runs": []})
+        f["runs"] = [r for r in f["runs"] if r["mode"] not in names] + frontier_grid(names, f["seeds"], f["requests"], t0)
+        f["seconds"] += time.monotonic() - t0
+        rundata.write(DATA, data)  # the runs first: the report is rendered from them below
     elif a.only:
         data = rundata.read(DATA)
         every = {**MODES, **EXTRA}
@@ -398,6 +413,7 @@ def main() -> None:
         write(data, out, None)
         print(f"wrote {out}/{NAME}.md", flush=True)
         return
+    frontier_plot(data)
     write(data, RESULTS, plot(data))
     print(f"wrote docs/results/{NAME}.md, {DATA.relative_to(ROOT)} ({time.monotonic() - t0:.0f} s)", flush=True)
 
@@ -414,6 +430,260 @@ EXTRA: dict[str, list[str]] = {
     "pull, D=10": [*TIER, "--fleet-probe", "10"],
     "pull, D=12": [*TIER, "--fleet-probe", "12"],
 }
+
+
+# Issue 42: the tier at the ideal with a fraction of the messages. Its own grid
+# (every front count on both fleets, two loads, a third, heavier tail) and its
+# own bar; the modes are `--fleet-share` over the pushed sample, or tokens.
+FRONTIER = {"fronts": {12: [1, 4, 16, 64, 256], 96: [1, 4, 16, 64, 256]}, "rhos": [0.88, 0.95],
+            "demands": {"exp": "exponential", "lognormal:1.5": "lognormal, sigma 1.5", "lognormal:2": "lognormal, sigma 2"}}
+F_MEAN, F_P99, F_MSG, F_BEST, F_GROWTH = 1.05, 1.10, 12, 6, 1.10
+
+
+def sampled(k: int, b: int, share: str = "") -> list[str]:
+    return [*TIER, "--fleet-sample", str(k), "--fleet-sample-keep", str(b), "--fleet-resample-ms", str(RESAMPLE_MS),
+            *(["--fleet-share", share] if share else [])]
+
+
+# name -> (family, huntlb-sim arguments). The family names the idea (the plot's colour).
+SHARE: dict[str, tuple[str, list[str]]] = {
+    "JSQ": ("ideal", ["--dispatch", "jsq"]),
+    "K=8, B=4 (shipped)": ("pushed sample", sampled(8, 4)),
+    "K=10, B=5": ("pushed sample", sampled(10, 5)),
+    "pull, D=4": ("pull", [*TIER, "--fleet-probe", "4"]),
+    "pull, D=8": ("pull", [*TIER, "--fleet-probe", "8"]),
+    "K=8, B=4, level=1": ("level", sampled(8, 4, "level=1")),
+    "K=8, B=4, level=3": ("level", sampled(8, 4, "level=3")),
+    "K=8, B=4, delta=2": ("delta", sampled(8, 4, "delta=2")),
+    "K=16, B=8, delta=2": ("delta", sampled(16, 8, "delta=2")),
+    "K=16, B=8, delta=3": ("delta", sampled(16, 8, "delta=3")),
+    "K=8, B=4, batch=5 ms": ("batch", sampled(8, 4, "batch=5")),
+    "K=8, B=4, batch=10 ms": ("batch", sampled(8, 4, "batch=10")),
+    "K=8, B=4, piggy": ("piggyback", sampled(8, 4, "piggy")),
+    "K=8, B=4, level=2, piggy": ("piggyback", sampled(8, 4, "level=2,piggy")),
+    "K=8, B=4, delta=2, piggy": ("piggyback", sampled(8, 4, "delta=2,piggy")),
+    "tokens, L=4": ("tokens", [*TIER, "--fleet-share", "tokens=4"]),
+    "tokens, L=8": ("tokens", [*TIER, "--fleet-share", "tokens=8"]),
+    "tokens, L=8, piggy": ("tokens", [*TIER, "--fleet-share", "tokens=8,piggy"]),
+}
+
+
+def frontier_grid(names: list[str], seeds: list[int], requests: int, t0: float) -> list[dict]:
+    runs = []
+    for name in names:
+        args = SHARE[name][1]
+        for backends, fronts_list in FRONTIER["fronts"].items():
+            for fronts in fronts_list:
+                for rho in FRONTIER["rhos"]:
+                    for demand in FRONTIER["demands"]:
+                        for s in seeds:
+                            r = record(name, args, backends, fronts, demand, s, sim(args, backends, fronts, demand, s, requests, rho))
+                            runs.append({**r, "rho": rho})
+        print(f"{name} done ({time.monotonic() - t0:.0f} s)", flush=True)
+    return runs
+
+
+def frontier_cells(runs: list[dict]) -> dict:
+    """(mode, backends, fronts, rho, demand) -> medians over seeds, ratios to JSQ's on the same seeds' cell."""
+    by: dict = {}
+    for r in runs:
+        by.setdefault((r["mode"], r["backends"], r["fronts"], r["rho"], r["demand"]), []).append(r)
+    out = {k: {"mean": median([r["mean_ms"] for r in rs]), "p99": median([r["p99_ms"] for r in rs]),
+               "msgs": median([r["msg"]["per_request"] for r in rs]), "rejected": sum(r["rejected"] for r in rs)} for k, rs in by.items()}
+    for (mode, *cell), c in out.items():
+        j = out.get(("JSQ", *cell))
+        c["mean_x"], c["p99_x"] = (c["mean"] / j["mean"], c["p99"] / j["p99"]) if j else (None, None)
+    return out
+
+
+def frontier_verdict(c: dict, mode: str) -> dict:
+    keys = [k for k in c if k[0] == mode and c[k]["mean_x"] is not None]
+    if not keys:
+        return {}
+    wm = max(keys, key=lambda k: c[k]["mean_x"])
+    wp = max(keys, key=lambda k: c[k]["p99_x"])
+    msgs = {b: max(c[k]["msgs"] for k in keys if k[1] == b) for b in FRONTIER["fronts"]}
+    growth = msgs[96] / msgs[12] if msgs[12] else 1.0
+    most = max(msgs.values())
+    part = {(b, rho): max(c[k]["mean_x"] for k in keys if k[1] == b and k[3] == rho) for b in FRONTIER["fronts"] for rho in FRONTIER["rhos"]}
+    over = sum(c[k]["mean_x"] > F_MEAN or c[k]["p99_x"] > F_P99 for k in keys)
+    return {"mean_x": c[wm]["mean_x"], "mean_at": wm, "p99_x": c[wp]["p99_x"], "p99_at": wp, "msgs": msgs, "most": most,
+            "growth": growth, "part": part, "over": over, "cells": len(keys),
+            "holds": c[wm]["mean_x"] <= F_MEAN and c[wp]["p99_x"] <= F_P99 and most <= F_MSG and growth <= F_GROWTH}
+
+
+def f_where(k: tuple) -> str:
+    return f"{k[1]} backends, {k[2]} fronts, ρ {k[3]}, {FRONTIER['demands'][k[4]]}"
+
+
+def frontier_text(data: dict) -> list[str]:
+    f = data.get("frontier")
+    if not f:
+        return []
+    c = frontier_cells(f["runs"])
+    modes = [m for m in SHARE if m != "JSQ" and any(k[0] == m for k in c)]
+    vs = {m: frontier_verdict(c, m) for m in modes}
+    fam = lambda m: SHARE[m][0]  # noqa: E731
+    out = ["\n## Issue 42: the tier's counts at a fraction of the messages\n",
+           f"`python3 bench/many_fronts_sim.py --frontier all --seeds {len(f['seeds'])} --requests {f['requests']}` (run in chunks of "
+           f"modes, {f['seconds']:.0f} s of runs in all). The grid: 12 and 96 backends, each at "
+           f"{', '.join(str(x) for x in FRONTIER['fronts'][12])} fronts, ρ {' and '.join(str(r) for r in FRONTIER['rhos'])}, "
+           f"{', '.join(FRONTIER['demands'].values())} jobs; the model above otherwise (counts and forwards 0.2 ms on the way). "
+           f"Every cell is the median of {len(f['seeds'])} seeds of {f['requests']} requests, and its ratio is to JSQ's median on "
+           f"the same seeds and cell. **The bar**: mean within {F_MEAN:.2f}× JSQ's and p99 within {F_P99:.2f}× at every cell, "
+           f"at most {F_MSG} messages per request, the most on 96 backends at most {F_GROWTH:.2f}× the most on 12; and the best "
+           f"at most {F_BEST}.\n",
+           "Modes (`huntlb-sim --fleet-share`, each off by default): over the pushed sample of K (B kept), *level=H* sends a "
+           "change only when it moves the count across 0..=H+1 (a count above H+1 goes out only in heartbeats, every 50 ms); "
+           "*delta=D* only a change of D or more from the count last sent; *batch=T* at most one count every T ms (the last "
+           "change of the interval); *piggy*: the forward's answer (`100 Continue`) carries the peer's count to the forwarder "
+           "(no datagram). *pull, D*: an agent about to decide by counts asks D random peers (above). *tokens, L* (JIQ with a "
+           "threshold): no sample and no heartbeat; a server below L in flight keeps L - count tokens out, each a datagram to "
+           "one agent drawn among those deciding by counts; an agent forwards only on a token of a count below its own "
+           "(the policy crate's rule over its tokens), using it up; a token lapses after 20 ms; *piggy* sends a token owed "
+           "right after a forward on that forward's answer.\n",
+           "| setting | idea | worst mean / JSQ | worst p99 / JSQ | 12 backends ρ 0.88 / 0.95 | 96 backends ρ 0.88 / 0.95 | "
+           "messages per request, most (12 / 96) | cells over the bar | holds |",
+           "|---|---|---:|---:|---:|---:|---:|---:|:--:|"]
+    for m in modes:
+        v = vs[m]
+        p = v["part"]
+        out.append(f"| {m} | {fam(m)} | {v['mean_x']:.3f} ({f_where(v['mean_at'])}) | {v['p99_x']:.3f} ({f_where(v['p99_at'])}) | "
+                   f"{p[(12, 0.88)]:.3f} / {p[(12, 0.95)]:.3f} | {p[(96, 0.88)]:.3f} / {p[(96, 0.95)]:.3f} | "
+                   f"{v['msgs'][12]:.1f} / {v['msgs'][96]:.1f} | {v['over']} of {v['cells']} | {'**yes**' if v['holds'] else 'no'} |")
+    holds = [m for m in modes if vs[m]["holds"]]
+    cheap = [m for m in modes if vs[m]["most"] <= F_MSG and vs[m]["growth"] <= F_GROWTH]
+    best_cheap = min(cheap, key=lambda m: vs[m]["mean_x"]) if cheap else None
+    six = [m for m in modes if vs[m]["most"] <= F_BEST]
+    best_six = min(six, key=lambda m: vs[m]["mean_x"]) if six else None
+    # The frontier: no other setting both cheaper and closer to JSQ at its worst cell.
+    front = sorted((m for m in modes if not any(vs[o]["most"] <= vs[m]["most"] and vs[o]["mean_x"] < vs[m]["mean_x"]
+                                                 and o != m for o in modes)), key=lambda m: vs[m]["most"])
+    out.append("")
+    if holds:
+        out.append(f"**Meets the bar**: {', '.join(holds)}.")
+    else:
+        out.append("**No setting meets the bar.** " + (
+            f"Best within {F_MSG} messages per request: **{best_cheap}**, worst mean {vs[best_cheap]['mean_x']:.3f}× JSQ's "
+            f"({f_where(vs[best_cheap]['mean_at'])}), worst p99 {vs[best_cheap]['p99_x']:.3f}×, {vs[best_cheap]['most']:.1f} "
+            f"messages per request at most. " if best_cheap else "") + (
+            f"Best within {F_BEST}: **{best_six}**, {vs[best_six]['mean_x']:.3f}× at worst, {vs[best_six]['most']:.1f} messages. "
+            if best_six else ""))
+    sh = vs.get("K=8, B=4 (shipped)")
+    if sh:
+        out.append(f"The shipped sample itself is {sh['mean_x']:.3f}× at worst ({f_where(sh['mean_at'])}), "
+                   f"{sh['part'][(96, 0.88)]:.3f}× at ρ 0.88 on 96 backends: the bar fails first on quality, at ρ 0.95, before "
+                   f"any message is saved.")
+    out.append("\nThe frontier (no other setting tried is both cheaper and closer to JSQ at its worst cell): "
+               + "; ".join(f"{m} ({vs[m]['most']:.1f} messages, {vs[m]['mean_x']:.3f}×)" for m in front) + ".\n")
+    if data.get("plot"):  # drawn with the report's other plot
+        out.append(f"![worst mean and p99 over JSQ's against messages per request, one point a setting]({NAME}-frontier.png)\n")
+    out += frontier_why(c, vs)
+    out += frontier_agent_text(vs, holds, best_cheap)
+    return out
+
+
+def frontier_agent_text(vs: dict, holds: list[str], best_cheap: str | None) -> list[str]:
+    """What the agent would need for the setting to carry over (the agent is not changed here)."""
+    pick = min(holds, key=lambda m: vs[m]["most"]) if holds else best_cheap
+    out = ["\n### What the agent would need\n"]
+    if not pick:
+        return out + ["Nothing: no setting tried is within the message budget."]
+    rate = RHO * CORES / (MEAN_MS / 1e3)  # requests a backend serves per second at ρ 0.88
+    v = vs[pick]
+    out.append(("A setting meets the bar: " if holds else "No setting meets the bar, so nothing is proposed for the agent yet; "
+                "the cheapest setting within the budget, for the record: ") + f"**{pick}**.")
+    out.append(f"* **Cost**: at most {v['most']:.1f} messages per request, i.e. about {v['most'] * rate:.0f} datagrams/s per agent at "
+               f"{rate:.0f} requests/s a backend (ρ {RHO}, {CORES} cores, {MEAN_MS} ms jobs), the same at 10, 100 or 1000 backends "
+               "(a sample's listeners and members are K each whatever the fleet; growth "
+               f"{v['growth']:.2f} from 12 to 96 backends); memory per peer: a count, when it was taken and the last count sent "
+               "(a few words, K + its listeners of them); CPU: one HMAC per datagram, as today.")
+    out.append("* **Messages and fields**: `level`, `delta` and `batch` change when a member sends its count, not the "
+               "`hunt-fleet/3` datagram (a count is a count; heartbeats stay the floor, so a silent member still proves "
+               "liveness every `fleet_heartbeat_ms`); a new knob per rule (`fleet_report_level`, `fleet_report_delta`, "
+               "`fleet_report_batch_ms`) and its timer (a coalesced send due at the batch's end). `piggy` adds a field to "
+               "the forward's answer (the peer's count after taking it), under the forward's own connection, not a datagram; "
+               "tokens would be a new datagram kind (`SUB` 3: a token, the sender's count, a lifetime).")
+    out.append("* **Trust**: a lying member already draws forwards by reporting 0 (§ 8a); the filters give it nothing new, "
+               "since what it sends is still its own count. A piggybacked count comes over the forward's connection from "
+               "the member forwarded to, so it is that member's word about itself, bounded as today by the forwarder "
+               "counting its own outstanding forwards there. A token is a standing invitation: a liar could hand out "
+               "unlimited tokens, so an agent would cap what it accepts from one member (at most L tokens out, each used "
+               "once) and keep the own-forward bound.")
+    return out
+
+
+def frontier_why(c: dict, vs: dict) -> list[str]:
+    """What won, what lost and why, each claim with its numbers from the cells."""
+    def v(m, key="mean_x"):
+        return vs[m][key] if m in vs and vs[m] else float("nan")
+
+    def part(m, b, rho):
+        return vs[m]["part"][(b, rho)] if m in vs and vs[m] else float("nan")
+    sh = "K=8, B=4 (shipped)"
+    out = ["### What won, what lost, and why\n"]
+    if sh in vs:
+        out.append(f"* **Quality before cost.** The shipped sample (K=8, B=4, {vs[sh]['most']:.1f} messages) is "
+                   f"{part(sh, 12, 0.88):.3f}× / {part(sh, 12, 0.95):.3f}× JSQ at worst on 12 backends (ρ 0.88 / 0.95) and "
+                   f"{part(sh, 96, 0.88):.3f}× / {part(sh, 96, 0.95):.3f}× on 96; K=10, B=5 ({v('K=10, B=5', 'most'):.1f} "
+                   f"messages) {part('K=10, B=5', 96, 0.88):.3f}× / {part('K=10, B=5', 96, 0.95):.3f}× on 96. At ρ 0.95 the "
+                   f"miss is the sample's (K of 95 peers, an agent's view fresh to 0.2 ms only), so every mode below that "
+                   f"only thins the sample's messages starts from it and cannot reach {F_MEAN:.2f}×.")
+    for m, why in (("K=8, B=4, level=1", "the counts the bar is lost on (ρ 0.95) are mostly above the level, so the level saves "
+                    "most messages exactly where it blinds the agents: a peer's rise above H+1 is heard only at its heartbeat"),
+                   ("K=8, B=4, level=3", "with H at the counts ρ 0.95 holds nearly every change still goes out: little saved"),
+                   ("K=8, B=4, delta=2", "the cheapest pushed setting: half the changes skipped, but a peer seen one lower "
+                    "than it is draws the forwards of every agent that samples it (herding grows with staleness)"),
+                   ("K=16, B=8, delta=2", "a larger sample buys back part of what delta loses, at the sample's cost again"),
+                   ("K=8, B=4, batch=5 ms", "a change every ~6 ms a server at ρ 0.88 (one per arrival, one per completion): "
+                    "5 ms coalesces little and delays everything"),
+                   ("K=8, B=4, batch=10 ms", "half the messages, counts up to 10 ms old: herding on the stale least"),
+                   ("K=8, B=4, piggy", "free, and exact about the one peer that was just forwarded to; the forwarder's own "
+                    "forwards were already counted, so it changes little"),
+                   ("tokens, L=4", "herding-free and cheap, but an agent forwards only on a token, and tokens go to agents "
+                    "at random, most of which hold no busy offer when they come; a fixed L fits one load"),
+                   ("tokens, L=8", "more tokens reach more busy agents, yet a token's count is old when used and the "
+                    "tokens still land mostly where they are not needed"),
+                   ("pull, D=4", "fresh counts and no herding, but a round trip on every offer decided by counts and only "
+                    "4 peers")):
+        if m in vs and vs[m]:
+            out.append(f"* **{m}**: {v(m):.3f}× JSQ at worst ({part(m, 96, 0.88):.3f}× / {part(m, 96, 0.95):.3f}× on 96 backends "
+                       f"at ρ 0.88 / 0.95), {v(m, 'most'):.1f} messages per request: {why}.")
+    return out
+
+
+def frontier_plot(data: dict) -> None:
+    f = data.get("frontier")
+    plt = pyplot()
+    if not f or plt is None:
+        return
+    c = frontier_cells(f["runs"])
+    modes = [m for m in SHARE if m != "JSQ" and any(k[0] == m for k in c)]
+    vs = {m: frontier_verdict(c, m) for m in modes}
+    fams = list(dict.fromkeys(SHARE[m][0] for m in modes))
+    colours = dict(zip(fams, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    fig, ax = plt.subplots(figsize=(11, 6.5))
+    for m in modes:
+        x, col = max(vs[m]["most"], 0.1), colours[SHARE[m][0]]
+        ax.scatter([x], [vs[m]["mean_x"]], color=col, marker="o")
+        ax.scatter([x], [vs[m]["p99_x"]], facecolors="none", edgecolors=col, marker="s")
+        ax.annotate(m, (x, vs[m]["mean_x"]), fontsize=7, xytext=(4, 2), textcoords="offset points")
+    for fam_, col in colours.items():
+        ax.scatter([], [], color=col, label=fam_)
+    ax.scatter([], [], color="grey", marker="o", label="worst mean / JSQ")
+    ax.scatter([], [], facecolors="none", edgecolors="grey", marker="s", label="worst p99 / JSQ")
+    ax.axhline(F_MEAN, color="black", linestyle="--", linewidth=0.8)
+    ax.axhline(F_P99, color="black", linestyle=":", linewidth=0.8)
+    ax.axvline(F_MSG, color="black", linestyle="--", linewidth=0.8)
+    ax.axvline(F_BEST, color="black", linestyle=":", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("messages per request, the most over the grid")
+    ax.set_ylabel("worst ratio to JSQ over the grid")
+    ax.set_title("Issue 42's frontier: 12 and 96 backends, 1-256 fronts, ρ 0.88 and 0.95, three demands")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, RESULTS, f"{NAME}-frontier.png")
+
 
 if __name__ == "__main__":
     main()
