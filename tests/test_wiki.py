@@ -131,8 +131,9 @@ def test_scoreboard_load_follows_apaches_busy_workers_through_saturation(procs, 
     for k in range(1, W):
         held.append(hold(r.apache.addr, int((end - time.monotonic()) * 1000)))
         wait_until(lambda: busy() == k, timeout=3, what=f"huntlb_busy == {k}")
-        # mod_status counts its own request: one more
-        assert r.apache.busy_workers() - 1 == k, f"Apache's BusyWorkers at {k} held"
+        # mod_status counts its own request: one more; and the worker that answered
+        # the previous status request may still be closing it for a moment (CI saw k+1 once)
+        wait_until(lambda: r.apache.busy_workers() - 1 == k, timeout=2, every=0.1, what=f"Apache's BusyWorkers - 1 == {k} held")
         # (and its worker is busy closing that request a moment after answering it: counted, then gone)
         wait_until(lambda: busy() == k, timeout=2, what=f"huntlb_busy == {k} after the status request")
     # the last worker, and Q more requests queued in the listen backlog behind it
@@ -161,7 +162,7 @@ def test_scoreboard_load_follows_apaches_busy_workers_through_saturation(procs, 
     wait_until(lambda: r.apache.busy_workers() - 1 == 0, timeout=2, what="Apache's BusyWorkers - 1 == 0")
     t = hold(r.apache.addr, 1500)
     wait_until(lambda: busy() == 1, timeout=3, what="huntlb_busy == 1 again")
-    assert r.apache.busy_workers() - 1 == 1
+    wait_until(lambda: r.apache.busy_workers() - 1 == 1, timeout=2, every=0.1, what="Apache's BusyWorkers - 1 == 1 again")
     t.join(timeout=10)
     wait_until(lambda: busy() == 0, timeout=5, what="huntlb_busy back to 0 again")
     m = metrics(r.admin)
