@@ -13,7 +13,9 @@ into the 10 s run and lasts FAULT_FOR s, on backend 0's agent. Prints each
 run (client errors flagged), the fault / none ratios of mean and p99 (median
 over repetitions, mean and 95% CI), and how long after the fault ended the
 faulty member took its first forward again (its app's arrivals of forwards,
-polled every 20 ms): "back in use". The bars set for the tier
+polled every 20 ms): "back in use". `control` as a fault is none at all: a
+second run on the same arrivals, whose ratio to the first is this machine's
+noise floor for the others. The bars set for the tier
 (docs/results/fleet-faults.md): 0 client errors, p99 within 1.5x, back within 1 s.
 
 `--ideal SEEDS` instead runs the simulator's ideal (JSQ on true counts, which
@@ -38,7 +40,8 @@ from pathlib import Path
 
 from benchlib import testbed
 from benchlib.reports import ROOT
-from benchlib.stats import ci95, rep_ratios
+from benchlib.runs import Run
+from benchlib.stats import ci95, median_ci95, rep_ratios
 
 FAULT_AT, FAULT_FOR = 3.0, 4.0
 STRATEGY = {"envoy": "FWD/full", "haproxy": "FWD/least"}
@@ -116,17 +119,61 @@ def ideal(seeds: int) -> int:
     return 0
 
 
+def summarize(proxy: str, faults: list[str], runs: list) -> None:
+    """Each fault's ratios to the run without it (runs: (Run, back_after_s))."""
+    bad = [r for r, _ in runs if r.errors or not r.valid]
+    for r in bad:
+        print(f"FLAGGED: {r.policy} rep {r.rep}: {r.errors} client errors, valid {r.valid}")
+    for kind in faults:
+        for key in ("mean_ms", "p99_ms"):
+            xs = rep_ratios([r for r, _ in runs], "none", kind, key)
+            if xs:
+                m, h = ci95(xs)
+                lo, hi = median_ci95(xs)
+                print(f"{proxy} {kind} / none, 4 fronts, {key[:-3]}: median {statistics.median(xs):.3f} [{lo:.3f}, {hi:.3f}], "
+                      f"mean {m:.3f} ± {h:.3f} ({len(xs)} pairs: {', '.join(f'{x:.2f}' for x in xs)})")
+        if kind == "control":
+            continue
+        backs = [back for r, back in runs if r.policy == kind]
+        ok = [x for x in backs if x is not None]
+        print(f"{proxy} {kind}: back in use after the fault, s: "
+              f"{', '.join(f'{x:.2f}' for x in ok)}{f' ({len(backs) - len(ok)} not within 5 s)' if len(ok) < len(backs) else ''}")
+        errs = [r.errors for r, _ in runs if r.policy == kind]
+        print(f"{proxy} {kind}: client errors per run: {errs}")
+
+
+def from_json(proxy: str, faults: list[str], files: list[Path]) -> int:
+    """The summary over runs kept by --json, several files pooled (each file's
+    repetitions paired within it)."""
+    runs = []
+    for i, f in enumerate(files):
+        for line in f.read_text().splitlines():
+            d = json.loads(line)
+            back, kind = d.pop("back_after_s", None), d.pop("fault")
+            r = Run.from_json(d)
+            r.policy, r.rep = kind, (i, r.rep)
+            if r.proxy == proxy:
+                runs.append((r, back))
+    print(f"{proxy}: {len(runs)} runs from {', '.join(f.name for f in files)}")
+    summarize(proxy, faults, runs)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("proxy", choices=["envoy", "haproxy"])
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--faults", default="frozen,slowloris")
+    ap.add_argument("--faults", default="frozen,slowloris",
+                    help="of frozen, slowloris, control (no fault: a second run on the same arrivals, the noise floor)")
     ap.add_argument("--strategy", help="instead of the hunting front with the tier (FWD/*): e.g. LR/full, leastconn")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--ideal", type=int, metavar="SEEDS", help="the simulated ideal's ratios instead (no proxy runs)")
+    ap.add_argument("--from-json", type=Path, nargs="+", metavar="F", help="summarize runs kept by --json instead (files pooled)")
     a = ap.parse_args()
     if a.ideal:
         return ideal(a.ideal)
+    if a.from_json:
+        return from_json(a.proxy, a.faults.split(","), a.from_json)
     strategy = a.strategy or STRATEGY[a.proxy]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
@@ -155,7 +202,7 @@ def main() -> int:
             kinds = ["none", *faults] if rep % 2 == 0 else [*reversed(faults), "none"]
             for kind in kinds:
                 f = None
-                if kind != "none":
+                if kind not in ("none", "control"):
                     f = Fault(b, kind)
                     pending.append(f)
                 r = b.run(a.proxy, strategy, rate, testbed.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
@@ -170,22 +217,7 @@ def main() -> int:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text("".join(json.dumps({**r.to_json(), "fault": r.policy, "back_after_s": back}, sort_keys=True) + "\n"
                                   for r, back in runs))
-    bad = [r for r, _ in runs if r.errors or not r.valid]
-    for r in bad:
-        print(f"FLAGGED: {r.policy} rep {r.rep}: {r.errors} client errors, valid {r.valid}")
-    for kind in faults:
-        for key in ("mean_ms", "p99_ms"):
-            xs = rep_ratios([r for r, _ in runs], "none", kind, key)
-            if xs:
-                m, h = ci95(xs)
-                print(f"{a.proxy} {kind} / none, 4 fronts, {key[:-3]}: median {statistics.median(xs):.3f}, "
-                      f"mean {m:.3f} ± {h:.3f} ({len(xs)} pairs)")
-        backs = [back for r, back in runs if r.policy == kind]
-        ok = [x for x in backs if x is not None]
-        print(f"{a.proxy} {kind}: back in use after the fault, s: "
-              f"{', '.join(f'{x:.2f}' for x in ok)}{f' ({len(backs) - len(ok)} not within 5 s)' if len(ok) < len(backs) else ''}")
-        errs = [r.errors for r, _ in runs if r.policy == kind]
-        print(f"{a.proxy} {kind}: client errors per run: {errs}")
+    summarize(a.proxy, faults, runs)
     return 0
 
 
