@@ -1,18 +1,22 @@
 """A fleet of emulated model servers (`huntlb-llm`), each with an agent beside
 it in a forwarding tier (as tests/test_llm_gateway.py sets one up), and the
-two kinds of gateway over it: the tier fronts (hunting) and an Envoy with its
-own endpoint picker (`huntlb-epp`, the GIE-style baseline,
-bench/configs/epp-gateway.yaml). Used by bench/llm_gateways.py and
-tests/test_llm_epp.py."""
+three kinds of gateway over it (`gateways`): the tier fronts (hunting, Envoy
+or HAProxy), the proxy's own least-request straight to the servers (no agent
+in the path), and an Envoy with its own endpoint picker (`huntlb-epp`, the
+GIE-style baseline, bench/configs/epp-gateway.yaml). Used by
+bench/llm_gateways.py and tests/test_llm_epp.py."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
-from harness import Backend, Proc, Procs, binary, request, start_envoy, wait_http, wait_until
+from benchlib.fronts import start_front
+from harness import Backend, HaproxyRoot, Proc, Procs, binary, request, start_envoy, wait_http, wait_until
 from harness.envoy import sock
 
 EPP_GATEWAY = Path(__file__).resolve().parents[1] / "configs" / "epp-gateway.yaml"
@@ -102,3 +106,66 @@ class EppGateway:
             k, _, v = line.rpartition(" ")
             out[k] = float(v)
         return out
+
+
+# A model server's own health path (`huntlb-llm`): the least-request fronts'
+# checks go to it, as there is no agent to answer /.hunt/health.
+SERVER_HEALTH = "/health"
+
+
+def _server_health(cfg: dict) -> dict:
+    for c in cfg["static_resources"]["clusters"]:
+        for hc in c.get("health_checks", []):
+            hc["http_health_check"]["path"] = SERVER_HEALTH
+    return cfg
+
+
+@dataclass
+class Gateway:
+    """One gateway of an arm: where clients send, the processes it runs
+    (proxy, and picker), and its picker if it has one."""
+
+    target: str  # host:port
+    pids: list[int]
+    picker: EppGateway | None = None
+    proc: Proc | None = field(default=None, repr=False)
+
+
+def gateways(procs: Procs, addrs, fleet: list[Backend], kind: str, n: int, proxy: str = "envoy", hr: HaproxyRoot | None = None,
+             interval_ms: int = 50, seed: int = 1) -> list[Gateway]:
+    """n gateways of one kind over the fleet:
+
+    * "hunt": the shipped tier front (envoy-filter/examples/front-tier.yaml or
+      haproxy-lua/examples/front-tier.cfg: the proxy's least-request plus
+      `hunt-pass`) over the agents;
+    * "lr": the same file without its hunting lines (harness: hunting=False),
+      straight to the model servers, so no agent is in the path: Envoy's
+      FULL_SCAN least-request, or HAProxy's leastconn, health-checking each
+      server's /health;
+    * "epp": Envoy with its own picker, straight to the servers (Envoy only).
+
+    Envoy runs one worker, HAProxy one thread (nbthread 1)."""
+    if kind == "epp":
+        if proxy != "envoy":
+            raise ValueError("the EPP gateway is Envoy's (ext_authz)")
+        gws = [EppGateway(procs, addrs, [b.app for b in fleet], interval_ms=interval_ms, seed=seed + i) for i in range(n)]
+        return [Gateway(g.listen, [g.proc.pid, g.picker_proc.pid], g, g.proc) for g in gws]
+    if kind not in ("hunt", "lr"):
+        raise ValueError(f"no gateway kind {kind!r}")
+    hunting = kind == "hunt"
+    backends = fleet if hunting else [SimpleNamespace(agent=b.app) for b in fleet]
+    if proxy == "envoy":
+        edit = None if hunting else _server_health
+        kw = {"example": "front-tier.yaml", "edit": edit}
+    elif proxy == "haproxy":
+        if hr is None:
+            raise ValueError("HAProxy gateways need a HaproxyRoot")
+        edit = None if hunting else (lambda t: t.replace("option httpchk GET /.hunt/health", f"option httpchk GET {SERVER_HEALTH}"))
+        kw = {"example": "front-tier.cfg", "edit": edit, "hr": hr, "threads": 1}
+    else:
+        raise ValueError(f"no proxy {proxy!r}")
+    out = []
+    for i in range(n):
+        f = start_front(procs, addrs, proxy, backends, hunting, served_by=False, name=f"{kind}-{proxy}-{i}", **kw)
+        out.append(Gateway(f.url.removeprefix("http://").rstrip("/"), [f.pid], None, f.proc))
+    return out
