@@ -49,7 +49,7 @@ test-lua:
 # TESTS: which tests (pytest node ids), e.g. make test-integration TESTS=tests/test_envoy.py
 TESTS ?= tests
 test-integration: build
-	$(PYTEST) -q $(TESTS)
+	$(PYTEST) -q --durations=25 $(TESTS)
 
 # The fleet on an emulated cluster (docs/cluster.md): hosts as network
 # namespaces, dnsmasq, faults; needs root; ~1.7 min. .ci/run runs it after make test.
