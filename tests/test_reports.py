@@ -63,8 +63,21 @@ def not_in_data(report: str, data: str, name: str) -> list[str]:
     prose of its templates (bench/reports/NAME.md, NAME.*.md: numbers written
     there are text, found by grep in the template)."""
     prose = "".join(t.read_text() for t in sorted(TEMPLATES.glob(f"{name}*.md")))
-    whole = lambda n, text: re.search(rf"(?<![\d.]){re.escape(n)}(?!\d)", text)  # noqa: E731
-    return [n for n in DECIMAL.findall(report) if not whole(n, data) and not whole(n, prose)]
+    found = _whole_numbers(data) | _whole_numbers(prose)
+    return [n for n in DECIMAL.findall(report) if n not in found]
+
+
+def _whole_numbers(text: str) -> set[str]:
+    """Every string of digits and dots found whole in `text`: starting where
+    no digit or dot precedes it, and followed by no digit (so 0.85 is in
+    "0.85." and in "0.85e-3", not in "0.857" nor in "10.85"). The runs of
+    digits and dots, each cut before each of its dots and at its end: one pass
+    over the text, where a search per number took 25 s on the biggest data."""
+    out = set()
+    for run in re.findall(r"(?<![\d.])[\d.]+", text):
+        out.add(run)
+        out.update(run[:i] for i, c in enumerate(run) if c == ".")
+    return out
 
 
 @pytest.mark.parametrize("path", sorted(DATA.glob("*.json")), ids=lambda p: p.name)
