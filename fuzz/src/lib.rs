@@ -519,7 +519,7 @@ fn toy_tag(text: &[u8]) -> [u8; huntlb_policy::forward::TAG_LEN] {
 /// rejected), or as a report's text sealed with the right tag (so the parser
 /// behind the check is reached), with one byte then perhaps flipped.
 pub fn fleet_report(data: &[u8]) {
-    use huntlb_policy::forward::{open, seal, Rejected, Report, MAX_REPORT_LEN};
+    use huntlb_policy::forward::{open, open_ref, seal, Rejected, Report, MAX_REPORT_LEN};
     let Some((&mode, rest)) = data.split_first() else { return };
     let datagram: Vec<u8> = match mode % 3 {
         0 => rest.to_vec(),
@@ -548,6 +548,12 @@ pub fn fleet_report(data: &[u8]) {
             // sealed again, opens to the same report.
             let printed = r.to_string();
             assert_eq!(Report::parse(printed.as_bytes()).as_ref(), Ok(r), "{printed}");
+            // The hand-written text (the agent's sender) is Display's, and the
+            // borrowing opener (the agent's reader) opens the same report.
+            let mut written = Vec::new();
+            r.borrowed().write_text(&mut written);
+            assert_eq!(written, printed.as_bytes());
+            assert_eq!(open_ref(&datagram, |t, tag| *tag == toy_tag(t)).map(|b| b.owned()).as_ref(), Ok(r));
             let again = seal(&printed, &toy_tag(printed.as_bytes()));
             assert!(again.len() <= MAX_REPORT_LEN || printed.len() > text.len(), "a report that fit no longer fits: {again}");
             assert_eq!(open(again.as_bytes(), |t, tag| *tag == toy_tag(t)).as_ref(), Ok(r));

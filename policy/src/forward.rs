@@ -217,14 +217,19 @@ pub enum Rejected {
 
 /// A report's text and its tag, as one datagram.
 pub fn seal(text: &str, tag: &[u8; TAG_LEN]) -> String {
-    let mut out = String::with_capacity(text.len() + 1 + 2 * TAG_LEN);
-    out.push_str(text);
-    out.push(' ');
+    let mut out = Vec::with_capacity(text.len() + 1 + 2 * TAG_LEN);
+    out.extend_from_slice(text.as_bytes());
+    append_tag(&mut out, tag);
+    String::from_utf8(out).expect("text and hex digits are UTF-8")
+}
+
+/// [`seal`] in place: a space and the tag's hex after the text already in
+/// `out`, so a host that formats into a buffer it keeps allocates nothing.
+pub fn append_tag(out: &mut Vec<u8>, tag: &[u8; TAG_LEN]) {
+    out.push(b' ');
     for b in tag {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
+        out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
     }
-    out
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -233,6 +238,12 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// key it accepts), then parse the text. Nothing but the length and the tag's
 /// shape is looked at before the tag is checked.
 pub fn open(d: &[u8], verify: impl FnOnce(&[u8], &[u8; TAG_LEN]) -> bool) -> Result<Report, Rejected> {
+    open_ref(d, verify).map(|r| r.owned())
+}
+
+/// [`open`], the report borrowing its addresses from the datagram: what a
+/// host's reader takes at every datagram, with no allocation when it opens.
+pub fn open_ref(d: &[u8], verify: impl FnOnce(&[u8], &[u8; TAG_LEN]) -> bool) -> Result<ReportRef<'_>, Rejected> {
     if d.len() > MAX_REPORT_LEN {
         return Err(Rejected::Malformed(format!("{} bytes, more than {MAX_REPORT_LEN}", d.len())));
     }
@@ -257,21 +268,87 @@ pub fn open(d: &[u8], verify: impl FnOnce(&[u8], &[u8; TAG_LEN]) -> bool) -> Res
         return Err(Rejected::Version(old.to_string()));
     }
     // Its text is still checked like any input.
-    Report::parse(text).map_err(Rejected::Malformed)
+    ReportRef::parse(text).map_err(Rejected::Malformed)
 }
 
 impl Report {
     /// Parse a report's text (the part the tag covers); the error says what
     /// is wrong with it.
     pub fn parse(d: &[u8]) -> Result<Report, String> {
+        ReportRef::parse(d).map(|r| r.owned())
+    }
+
+    /// This report, its addresses borrowed.
+    pub fn borrowed(&self) -> ReportRef<'_> {
+        let Report { ref from, ref to, boot, seq, busy, ready, sub, mine, yours } = *self;
+        ReportRef { from, to, boot, seq, busy, ready, sub, mine, yours }
+    }
+}
+
+/// A [`Report`] whose addresses are borrowed: from a datagram ([`open_ref`],
+/// [`ReportRef::parse`]), or from the sender's own texts as it writes one
+/// ([`ReportRef::write_text`]). The same report, the same text: no
+/// allocation on either side of the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportRef<'a> {
+    pub from: &'a str,
+    pub to: &'a str,
+    pub boot: u64,
+    pub seq: u64,
+    pub busy: u32,
+    pub ready: bool,
+    pub sub: Sub,
+    pub mine: u64,
+    pub yours: u64,
+}
+
+impl<'a> ReportRef<'a> {
+    /// The report, owning its addresses.
+    pub fn owned(&self) -> Report {
+        let ReportRef { from, to, boot, seq, busy, ready, sub, mine, yours } = *self;
+        Report { from: from.to_string(), to: to.to_string(), boot, seq, busy, ready, sub, mine, yours }
+    }
+
+    /// The text the MAC covers, byte for byte what [`Report`]'s `Display`
+    /// writes, appended to `out` by hand (no `fmt` machinery: the agent
+    /// writes one per receiver at every change of its count).
+    pub fn write_text(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(MAGIC.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.from.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.to.as_bytes());
+        out.push(b' ');
+        push_hex16(out, self.boot);
+        out.push(b' ');
+        push_decimal(out, self.seq);
+        out.push(b' ');
+        push_decimal(out, u64::from(self.busy));
+        out.extend_from_slice(&[b' ', b'0' + u8::from(self.ready), b' ', self.sub.wire() as u8, b' ']);
+        push_hex16(out, self.mine);
+        out.push(b' ');
+        push_hex16(out, self.yours);
+    }
+
+    /// Parse a report's text (the part the tag covers), borrowing its
+    /// addresses; the error says what is wrong with it.
+    pub fn parse(d: &'a [u8]) -> Result<ReportRef<'a>, String> {
         if d.len() > MAX_REPORT_LEN {
             return Err(format!("{} bytes, more than {MAX_REPORT_LEN}", d.len()));
         }
         let s = std::str::from_utf8(d).map_err(|_| "not UTF-8".to_string())?;
-        let f: Vec<&str> = s.split(' ').collect();
-        let [magic, from, to, boot, seq, busy, ready, sub, mine, yours] = f[..] else {
-            return Err(format!("{} fields, expected 10: `{MAGIC} FROM TO BOOT SEQ BUSY READY SUB MINE YOURS`", f.len()));
-        };
+        let mut f = [""; 10];
+        let mut fields = 0;
+        for v in s.split(' ') {
+            if let Some(slot) = f.get_mut(fields) {
+                *slot = v;
+            }
+            fields += 1;
+        }
+        let [magic, from, to, boot, seq, busy, ready, sub, mine, yours] = f;
+        if fields != f.len() {
+            return Err(format!("{fields} fields, expected 10: `{MAGIC} FROM TO BOOT SEQ BUSY READY SUB MINE YOURS`"));
+        }
         if magic != MAGIC {
             return Err(format!("starts `{magic}`, expected `{MAGIC}`"));
         }
@@ -314,8 +391,32 @@ impl Report {
             return Err("mine `0000000000000000`: a sender's nonce is never 0 (0 is `not yet heard`)".into());
         }
         let yours = hex("yours", yours)?;
-        Ok(Report { from: from.to_string(), to: to.to_string(), boot, seq, busy, ready: flag("ready", ready)?, sub, mine, yours })
+        Ok(ReportRef { from, to, boot, seq, busy, ready: flag("ready", ready)?, sub, mine, yours })
     }
+}
+
+/// `v` as `{:016x}` writes it.
+fn push_hex16(out: &mut Vec<u8>, v: u64) {
+    let mut d = [0u8; 16];
+    for (i, c) in d.iter_mut().enumerate() {
+        *c = HEX[((v >> (60 - 4 * i)) & 15) as usize];
+    }
+    out.extend_from_slice(&d);
+}
+
+/// `v` as `{}` writes it.
+fn push_decimal(out: &mut Vec<u8>, mut v: u64) {
+    let mut d = [0u8; 20];
+    let mut i = d.len();
+    loop {
+        i -= 1;
+        d[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&d[i..]);
 }
 
 /// An address as the tier writes it (a report's `from`, `fleet_advertise`):
@@ -348,6 +449,36 @@ mod tests {
         assert_eq!(open(d.as_bytes(), |_, _| false), Err(Rejected::Unauthenticated));
         // The text is not looked at before the tag is checked.
         assert_eq!(open(format!("garbage {}", "00".repeat(TAG_LEN)).as_bytes(), |_, _| false), Err(Rejected::Unauthenticated));
+    }
+
+    /// The hand-written text is `Display`'s, byte for byte, at the numbers'
+    /// edges, and what it writes parses back to the same report.
+    #[test]
+    fn the_written_text_is_the_displayed_one() {
+        let edges = [0, 1, 9, 10, 99, 100, 0xab, u64::from(u32::MAX), u64::MAX / 10, u64::MAX - 1, u64::MAX];
+        let mut out = Vec::new();
+        for (i, &n) in edges.iter().enumerate() {
+            for sub in [Sub::Beats, Sub::Changes, Sub::Leave] {
+                let r = Report {
+                    from: "127.0.1.2:9700".into(),
+                    to: ["[::1]:9700", "agent-c.internal:65535"][i % 2].into(),
+                    boot: n.max(1),
+                    seq: n,
+                    busy: n as u32,
+                    ready: i % 2 == 0,
+                    sub,
+                    mine: n.max(1).rotate_left(7),
+                    yours: n,
+                };
+                out.clear();
+                r.borrowed().write_text(&mut out);
+                assert_eq!(std::str::from_utf8(&out), Ok(r.to_string().as_str()));
+                assert_eq!(ReportRef::parse(&out).map(|p| p.owned()), Ok(r.clone()));
+                let tag = [n as u8; TAG_LEN];
+                append_tag(&mut out, &tag);
+                assert_eq!(std::str::from_utf8(&out), Ok(seal(&r.to_string(), &tag).as_str()));
+            }
+        }
     }
 
     #[test]
