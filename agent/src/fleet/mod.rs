@@ -78,6 +78,15 @@ struct Link {
     taken: Option<Instant>,
     /// When an unproven report from it was last answered (at most one an `ANSWER_EVERY`).
     answered: Option<Instant>,
+    /// The member's address as our reports to it name it (`to`), written once.
+    to: Box<str>,
+}
+
+impl Link {
+    /// A member first heard from, or first sent to: a nonce drawn for it.
+    fn new(member: SocketAddr) -> Link {
+        Link { mine: nonce(), boot: 0, theirs: 0, seq: 0, taken: None, answered: None, to: member.to_string().into() }
+    }
 }
 
 /// A member that samples this agent: what it asked for, when it last renewed,
@@ -123,6 +132,8 @@ pub struct Fleet {
     links: Mutex<HashMap<SocketAddr, Link>>,
     /// This agent's boot, as its reports name it: random, so no clock decides.
     boot: u64,
+    /// `cfg.from` as our reports name it (`from`), written once.
+    from_text: Box<str>,
     /// Who the members are (`fleet_peers` resolved): the only senders
     /// heard, the only places counts and forwards go.
     members: RwLock<Members>,
@@ -295,6 +306,7 @@ impl Fleet {
             peers: Mutex::new(HashMap::new()),
             links: Mutex::new(HashMap::new()),
             boot: nonce(),
+            from_text: cfg.from.to_string().into(),
             members: RwLock::new(Members::default()),
             sample: Mutex::new(Vec::new()),
             listeners: Mutex::new(HashMap::new()),
@@ -450,6 +462,7 @@ impl Fleet {
     }
 }
 
+mod batch;
 mod members;
 mod read;
 mod sample;

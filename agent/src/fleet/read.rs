@@ -2,10 +2,10 @@
 //! drains the socket every `READ_EVERY` and when an offer asks, and believes a
 //! datagram only from a member, sealed, naming its source, newer than the last.
 
+use super::batch::Inbox;
 use super::{nonce, Bad, Fleet, Link, Peer, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY};
-use huntlb_policy::forward::{open, Rejected};
+use huntlb_policy::forward::{open_ref, Rejected};
 use std::collections::VecDeque;
-use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
@@ -21,34 +21,40 @@ impl Fleet {
     /// to 0.57 of a core on the 2-core bench and cost 2.5% of the mean; reading
     /// every 2 ms instead left counts up to 2 ms old and cost 6%.
     pub(super) fn read_forever(&self) {
-        let mut buf = [MaybeUninit::<u8>::uninit(); huntlb_policy::forward::MAX_REPORT_LEN + 1];
+        let mut inbox = Inbox::default();
         let mut asks = self.asks.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             asks = self.asked.wait_timeout_while(asks, READ_EVERY, |a| a.asked == a.done).unwrap_or_else(PoisonError::into_inner).0;
             let target = asks.asked;
             drop(asks);
-            self.drain(&mut buf);
+            self.drain(&mut inbox);
             asks = self.asks.lock().unwrap_or_else(PoisonError::into_inner);
             asks.done = target;
             self.drained.notify_all();
         }
     }
 
-    /// Take what is queued on the socket, at most `READ_AT_MOST`.
-    pub(super) fn drain(&self, buf: &mut [MaybeUninit<u8>]) {
-        for _ in 0..READ_AT_MOST {
-            match self.sock.recv_from_with_flags(buf, libc::MSG_DONTWAIT) {
-                Ok((n, from)) => {
-                    // SAFETY: recv_from initialised the first n bytes.
-                    let d = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
-                    if let Some(from) = from.as_socket() {
-                        self.take(d, from);
+    /// Take what is queued on the socket, at most `READ_AT_MOST`, up to
+    /// `INBOX` a syscall (`Inbox`).
+    pub(super) fn drain(&self, inbox: &mut Inbox) {
+        let mut read = 0;
+        while read < READ_AT_MOST {
+            match inbox.recv(&self.sock, READ_AT_MOST - read) {
+                Ok((n, all)) => {
+                    for i in 0..n {
+                        if let (d, Some(from)) = inbox.get(i) {
+                            self.take(d, from);
+                        }
+                    }
+                    read += n;
+                    if all || n == 0 {
+                        return;
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 // A send's ICMP error, where the platform reports one to an
                 // unconnected socket: not about what is queued.
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset) => read += 1,
                 Err(e) => {
                     if self.may_log() {
                         warn!(error = %e, "fleet_listen: read failed");
@@ -80,7 +86,7 @@ impl Fleet {
         }
         let r = {
             let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
-            open(d, |text, tag| keys.verify(text, tag))
+            open_ref(d, |text, tag| keys.verify(text, tag))
         };
         let r = match r {
             Ok(r) => r,
@@ -103,7 +109,7 @@ impl Fleet {
         }
         let now = Instant::now();
         let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
-        let link = links.entry(from).or_insert_with(|| Link { mine: nonce(), boot: 0, theirs: 0, seq: 0, taken: None, answered: None });
+        let link = links.entry(from).or_insert_with(|| Link::new(from));
         if r.yours != link.mine {
             // It does not know our nonce (yet, or any more): answer with it,
             // echoing its own, and it is heard from its next report on.
