@@ -58,8 +58,9 @@ def test_dynamic_moves_c_as_algorithm_2_says(procs, addrs, kind):
     host = addrs.host()
     _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
     h = start_hunter(kind, procs, host, app, "dynamic:window=10,c0=2")
-    # held long enough to outlast the 30 offers below even on a slow machine
-    held = hold(h.addr, 4, work_ms=12000)
+    # held long enough to outlast the 30 offers below on a slow machine (about a
+    # second here; 12 s cost 8 parametrized tests a minute of waiting in make test)
+    held = hold(h.addr, 4, work_ms=7000)
     wait_until(lambda: h.inflight() == 4, what="4 held")
     # b = 4, c0 = 2: offers are refused; the 10th and 20th offers close windows with
     # ratio 0 and raise c to 3, then 4; the 30th raises c to 5 > b and is accepted.
@@ -91,7 +92,7 @@ def test_a_front_that_names_itself_is_counted_apart(procs, addrs, kind):
     _, app = procs.workload(host, port=9000, cores=64, demand="const:0")
     # c stays 1 (a window no test reaches): the policy alone refuses at b >= 1
     h = start_hunter(kind, procs, host, app, "dynamic:seen_margin=1,c0=1,window=1000")
-    held = hold(h.addr, 3, work_ms=6000, front="front-a")
+    held = hold(h.addr, 3, work_ms=3500, front="front-a")
     wait_until(lambda: h.inflight() == 3, what="front-a's 3 requests in flight")
     cases = [
         ("front-a, which holds all 3 (seen 3, b 3 <= 3 + 1)", {"hunt-front": "front-a"}, 200),
@@ -111,7 +112,7 @@ def test_a_front_that_names_itself_is_counted_apart(procs, addrs, kind):
     wait_until(lambda: h.inflight() == 0, what="held requests done")
     # front-a's requests are over, and so is its count: with front-b holding 2,
     # front-a (seen 0, b 2 > 0 + 1) is refused and front-b (seen 2) is not.
-    held = hold(h.addr, 2, work_ms=6000, front="front-b")
+    held = hold(h.addr, 2, work_ms=3500, front="front-b")
     wait_until(lambda: h.inflight() == 2, what="front-b's 2 requests in flight")
     assert request(h.addr, "GET", "/named/after-a", headers={**OFFER, "hunt-front": "front-a"})[0] == 425, kind
     assert request(h.addr, "GET", "/named/after-b", headers={**OFFER, "hunt-front": "front-b"})[0] == 200, kind
