@@ -135,9 +135,10 @@ bench-agent: setup release
 bench-llm-emulator: setup release
 	$(BENCH) bench/llm_emulator.py
 
-# Issue 43: 1 and 4 gateways with an endpoint picker each against 1 and 4
-# hunting tier fronts over 8 emulated model servers, 6 paired repetitions (a
-# repetition an invocation: about 5 minutes each), then the report.
+# Issue 43: 1, 2 and 4 gateways of each kind (Envoy's own least-request, an
+# endpoint picker each, hunting tier fronts; HAProxy leastconn and tier fronts
+# at 1 and 4) over 8 emulated model servers, 6 paired repetitions (a
+# repetition an invocation: 13 arms, about 10 minutes each), then the report.
 bench-llm-gateways: setup release
 	for k in 0 1 2 3 4 5; do $(BENCH) bench/llm_gateways.py --reps 1 --first-rep $$k || exit 1; done
 

@@ -9,14 +9,20 @@ The same open-loop Poisson load of streamed completions (`huntlb-llmload`,
 lognormal prompt and output lengths, one seed per repetition shared by every
 arm) goes through each arm in turn:
 
-* epp1: ONE Envoy with ONE endpoint picker (`huntlb-epp`, GIE's default
-  scoring, 50 ms scrapes), straight to the model servers: what users run
-  today, GIE's one active EPP, the ideal a fleet of gateways is held to;
-* epp4: FOUR such gateways, each with its own picker, the load split among
-  them (request i to gateway i mod 4);
-* hunt4: FOUR huntlb tier fronts (envoy-filter/examples/front-tier.yaml:
+For each gateway count N (1, 2 and 4), three arms (issue 43's matrix):
+
+* lrN: N Envoys with their own least-request (FULL_SCAN), straight to the
+  model servers: no agent in the path, the proxy as strong as it goes;
+* eppN: N Envoys, each with its own endpoint picker (`huntlb-epp`, GIE's
+  default scoring, 50 ms scrapes), straight to the servers; epp1 is what
+  users run today (GIE's one active EPP), the ideal a fleet of gateways is
+  held to;
+* huntN: N huntlb tier fronts (envoy-filter/examples/front-tier.yaml:
   Envoy's least-request plus hunt-pass) over the agents;
-* hunt1: ONE tier front.
+
+and the same on HAProxy at 1 and 4 (ha-lrN: leastconn straight to the
+servers; ha-huntN: haproxy-lua/examples/front-tier.cfg over the agents).
+With N gateways the load is split among them (request i to gateway i mod N).
 
 Each arm's gateways (and pickers) run only during its runs; the fleet is idle
 (no request running or waiting anywhere) before each. Reported: TTFT p50 and
@@ -39,20 +45,29 @@ import time
 from pathlib import Path
 
 from benchlib import data as rundata
-from benchlib.fronts import start_front
-from benchlib.llmfleet import EppGateway, llm_metrics, model_fleet
+from benchlib.llmfleet import gateways, llm_metrics, model_fleet
 from benchlib.render import render, shown_in
 from benchlib.reports import data_path, flag, machine, write_result
 from benchlib.stats import ci95, median_ci95
-from harness import Addrs, Procs, binary, wait_until
+from harness import Addrs, HaproxyRoot, Procs, binary, wait_until
 
 NAME = "llm-gateways"
 SERVERS, SEATS, TIME_SCALE = 8, 4, 0.5
 # the workload (huntlb-llmload's flags): ShareGPT-like in shape, not fitted to it
 WORKLOAD = {"prompt_median": 192, "prompt_sigma": 0.9, "prompt_max": 2048,
             "output_median": 96, "output_sigma": 0.8, "output_max": 512}
-ARMS = {"epp1": ("epp", 1), "epp4": ("epp", 4), "hunt4": ("hunt", 4), "hunt1": ("hunt", 1)}
+# arm -> (kind, gateways, proxy), in the order the report lists them
+ARMS = {"epp1": ("epp", 1, "envoy"), "epp2": ("epp", 2, "envoy"), "epp4": ("epp", 4, "envoy"),
+        "lr1": ("lr", 1, "envoy"), "lr2": ("lr", 2, "envoy"), "lr4": ("lr", 4, "envoy"),
+        "hunt1": ("hunt", 1, "envoy"), "hunt2": ("hunt", 2, "envoy"), "hunt4": ("hunt", 4, "envoy"),
+        "ha-lr1": ("lr", 1, "haproxy"), "ha-lr4": ("lr", 4, "haproxy"),
+        "ha-hunt1": ("hunt", 1, "haproxy"), "ha-hunt4": ("hunt", 4, "haproxy")}
 BASE = "epp1"
+
+
+def one_of_kind(arm: str) -> str:
+    """The 1-gateway arm of an arm's kind and proxy (hunt4 -> hunt1)."""
+    return arm.rstrip("0123456789") + "1"
 # GIE's 50-ms scrape interval, on the emulator's clock: at TIME_SCALE every
 # duration of the model is shorter, and so is the picker's wait for news
 PICKER_INTERVAL_MS = round(50 * TIME_SCALE)
@@ -90,6 +105,17 @@ def queued_share(ttft_ms: list[float]) -> float:
     return sum(1 for t in ttft_ms if t > QUEUED_MS) / len(ttft_ms) if ttft_ms else float("nan")
 
 
+def token_metrics(ok: list[dict]) -> dict:
+    """Time per output token (each request's decode time over its tokens
+    after the first: (e2e - TTFT) / (tokens - 1), p50 and p90 over requests
+    with two or more) and output tokens/s (every token the clients received,
+    over the run: from the first intended send to the last completion)."""
+    tpot = [(r["e2e_us"] - r["ttft_us"]) / 1e3 / (r["tokens"] - 1) for r in ok if r["tokens"] > 1 and r["ttft_us"] is not None]
+    end = max(((r["offset_us"] + r["e2e_us"]) / 1e6 for r in ok), default=float("nan"))
+    return {"tpot_p50_ms": pct(tpot, 50), "tpot_p90_ms": pct(tpot, 90),
+            "out_tokens_per_s": sum(r["tokens"] for r in ok) / end if ok else float("nan")}
+
+
 def quiet(fleet) -> None:
     """Nothing running or waiting at any server."""
     def idle():
@@ -97,18 +123,13 @@ def quiet(fleet) -> None:
     wait_until(idle, timeout=120, every=0.2, what="the fleet idle")
 
 
-def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: float, seed: int, rep: int) -> dict:
-    kind, n = ARMS[arm]
+def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: float, seed: int, rep: int, hr: HaproxyRoot | None = None) -> dict:
+    kind, n, proxy = ARMS[arm]
     procs = Procs(work / f"{arm}-rep{rep}")
     procs.log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        if kind == "epp":
-            gws = [EppGateway(procs, addrs, [b.app for b in fleet], interval_ms=PICKER_INTERVAL_MS, seed=seed + i) for i in range(n)]
-            targets, pids = [g.listen for g in gws], [g.proc.pid for g in gws] + [g.picker_proc.pid for g in gws]
-        else:
-            fronts = [start_front(procs, addrs, "envoy", fleet, True, example="front-tier.yaml", served_by=False, name=f"tier-{i}")
-                      for i in range(n)]
-            targets, pids, gws = [f.url for f in fronts], [f.pid for f in fronts], []
+        gs = gateways(procs, addrs, fleet, kind, n, proxy, hr=hr, interval_ms=PICKER_INTERVAL_MS, seed=seed)
+        targets, pids, gws = [g.target for g in gs], [p for g in gs for p in g.pids], [g.picker for g in gs if g.picker]
         quiet(fleet)
         served0 = [llm_metrics(b.app)["vllm:request_success_total"] for b in fleet]
         fwd0 = sum(b.metrics()[FORWARD_SENT] for b in fleet)
@@ -126,11 +147,11 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
         served = [llm_metrics(b.app)["vllm:request_success_total"] - s for b, s in zip(fleet, served0)]
         ttft = [r["ttft_us"] / 1e3 for r in ok]
         e2e = [r["e2e_us"] / 1e3 for r in ok]
-        res = {"arm": arm, "rep": rep, "seed": seed, "rate": rate, "seconds": seconds, "scheduled": len(reqs), "ok": len(ok),
+        res = {"arm": arm, "rep": rep, "seed": seed, "started": time.time() - wall, "rate": rate, "seconds": seconds, "scheduled": len(reqs), "ok": len(ok),
                "errors": len(reqs) - len(ok), "error_kinds": sorted({r["error"] or str(r["status"]) for r in reqs if r not in ok})[:5],
                "ttft_p50_ms": pct(ttft, 50), "ttft_p90_ms": pct(ttft, 90), "ttft_p99_ms": pct(ttft, 99),
                "e2e_mean_ms": statistics.fmean(e2e) if e2e else float("nan"),
-               "queued_share": queued_share(ttft),
+               "queued_share": queued_share(ttft), **token_metrics(ok),
                "served_per_server": served, "forwards_per_s": (sum(b.metrics()[FORWARD_SENT] for b in fleet) - fwd0) / seconds,
                "scrapes_per_s": (sum(g.picker_stats()["huntlb_epp_scrapes_total"] for g in gws) - scrapes0) / wall,
                "scrape_bytes_per_s": (sum(g.picker_stats()["huntlb_epp_scrape_bytes_total"] for g in gws) - bytes0) / wall,
@@ -183,37 +204,114 @@ def fmt_ratio(xs: list[float]) -> str:
     return f"{med:.3f} {ci}; mean {m:.3f} ± {h:.3f}"
 
 
+def num(x, f: str = ".1f") -> str:
+    return "-" if x is None or x != x else format(x, f)
+
+
+# The acceptance bound of issue 43: N gateways' TTFT p50 and p90 within this
+# of one gateway's, on the same requests
+BOUND = 1.10
+
+
+def verdicts(runs: list[dict]) -> list[str]:
+    """Issue 43's acceptance, read from the paired ratios: each N-gateway
+    hunting arm within BOUND of its 1-gateway arm at TTFT p50 and p90 (the
+    median, and the CI's upper end), and hunting against the least-request and
+    picker arms at the same count (below 1: the CI's upper end under 1)."""
+    out = []
+    have = {r["arm"] for r in runs}
+    for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and ARMS[a][1] > 1 and a in have]:
+        one = one_of_kind(arm)
+        for k in ("ttft_p50_ms", "ttft_p90_ms"):
+            xs = ratios(runs, arm, k, one)
+            if not xs:
+                continue
+            med, (lo, hi) = statistics.median(xs), median_ci95(xs)
+            m, h = ci95(xs)
+            # the distribution-free CI of the median (6 repetitions or more),
+            # else the mean's t CI
+            up, which = (hi, "the median's CI") if hi == hi else (m + h, "the mean's CI")
+            held = "missed" if med > BOUND else "holds" if up <= BOUND else f"holds at the median, not at the upper end of {which}"
+            out.append(f"* {arm} / {one}, TTFT {k.split('_')[1]}: {med:.3f}, {which} up to {up:.3f}: {held}")
+    for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and a in have]:
+        _, n, proxy = ARMS[arm]
+        for other in [o for o in ARMS if ARMS[o][0] in ("lr", "epp") and ARMS[o][1] == n and o in have
+                      and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")]:
+            cells = []
+            for k in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_mean_ms"):
+                xs = ratios(runs, arm, k, other)
+                if not xs:
+                    continue
+                med, (lo, hi) = statistics.median(xs), median_ci95(xs)
+                if hi != hi:  # under 6 repetitions: the mean's t CI
+                    m, h = ci95(xs)
+                    lo, hi = m - h, m + h
+                word = "lower, CI below 1" if hi < 1 else "higher, CI above 1" if lo > 1 else "CI spans 1"
+                cells.append(f"{k.removesuffix('_ms').replace('_', ' ')} {med:.3f} ({word})")
+            out.append(f"* {arm} / {other}: " + "; ".join(cells))
+    return out
+
+
+def excluded_text(excluded: dict[int, str]) -> str:
+    """The repetitions left out, those with one reason named together."""
+    by: dict[str, list[int]] = {}
+    for k, why in sorted(excluded.items()):
+        by.setdefault(why, []).append(k)
+    return "; ".join(f"repetition{'s' if len(ks) > 1 else ''} {' and '.join(map(str, ks))}: {why}" for why, ks in by.items()) or "none"
+
+
 def report(data: dict) -> str:
-    runs = data["runs"]
+    # Repetitions left out of every median and ratio (data "excluded_reps":
+    # rep -> why), still listed run by run
+    excluded = {int(k): v for k, v in data.get("excluded_reps", {}).items()}
+    every = data["runs"]
+    runs = [r for r in every if r["rep"] not in excluded]
     rows = []
     for arm in ARMS:
         rs = [r for r in runs if r["arm"] == arm]
         if not rs:
             continue
-        med = {k: statistics.median(r[k] for r in rs) for k in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_mean_ms", "forwards_per_s",
-                                                                 "scrapes_per_s", "scrape_bytes_per_s", "datagrams_per_s", "queued_share",
-                                                                 "gateways_cpu", "loadgen_cpu")}
+
+        def med(k: str) -> float:
+            xs = [r[k] for r in rs if r.get(k) is not None]
+            return statistics.median(xs) if xs else float("nan")
         errs = sum(r["errors"] for r in rs)
         ratio = {k: fmt_ratio(ratios(runs, arm, k)) if arm != BASE else "1" for k in KEYS}
-        rows.append(f"| {arm} | {len(rs)} | {med['ttft_p50_ms']:.1f} | {ratio['ttft_p50_ms']} | {med['ttft_p90_ms']:.1f} | "
-                    f"{ratio['ttft_p90_ms']} | {med['ttft_p99_ms']:.1f} | "
-                    f"{ratio['ttft_p99_ms']} | {100 * med['queued_share']:.1f} | {med['e2e_mean_ms']:.1f} | {ratio['e2e_mean_ms']} | {flag(errs)} | "
-                    f"{med['forwards_per_s']:.2f} | {med['datagrams_per_s']:.0f} | {med['scrapes_per_s']:.0f} | {med['scrape_bytes_per_s'] / 1e3:.0f} | "
-                    f"{med['gateways_cpu']:.2f} | {med['loadgen_cpu']:.2f} |")
-    per_run = [f"| {r['rep']} | {r['arm']} | {r['scheduled']} | {r['ttft_p50_ms']:.1f} | {r['ttft_p90_ms']:.1f} | {r['ttft_p99_ms']:.1f} | "
-               f"{100 * r['queued_share']:.1f} | {r['e2e_mean_ms']:.1f} | {flag(r['errors'])} | {max(r['served_per_server']) / max(statistics.fmean(r['served_per_server']), 1e-9):.2f} | "
-               f"{r['send_late_p99_ms']:.1f} |" for r in sorted(runs, key=lambda r: (r["rep"], list(ARMS).index(r["arm"])))]
-    # four gateways against one of their own kind, on the same requests
+        kind, n, proxy = ARMS[arm]
+        rows.append(f"| {arm} | {proxy} | {n} | {len(rs)} | {med('ttft_p50_ms'):.1f} | {ratio['ttft_p50_ms']} | {med('ttft_p90_ms'):.1f} | "
+                    f"{ratio['ttft_p90_ms']} | {med('ttft_p99_ms'):.1f} | "
+                    f"{ratio['ttft_p99_ms']} | {100 * med('queued_share'):.1f} | {med('e2e_mean_ms'):.1f} | {ratio['e2e_mean_ms']} | "
+                    f"{num(med('tpot_p50_ms'), '.2f')} | {num(med('tpot_p90_ms'), '.2f')} | {num(med('out_tokens_per_s'), '.0f')} | {flag(errs)} | "
+                    f"{med('forwards_per_s'):.2f} | {med('datagrams_per_s'):.0f} | {med('scrapes_per_s'):.0f} | {med('scrape_bytes_per_s') / 1e3:.0f} | "
+                    f"{med('gateways_cpu'):.2f} | {med('loadgen_cpu'):.2f} |")
+    per_run = [f"| {r['rep']}{' (left out)' if r['rep'] in excluded else ''} | {r['arm']} | {r['scheduled']} | {r['ttft_p50_ms']:.1f} | {r['ttft_p90_ms']:.1f} | {r['ttft_p99_ms']:.1f} | "
+               f"{100 * r['queued_share']:.1f} | {r['e2e_mean_ms']:.1f} | {num(r.get('tpot_p50_ms'), '.2f')} | {num(r.get('out_tokens_per_s'), '.0f')} | "
+               f"{flag(r['errors'])} | {max(r['served_per_server']) / max(statistics.fmean(r['served_per_server']), 1e-9):.2f} | "
+               f"{r['send_late_p99_ms']:.1f} |" for r in sorted(every, key=lambda r: (r["rep"], list(ARMS).index(r["arm"])))]
+    have = {r["arm"] for r in runs}
+    # N gateways against one of their own kind, on the same requests
     same = []
-    for four, one in (("epp4", "epp1"), ("hunt4", "hunt1")):
-        cells = [fmt_ratio(ratios(runs, four, k, one)) for k in KEYS]
-        same.append(f"| {four} / {one} | " + " | ".join(cells) + " |")
+    for arm in [a for a in ARMS if ARMS[a][1] > 1 and a in have and one_of_kind(a) in have]:
+        one = one_of_kind(arm)
+        cells = [fmt_ratio(ratios(runs, arm, k, one)) for k in KEYS]
+        same.append(f"| {arm} / {one} | " + " | ".join(cells) + " |")
+    # hunting against the other arms at the same gateway count
+    versus = []
+    for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and a in have]:
+        _, n, proxy = ARMS[arm]
+        for other in [o for o in ARMS if ARMS[o][0] in ("lr", "epp") and ARMS[o][1] == n and o in have
+                      and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")]:
+            cells = [fmt_ratio(ratios(runs, arm, k, other)) for k in KEYS]
+            versus.append(f"| {arm} / {other} | " + " | ".join(cells) + " |")
     cal = data["calibration"]
     reps = sorted({r["rep"] for r in runs})
     values = {"machine": data["machine"], "servers": str(SERVERS), "seats": str(SEATS), "time_scale": str(TIME_SCALE), "interval": str(PICKER_INTERVAL_MS),
               "per_server_rps": f"{cal['per_server_rps']:.3f}", "capacity": f"{cal['per_server_rps'] * SERVERS:.2f}",
               "rho": f"{data['rho']:.2f}", "rate": f"{data['rate']:.2f}", "seconds": f"{data['seconds']:g}", "reps": str(len(reps)),
-              "workload": ", ".join(f"{k} {v}" for k, v in WORKLOAD.items()), "rows": "\n".join(rows), "same_kind": "\n".join(same), "queued_ms": f"{QUEUED_MS:g}", "per_run": "\n".join(per_run)}
+              "workload": ", ".join(f"{k} {v}" for k, v in WORKLOAD.items()), "rows": "\n".join(rows), "same_kind": "\n".join(same),
+              "versus": "\n".join(versus), "verdicts": "\n".join(verdicts(runs)), "bound": f"{BOUND:.2f}",
+              "queued_ms": f"{QUEUED_MS:g}",
+              "excluded": excluded_text(excluded), "per_run": "\n".join(per_run)}
     return render(NAME, values, shown=shown_in(data))
 
 
@@ -238,6 +336,11 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="huntlb-llm-gateways-"))
     procs, addrs = Procs(work), Addrs()
+    arms = a.arms.split(",")
+    unknown = [x for x in arms if x not in ARMS]
+    if unknown:
+        ap.error(f"no arm {unknown}; the arms: {', '.join(ARMS)}")
+    hr = HaproxyRoot("2.6") if any(ARMS[x][2] == "haproxy" for x in arms) else None
     try:
         fleet = model_fleet(procs, addrs, SERVERS, SEATS, TIME_SCALE)
         if data is None or a.calibrate:
@@ -246,17 +349,18 @@ def main() -> int:
             data = {"machine": machine(), "calibration": cal, "runs": []}
         data["rho"], data["seconds"] = a.rho, a.seconds
         data["rate"] = a.rho * data["calibration"]["per_server_rps"] * SERVERS
-        arms = a.arms.split(",")
         for rep in range(a.first_rep, a.first_rep + a.reps):
             seed = 1 + rep * 1_000_003
             # the arms' order turns with the repetition: none always runs first
             order = arms[rep % len(arms):] + arms[:rep % len(arms)]
             for arm in order:
-                res = run_arm(work, addrs, fleet, arm, data["rate"], a.seconds, seed, rep)
+                res = run_arm(work, addrs, fleet, arm, data["rate"], a.seconds, seed, rep, hr)
                 data["runs"] = [r for r in data["runs"] if not (r["rep"] == rep and r["arm"] == arm)] + [res]
                 rundata.write(data_path(NAME), data)
     finally:
         procs.stop_all()
+        if hr:
+            hr.cleanup()
     if all(any(r["arm"] == BASE and r["rep"] == k for r in data["runs"]) for k in {r["rep"] for r in data["runs"]}):
         write_result(NAME, data, report(data))
     return 0
