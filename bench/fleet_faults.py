@@ -21,7 +21,10 @@ noise floor for the others. The bars set for the tier
 `--ideal SEEDS` instead runs the simulator's ideal (JSQ on true counts, which
 also knows a frozen server and sends it nothing) on the same fleet, load and
 freeze over that many seeds: what losing backend 0 for FAULT_FOR s costs when
-nothing else goes wrong, the floor under the frozen ratio.
+nothing else goes wrong, the floor under the frozen ratio. `--ideal-dispatch`
+runs another of the simulator's balancers there instead (`forward-least
+--proxies 4`: the tier's rule, which does not know the freeze and counts what
+it sent there).
 """
 
 import argparse
@@ -95,10 +98,10 @@ class Fault:
             pass
 
 
-def ideal(seeds: int) -> int:
+def ideal(seeds: int, dispatch: str = "jsq") -> int:
     """The simulator's JSQ with and without backend 0 frozen, paired by seed."""
     sim = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "huntlb-sim"
-    base = [str(sim), "--dispatch", "jsq", "--servers", str(testbed.SERVERS), "--workers", str(testbed.WORKERS),
+    base = [str(sim), "--dispatch", *dispatch.split(), "--servers", str(testbed.SERVERS), "--workers", str(testbed.WORKERS),
             "--cores", f"{testbed.CORES:g}", "--backlog", str(testbed.BACKLOG), "--mean-ms", f"{testbed.MEAN_MS:g}",
             "--rho", "0.88"]
     # As many requests as a 10 s run at rho 0.88 sends.
@@ -114,7 +117,8 @@ def ideal(seeds: int) -> int:
             ratios[k].append(frozen[k] / none[k])
     for k, xs in ratios.items():
         m, h = ci95(xs)
-        print(f"ideal (simulated JSQ) frozen / none, {k[:-3]}: median {statistics.median(xs):.3f}, mean {m:.3f} ± {h:.3f} "
+        lo, hi = median_ci95(xs)
+        print(f"simulated {dispatch}: frozen / none, {k[:-3]}: median {statistics.median(xs):.3f} [{lo:.3f}, {hi:.3f}], mean {m:.3f} ± {h:.3f} "
               f"({seeds} seeds)")
     return 0
 
@@ -168,10 +172,12 @@ def main() -> int:
     ap.add_argument("--strategy", help="instead of the hunting front with the tier (FWD/*): e.g. LR/full, leastconn")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--ideal", type=int, metavar="SEEDS", help="the simulated ideal's ratios instead (no proxy runs)")
+    ap.add_argument("--ideal-dispatch", default="jsq", metavar="ARGS",
+                    help="with --ideal: another simulated balancer, e.g. 'forward-least --proxies 4' (the tier's rule at 4 fronts)")
     ap.add_argument("--from-json", type=Path, nargs="+", metavar="F", help="summarize runs kept by --json instead (files pooled)")
     a = ap.parse_args()
     if a.ideal:
-        return ideal(a.ideal)
+        return ideal(a.ideal, a.ideal_dispatch)
     if a.from_json:
         return from_json(a.proxy, a.faults.split(","), a.from_json)
     strategy = a.strategy or STRATEGY[a.proxy]
