@@ -142,8 +142,11 @@ class Backend(Host):
 
     def peers_heard(self) -> int:
         """The agent's view of the fleet: members it heard within
-        fleet_dead_after_ms (`huntlb_fleet_peers`)."""
-        return int(self.metrics()["huntlb_fleet_peers"])
+        fleet_dead_after_ms, whether taking forwards (`huntlb_fleet_peers`)
+        or benched for one they did not take (`huntlb_fleet_peers_benched`:
+        a withdrawn forward under delay is the tier working, not a view lost)."""
+        m = self.metrics()
+        return int(m["huntlb_fleet_peers"] + m["huntlb_fleet_peers_benched"])
 
 
 class Front(Host):

@@ -409,7 +409,7 @@ def test_hops_delayed_250us_on_every_host(build):
     c = build(backends=4, fleet_dead_after_ms=DEAD_AFTER_MS)
     b1 = c.hosts["b1"]
     base = c.rtt(c.client, b1)
-    sent_before = forwards(c)["sent"]
+    before = forwards(c)
     with c.delay(list(c.hosts.values()), us=250, jitter_us=50) as d:
         delayed = c.rtt(c.client, b1)
         hold(c, b1, 4, work_ms=5000)  # b1 passes the fronts' tries on: forwards under delay
@@ -418,9 +418,10 @@ def test_hops_delayed_250us_on_every_host(build):
         assert all(p.alive() for p in d.procs), "a delayer died under load"
     counts = delay_counts(d)
     failed = errors(c, load.results)
-    sent = forwards(c)["sent"] - sent_before
+    outcomes = {o: n - before[o] for o, n in forwards(c).items()}
+    sent = outcomes["sent"]
     packets, cpu = sum(x["packets"] for x in counts), sum(x["cpu_us"] for x in counts)
-    say(f"delay 250+-50 us on {len(counts)} hosts: {len(load.results)} requests, {len(failed)} failed, forwards sent {sent:.0f}; "
+    say(f"delay 250+-50 us on {len(counts)} hosts: {len(load.results)} requests, {len(failed)} failed, forwards {outcomes}; "
         f"UDP RTT client->b1 p50/p99 {pct(delayed, .5):.0f}/{pct(delayed, .99):.0f} us of {len(delayed)} "
         f"(without: {pct(base, .5):.0f}/{pct(base, .99):.0f} us of {len(base)}); delayers: {packets:.0f} packets, "
         f"{cpu / max(packets, 1):.1f} us CPU a packet, late p50 {max(x['late_us_p50'] for x in counts):.0f} us "
@@ -428,8 +429,11 @@ def test_hops_delayed_250us_on_every_host(build):
         f"views short in {short} of {samples} samples")
     assert not failed, failed[:3]
     assert sent >= 1, "no forward sent under delay"
-    # 0.5 ms is far under fleet_dead_after_ms: a view short of a peer is a
-    # delayer losing or stalling the fleet's datagrams (a VM hiccup aside: 1%)
+    # 0.5 ms is far under fleet_dead_after_ms: a view short of a peer it
+    # should hear is a delayer losing or stalling the fleet's datagrams (a VM
+    # hiccup aside: 1%). A peer benched for a forward withdrawn past
+    # fleet_commit_ms (a starved CI box's delayers ran 20 ms late at the p99)
+    # is still heard: that is the tier doing its job, counted in `outcomes`.
     assert short <= samples // 100, (short, samples)
     assert len(counts) == len(c.hosts) and all(x["packets"] > 0 for x in counts), counts
     assert len(delayed) >= 990 and len(base) >= 990

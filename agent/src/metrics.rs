@@ -120,6 +120,7 @@ impl Metrics {
             labelled(&mut o, &M::FORWARDS, &forwards.map(|a| v(a) as f64));
             labelled(&mut o, &M::FORWARDS_IN, &[v(&self.taken_here) as f64, v(&self.withdrawn_here) as f64]);
             single(&mut o, &M::FLEET_PEERS, f.peers as f64);
+            single(&mut o, &M::FLEET_PEERS_BENCHED, f.benched as f64);
             single(&mut o, &M::FLEET_PEERS_WANTING, f.wanting as f64);
             single(&mut o, &M::FLEET_REPORTS_SENT, f.sent as f64);
             single(&mut o, &M::FLEET_REPORTS_TAKEN, f.taken as f64);

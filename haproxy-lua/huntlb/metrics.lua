@@ -36,6 +36,7 @@ _M.ALL = {
     m("huntlb_forwards_total", "counter", false, "outcome", { "sent", "unreachable", "refused", "withdrawn", "failed" }),
     m("huntlb_forwards_in_total", "counter", false, "outcome", { "taken", "withdrawn" }),
     m("huntlb_fleet_peers", "gauge", false),
+    m("huntlb_fleet_peers_benched", "gauge", false),
     m("huntlb_fleet_peers_wanting", "gauge", false),
     m("huntlb_fleet_reports_sent_total", "counter", false),
     m("huntlb_fleet_reports_taken_total", "counter", false),

@@ -130,6 +130,13 @@ pub const FLEET_PEERS: Metric = m(
     "Peers in this agent's sample (fleet_sample) heard from within fleet_dead_after_ms and taking forwards.",
     false,
 );
+pub const FLEET_PEERS_BENCHED: Metric = m(
+    "huntlb_fleet_peers_benched",
+    Kind::Gauge,
+    "Peers in this agent's sample heard from and ready, but benched: a forward there was not taken (unreachable, \
+     refused, or no word within fleet_commit_ms), so none goes there for 100 ms, doubling per failure in a row up to 800 ms.",
+    false,
+);
 pub const FLEET_PEERS_WANTING: Metric = m(
     "huntlb_fleet_peers_wanting",
     Kind::Gauge,
@@ -181,6 +188,7 @@ pub const ALL: &[Metric] = &[
     FORWARDS,
     FORWARDS_IN,
     FLEET_PEERS,
+    FLEET_PEERS_BENCHED,
     FLEET_PEERS_WANTING,
     FLEET_REPORTS_SENT,
     FLEET_REPORTS_TAKEN,

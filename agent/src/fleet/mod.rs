@@ -285,6 +285,8 @@ pub(crate) fn nonce() -> u64 {
 pub struct Gauges {
     /// Sampled members heard within `dead_after` and taking forwards.
     pub peers: usize,
+    /// Sampled members heard and ready, but benched by a forward not taken.
+    pub benched: usize,
     /// Members sampling this agent that want every change.
     pub wanting: usize,
     pub sent: u64,
@@ -403,6 +405,18 @@ impl Fleet {
         sample.iter().filter_map(|m| peers.get(m)).filter(|p| p.in_view(now, self.cfg.dead_after)).count()
     }
 
+    /// Sampled members heard and ready that a failed forward keeps out of the view.
+    pub fn benched_peers(&self) -> usize {
+        let now = Instant::now();
+        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
+        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        sample
+            .iter()
+            .filter_map(|m| peers.get(m))
+            .filter(|p| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after && p.benched.is_some_and(|t| now < t))
+            .count()
+    }
+
     /// Members sampling this agent, renewed within `dead_after`, that want every change of our count.
     pub fn peers_wanting(&self) -> usize {
         let now = Instant::now();
@@ -412,6 +426,7 @@ impl Fleet {
     pub fn gauges(&self) -> Gauges {
         Gauges {
             peers: self.ready_peers(),
+            benched: self.benched_peers(),
             wanting: self.peers_wanting(),
             sent: self.sent.load(Ordering::Relaxed),
             taken: self.taken.load(Ordering::Relaxed),
