@@ -13,12 +13,12 @@
 
 use crate::config::{Config, LoadSource};
 use crate::fleet::{Fleet, Pick};
-use crate::headers::{forwardable, read_try, Hunt};
+use crate::headers::{forwardable, read_try_from, Hunt, Source};
 use crate::load::{Inflight, PerFront, Progress, Relaying, Scoreboard};
 use crate::metrics::{Fate, Gauges, Metrics};
 use crate::respond::{busy_response, leaves_rotation, plain, AgentBody};
 use crate::body::Lent;
-use crate::commit::{await_go, Framing, Gated, Go, COMMIT};
+use crate::commit::{await_go, Framing, Gated, Go};
 use crate::upstream::Watched;
 use http::{HeaderValue, Request, Response, StatusCode};
 use huntlb_policy::protocol::{self, Mark};
@@ -27,6 +27,7 @@ use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,6 +76,19 @@ impl Agent {
         // error, never a timeout after the try may have been sent).
         let mut peer_connector = connector.clone();
         peer_connector.set_connect_timeout(Some(cfg.fleet.as_ref().map_or(Duration::from_secs(1), |f| f.dead_after.min(Duration::from_secs(1)))));
+        // Forwards leave from this agent's member IP (its reports' source):
+        // a peer with `fleet_pass_plain` takes a forward only from a member's
+        // IP, and a socket left unbound leaves by the route's address (on
+        // loopback 127.0.0.1 for every agent). An IP this host cannot bind (a
+        // NAT's, a published port's) is left to the route, and said.
+        if let Some(f) = &cfg.fleet {
+            let ip = f.from.ip();
+            if std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok() {
+                peer_connector.set_local_address(Some(ip));
+            } else if f.pass_plain {
+                tracing::warn!(%ip, "fleet_pass_plain: forwards to peers cannot leave from this agent's member IP (not this host's); peers with fleet_pass_plain take them for a plain front's tries unless the route's source is a member's");
+            }
+        }
         let peer_client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(cfg.pool_idle)
             .pool_timer(TokioTimer::new())
@@ -195,24 +209,37 @@ impl Agent {
         }
     }
 
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<AgentBody>, std::convert::Infallible> {
+    /// One request from the connection whose peer is `remote` (the TCP
+    /// source: with `fleet_pass_plain` it says who may mark the try).
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, remote: SocketAddr) -> Result<Response<AgentBody>, std::convert::Infallible> {
         if req.uri().path() == self.cfg.health_path {
             return Ok(self.health().await);
         }
-        let Hunt { mark, named_by_target, from_envoy, front, seen, pass } = read_try(req.headers());
+        let source = self.source(remote);
+        let Hunt { mark, named_by_target, from_envoy, front, seen, pass, commit, stray_commit } = read_try_from(req.headers(), source);
+        if stray_commit {
+            // Before "I take it": nothing processed; a real forward from a
+            // source no member has is served by its peer (`relay`).
+            debug!(%remote, "hunt-commit from an IP that is no member's: refused, not processed");
+            return Ok(plain(StatusCode::BAD_REQUEST, "huntlb agent: hunt-commit is a peer's forward, taken only from a fleet member's IP\n"));
+        }
         // A front that cannot say what it counts here names itself instead:
-        // what it counts is what this agent holds from it.
-        let front = front.map(Box::<[u8]>::from);
-        let seen = seen.or_else(|| front.as_deref().map(|f| self.per_front.get(f)));
+        // what it counts is what this agent holds from it (None: a new front
+        // past `MAX_FRONTS`, its count here unknown).
+        let front = front.map(|f| f.key());
+        let seen = seen.or_else(|| front.as_deref().and_then(|f| self.per_front.seen(f)));
+        if source.is_some() {
+            debug!(%remote, member = source.is_some_and(|s| s.member), pass, commit, ?mark, ?seen, "try read by its source (fleet_pass_plain)");
+        }
         // A peer's forward under the commit handshake (`commit`): nothing of
         // it reaches the app before its go byte; after it, the request is
         // this agent's, a final (no policy, no refusal).
-        if !pass && req.headers().contains_key(COMMIT) {
+        if commit {
             let mut req = req;
             return Ok(match self.take_forward(&mut req, mark).await {
                 Ok((held, slot)) => {
                     self.metrics.finals.fetch_add(1, Ordering::Relaxed);
-                    let counted = front.as_deref().map(|f| self.per_front.enter(f));
+                    let counted = front.as_deref().and_then(|f| self.per_front.enter(f));
                     self.forward_in(req, held, named_by_target, true, counted, slot).await
                 }
                 Err(resp) => resp,
@@ -231,7 +258,7 @@ impl Agent {
         };
         if let Pick::Forward(to) = pick {
             // Counted for its front here, where its front counts it.
-            let counted = front.as_deref().map(|f| self.per_front.enter(f));
+            let counted = front.as_deref().and_then(|f| self.per_front.enter(f));
             let (resp, fate) = self.relay(req, &to, named_by_target, counted).await;
             // Only a forward that reached no one and was served here is an
             // offer of this agent's; the rest count in huntlb_forwards_total.
@@ -267,7 +294,7 @@ impl Agent {
             Verdict::Accept => {
                 // Counted for its front until its response body ends, as the
                 // front counts it (Envoy: until the stream completes).
-                let counted = front.as_deref().map(|f| self.per_front.enter(f));
+                let counted = front.as_deref().and_then(|f| self.per_front.enter(f));
                 self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
             }
             Verdict::Refuse(why) => {
@@ -341,6 +368,16 @@ impl Agent {
             debug!(busy = load.busy, workers = load.workers, c = self.policy.state().c, ?gates, ?verdict, "offer");
         }
         (verdict, load)
+    }
+
+    /// With `fleet_pass_plain`, who sent a try: its connection's IP, and
+    /// whether that is a member's. None: the option is off (hunt headers
+    /// decide, as from a front that strips a client's).
+    fn source(&self, remote: SocketAddr) -> Option<Source> {
+        let fleet = self.fleet.as_ref().filter(|f| f.pass_plain())?;
+        // An IPv4 client of a dual-stack socket shows as ::ffff:a.b.c.d.
+        let ip = remote.ip().to_canonical();
+        Some(Source { ip, member: fleet.is_member_ip(ip) })
     }
 
     pub(crate) fn gates(&self) -> Gates {

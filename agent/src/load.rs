@@ -85,23 +85,53 @@ impl Drop for RelayGuard {
     }
 }
 
-/// Requests in flight per front (`hunt-front`): each front's own count at this
-/// backend, what a front that cannot send `hunt-seen` would have sent.
+/// Requests in flight per front (`hunt-front`, `hunt-pass`, or with
+/// `fleet_pass_plain` a plain front's source IP): each front's own count at
+/// this backend, what a front that cannot send `hunt-seen` would have sent.
+/// A front's entry lives while it has requests here, and the table holds at
+/// most `MAX_FRONTS` of them: a try from one more front is counted for none
+/// (its front's count here is unknown, `seen` None, and the tier decides it
+/// by the loads alone).
 #[derive(Default, Debug)]
 pub struct PerFront(Mutex<HashMap<Box<[u8]>, u32>>);
+
+/// At most this many fronts counted at once, as many as the fleet's members
+/// (`MAX_MEMBERS`): a front is a proxy, and more proxies than backends with
+/// requests at one backend at once is no fleet this was built for. About 80
+/// bytes an entry (the map's slot, the key's allocation), so at most ~330 KB.
+pub const MAX_FRONTS: usize = crate::config::MAX_MEMBERS;
 
 impl PerFront {
     pub fn get(&self, front: &[u8]) -> u32 {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).get(front).copied().unwrap_or(0)
     }
 
-    pub fn enter(self: &Arc<Self>, front: &[u8]) -> PerFrontGuard {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner).entry(front.into()).or_insert(0) += 1;
-        PerFrontGuard(self.clone(), front.into())
+    /// What `front` holds here, or None if it has nothing here and the table
+    /// is full (its tries are counted for no front until there is room).
+    pub fn seen(&self, front: &[u8]) -> Option<u32> {
+        let m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match m.get(front) {
+            Some(n) => Some(*n),
+            None => (m.len() < MAX_FRONTS).then_some(0),
+        }
+    }
+
+    /// Count one request for `front` until the guard drops; None (not
+    /// counted) if `front` is new and `MAX_FRONTS` are counted already.
+    pub fn enter(self: &Arc<Self>, front: &[u8]) -> Option<PerFrontGuard> {
+        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let room = m.len() < MAX_FRONTS;
+        match m.get_mut(front) {
+            Some(n) => *n += 1,
+            None if room => {
+                m.insert(front.into(), 1);
+            }
+            None => return None,
+        }
+        Some(PerFrontGuard(self.clone(), front.into()))
     }
 
     /// Fronts with requests in flight (a front's entry goes with its last request).
-    #[cfg(test)]
     pub fn fronts(&self) -> usize {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
@@ -260,9 +290,9 @@ mod per_front_tests {
     #[test]
     fn counts_each_front_apart_and_forgets_a_front_with_nothing_in_flight() {
         let p = Arc::new(PerFront::default());
-        let a1 = p.enter(b"a");
-        let a2 = p.enter(b"a");
-        let b1 = p.enter(b"b");
+        let a1 = p.enter(b"a").unwrap();
+        let a2 = p.enter(b"a").unwrap();
+        let b1 = p.enter(b"b").unwrap();
         assert_eq!((p.get(b"a"), p.get(b"b"), p.get(b"c")), (2, 1, 0));
         drop(a1);
         drop(b1);
@@ -270,5 +300,21 @@ mod per_front_tests {
         assert_eq!(p.fronts(), 1);
         drop(a2);
         assert_eq!(p.fronts(), 0);
+    }
+
+    #[test]
+    fn holds_at_most_max_fronts_and_counts_a_new_front_again_once_there_is_room() {
+        let p = Arc::new(PerFront::default());
+        let held: Vec<_> = (0..MAX_FRONTS).map(|i| p.enter(format!("10.0.{}.{}", i / 256, i % 256).as_bytes()).unwrap()).collect();
+        assert_eq!(p.fronts(), MAX_FRONTS);
+        // a front already counted still is; a new one is not, and its count here is unknown
+        let again = p.enter(b"10.0.0.0").unwrap();
+        assert_eq!((p.get(b"10.0.0.0"), p.seen(b"10.0.0.0")), (2, Some(2)));
+        assert!(p.enter(b"10.99.0.1").is_none());
+        assert_eq!((p.fronts(), p.seen(b"10.99.0.1")), (MAX_FRONTS, None));
+        drop(again);
+        drop(held);
+        assert_eq!((p.fronts(), p.seen(b"10.99.0.1")), (0, Some(0)));
+        assert!(p.enter(b"10.99.0.1").is_some());
     }
 }

@@ -105,13 +105,13 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
-                None => serve_connection(stream, agent).await,
+                None => serve_connection(stream, peer, agent).await,
                 Some((current, failures)) => {
                     let acceptor = tokio_rustls::TlsAcceptor::from(current.get());
                     // the handshake gets the time a request head gets
                     let failed = match tokio::time::timeout(agent.cfg.idle_timeout, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
-                            serve_connection(stream, agent.clone()).await;
+                            serve_connection(stream, peer, agent.clone()).await;
                             None
                         }
                         Ok(Err(e)) => Some(e.to_string()),
@@ -147,13 +147,16 @@ pub fn accept_queue(fd: std::os::fd::RawFd) -> Option<(u32, u32)> {
 /// One proxy connection, plaintext or TLS: HTTP/1.1, or HTTP/2 with prior
 /// knowledge (Envoy's http2_protocol_options to the agents) or by ALPN, told
 /// apart by the preface.
-async fn serve_connection<I>(io: I, agent: Arc<Agent>)
+///
+/// `peer`: the connection's remote address, handed to every request on it
+/// (`fleet_pass_plain` reads who sent a try from its IP).
+async fn serve_connection<I>(io: I, peer: std::net::SocketAddr, agent: Arc<Agent>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (max_buf, max_headers) = (agent.cfg.max_header_bytes, agent.cfg.max_headers);
     let idle = agent.cfg.idle_timeout;
-    let svc = service_fn(move |req| agent.clone().handle(req));
+    let svc = service_fn(move |req| agent.clone().handle(req, peer));
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
         .timer(TokioTimer::new())

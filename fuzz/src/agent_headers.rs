@@ -109,7 +109,8 @@ fn check_read(h: &HeaderMap) {
     assert_eq!(t.seen, want_seen, "hunt-seen {seen:?}");
     let front = values(h, "hunt-front");
     match t.front {
-        Some(f) => {
+        Some(headers::Front::Source(ip)) => panic!("read_try counted a try for a source ({ip}) without fleet_pass_plain"),
+        Some(headers::Front::Named(f)) => {
             assert!(front.len() == 1 && front[0] == f, "front {f:?} from {front:?}");
             assert!((1..=protocol::MAX_MARK_LEN).contains(&f.len()) && f.iter().all(|&b| b.is_ascii_graphic() && b != b','));
         }

@@ -70,6 +70,10 @@ pub struct FleetConfig {
     pub sample: usize,
     pub resample: Duration,
     pub keep: usize,
+    /// `fleet_pass_plain`: a try that no member marked (a plain front's, any
+    /// try from an IP that is no member's) is passed for its source IP, as a
+    /// `hunt-pass` from the front at that IP; only a member's IP may mark one.
+    pub pass_plain: bool,
 }
 
 /// At most this many members (addresses `fleet_peers` resolves to): what a
@@ -99,6 +103,7 @@ pub(super) struct Knobs {
     fleet_sample: Option<u32>,
     fleet_resample_ms: Option<u64>,
     fleet_sample_keep: Option<u32>,
+    fleet_pass_plain: Option<bool>,
 }
 
 impl Knobs {
@@ -122,6 +127,7 @@ impl Knobs {
             fleet_sample: raw.fleet_sample.take(),
             fleet_resample_ms: raw.fleet_resample_ms.take(),
             fleet_sample_keep: raw.fleet_sample_keep.take(),
+            fleet_pass_plain: raw.fleet_pass_plain.take(),
         }
     }
 }
@@ -148,6 +154,9 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 ("fleet_sample", k.fleet_sample.is_some()),
                 ("fleet_resample_ms", k.fleet_resample_ms.is_some()),
                 ("fleet_sample_keep", k.fleet_sample_keep.is_some()),
+                // No tier, nothing to pass a try on to: an agent alone is
+                // what its front sends it (and `true` here would silently do nothing).
+                ("fleet_pass_plain", k.fleet_pass_plain.is_some()),
             ] {
                 if set {
                     return Err(invalid(key, "only meaningful with fleet_listen"));
@@ -288,6 +297,7 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 sample,
                 resample,
                 keep,
+                pass_plain: k.fleet_pass_plain.unwrap_or(false),
             })
         }
     })

@@ -184,6 +184,12 @@ pub struct Raw {
     /// At each draw, keep this many of the sample's least loaded peers [default: half the sample, at most 4].
     #[arg(long)]
     pub fleet_sample_keep: Option<u32>,
+    /// Pass on every try that no fleet member marked, counted for the front
+    /// at its TCP source IP: plain least-request fronts with no hunting line.
+    /// From an IP that is no member's, every hunt header is ignored
+    /// (docs/protocol.md § 8a, "Plain fronts") [default: false].
+    #[arg(long)]
+    pub fleet_pass_plain: Option<bool>,
     /// What was taken but should be written otherwise (an old key name),
     /// logged once at start.
     #[arg(skip)]

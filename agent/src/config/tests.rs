@@ -154,6 +154,35 @@ fn fleet_keys_are_checked_and_named() {
     assert_eq!(key_of(raw(|r| r.fleet_sample = Some(4))), "fleet_sample", "only with fleet_listen");
 }
 
+#[test]
+fn fleet_pass_plain_is_off_by_default_and_only_with_the_tier() {
+    let key = std::env::temp_dir().join(format!("huntlb-config-pass-plain-{}.key", std::process::id()));
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key_path = key.to_string_lossy().into_owned();
+    let tier = |r: &mut Raw| {
+        r.fleet_listen = Some("127.0.0.1:9700".into());
+        r.fleet_peers = Some("127.0.0.2:9700".into());
+        r.fleet_key_file = Some(key_path.clone());
+    };
+    assert!(!raw(tier).unwrap().fleet.unwrap().pass_plain, "off unless asked");
+    for on in [true, false] {
+        let c = raw(|r| {
+            tier(r);
+            r.fleet_pass_plain = Some(on);
+        });
+        assert_eq!(c.unwrap().fleet.unwrap().pass_plain, on);
+        // Without the tier there is nothing to pass a try on to: named, either value.
+        assert_eq!(key_of(raw(|r| r.fleet_pass_plain = Some(on))), "fleet_pass_plain");
+    }
+    // A TOML file's key, by its one name; a wrong type is the file's error, naming it.
+    let parsed: Raw = toml::from_str("fleet_pass_plain = true").unwrap();
+    assert_eq!(parsed.fleet_pass_plain, Some(true));
+    let e = toml::from_str::<Raw>("fleet_pass_plain = \"yes\"").unwrap_err().to_string();
+    assert!(e.contains("fleet_pass_plain") || e.contains("bool"), "{e}");
+    std::fs::remove_file(&key).unwrap();
+}
+
 /// The tier's defaults are written once, in the policy crate (the simulator
 /// takes them from there too); `--help` and docs/agent.md quote them.
 #[test]

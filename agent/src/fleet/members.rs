@@ -4,7 +4,7 @@
 use super::{Fleet, BUFFERED_PER_MEMBER, MAX_MEMBERS, MIN_RCVBUF};
 use crate::config::Peer as PeerEntry;
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 use tracing::{info, warn};
@@ -17,6 +17,9 @@ pub(super) struct Members {
     pub resolved: Vec<Vec<SocketAddr>>,
     pub set: HashSet<SocketAddr>,
     pub others: Vec<SocketAddr>,
+    /// The members' IPs, this agent's own included (`fleet_pass_plain`: only
+    /// these may mark a try, and a peer's forward comes from one).
+    pub ips: HashSet<IpAddr>,
 }
 
 impl Fleet {
@@ -50,7 +53,18 @@ impl Fleet {
         self.peers.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
         self.listeners.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
         self.sample.lock().unwrap_or_else(PoisonError::into_inner).retain(|k| set.contains(k));
-        *self.members.write().unwrap_or_else(PoisonError::into_inner) = Members { resolved, set, others };
+        let ips = set.iter().map(|a| a.ip().to_canonical()).chain([self.cfg.from.ip().to_canonical()]).collect();
+        *self.members.write().unwrap_or_else(PoisonError::into_inner) = Members { resolved, set, others, ips };
+    }
+
+    /// Is `ip` a member's (`fleet_pass_plain`: may it mark a try)?
+    pub fn is_member_ip(&self, ip: IpAddr) -> bool {
+        self.members.read().unwrap_or_else(PoisonError::into_inner).ips.contains(&ip.to_canonical())
+    }
+
+    /// `fleet_pass_plain`: a try no member marked is passed for its source IP.
+    pub fn pass_plain(&self) -> bool {
+        self.cfg.pass_plain
     }
 
     /// Resolve the names in `fleet_peers` again every `fleet_resolve_ms`: a

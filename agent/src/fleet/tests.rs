@@ -51,6 +51,7 @@ fn cfg(listen: &str, peers: &[&str]) -> FleetConfig {
         sample: 8,
         resample: Duration::from_secs(60),
         keep: 4,
+        pass_plain: false,
     }
 }
 
