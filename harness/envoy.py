@@ -99,6 +99,15 @@ def front_config(listen: str, admin: str, backends: list[str], lb_policy: str | 
     return copy.deepcopy(cfg)
 
 
+def bind_source(cfg: dict, ip: str) -> dict:
+    """Every cluster's connections leave from `ip` (`upstream_bind_config`):
+    agents with `fleet_pass_plain` tell fronts apart by source IP, and
+    on one host every front would otherwise leave from 127.0.0.1."""
+    for cluster in cfg["static_resources"]["clusters"]:
+        cluster["upstream_bind_config"] = {"source_address": {"address": ip, "port_value": 0}}
+    return cfg
+
+
 def start_envoy(procs: "Procs", name: str, cfg: dict, concurrency: int = 2, wait: bool = True) -> Proc:
     path = procs.log_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))

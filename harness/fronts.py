@@ -3,8 +3,8 @@ once every backend passed its health checks."""
 
 from __future__ import annotations
 
-from harness.envoy import envoy_host_health, envoy_stats, front_config, start_envoy, wait_envoy_hosts_healthy
-from harness.haproxy import HaproxyRoot, haproxy_front_text, haproxy_server_states, start_haproxy, wait_runtime
+from harness.envoy import bind_source as envoy_bind_source, envoy_host_health, envoy_stats, front_config, start_envoy, wait_envoy_hosts_healthy
+from harness.haproxy import HaproxyRoot, bind_source as haproxy_bind_source, haproxy_front_text, haproxy_server_states, start_haproxy, wait_runtime
 from harness.net import request, wait_until
 from harness.procs import Addrs, Procs
 
@@ -41,19 +41,28 @@ class Front:
         return sum(s.get(f"cluster.backends.upstream_rq_retry_{k}", 0) for k in ("limit_exceeded", "overflow"))
 
 
+TIER_EXAMPLES = {"envoy": "front-tier.yaml", "haproxy": "front-tier.cfg"}
+
+
 def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: bool = True, warm: bool = True,
-                example: str | None = None) -> Front:
+                example: str | None = None, plain_pass: bool = False, source: bool = False) -> Front:
     """The committed hunting front of `kind` (one of FRONTS) over `backends`,
     returned once every backend passed its health checks and it serves.
     hunting=False: the same shipped config as the plain proxy (the baseline).
     warm=False: no plain GET to see it serve (apps that answer none, gRPC).
-    example: another shipped front (front-tier.yaml for Envoy, front-tier.cfg for HAProxy)."""
+    example: another shipped front (front-tier.yaml for Envoy, front-tier.cfg for HAProxy).
+    source: its connections to the backends leave from its own address (each
+    front on loopback its own IP, as agents with `fleet_pass_plain` need).
+    plain_pass: the plain front over agents with `fleet_pass_plain`: the tier
+    front with every hunting line removed, its source bound."""
+    if plain_pass:
+        example, hunting, source = TIER_EXAMPLES[kind.split("-")[0]], False, True
     host = addrs.host()
     listen = f"{host}:10000"
     if kind == "envoy":
         admin = f"{host}:9902"
-        start_envoy(procs, f"envoy-{host}", front_config(listen, admin, [b.agent for b in backends], hunting=hunting,
-                                                         example=example or "front.yaml"))
+        cfg = front_config(listen, admin, [b.agent for b in backends], hunting=hunting, example=example or "front.yaml")
+        start_envoy(procs, f"envoy-{host}", envoy_bind_source(cfg, host) if source else cfg)
         wait_envoy_hosts_healthy(admin, len(backends))
         # The admin API reports health from the main thread; a worker learns of it
         # a moment later, and until then a final can only return to the host
@@ -64,8 +73,8 @@ def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: 
     hr = HaproxyRoot(kind.split("-")[1])
     procs.cleanups.append(hr.cleanup)
     stats = str(hr.dir / f"{host}.sock")  # the shipped unix socket, in this instance's folder
-    wait_runtime(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_front_text(hr, listen, stats, backends, hunting=hunting,
-                                                                                    **({"example": example} if example else {}))))
+    text = haproxy_front_text(hr, listen, stats, backends, hunting=hunting, **({"example": example} if example else {}))
+    wait_runtime(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_bind_source(text, host) if source else text))
     wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
     if warm:
         wait_until(lambda: request(listen, "GET", "/warmup")[0] == 200, what="front serving")

@@ -70,6 +70,13 @@ def haproxy_config(hr: HaproxyRoot, example: str, addr_map: dict[str, str], keep
     return text
 
 
+def bind_source(text: str, ip: str) -> str:
+    """Every backend's connections (and health checks) leave from `ip`
+    (`source`): agents with `fleet_pass_plain` tell fronts apart by source
+    IP, and on one host every front would otherwise leave from 127.0.0.1."""
+    return re.sub(r"^(backend \S+.*)$", rf"\1\n    source {ip}", text, flags=re.M)
+
+
 def start_haproxy(procs: Procs, hr: HaproxyRoot, name: str, cfg_text: str, wait_addr: str | None = None, wait_path: str = "/") -> Proc:
     cfg = hr.dir / f"{name}.cfg"
     cfg.write_text(cfg_text)
