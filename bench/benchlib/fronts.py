@@ -15,8 +15,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-from harness import (Addrs, HaproxyRoot, Proc, Procs, envoy_host_health, front_config, haproxy_front_text,
-                     haproxy_server_states, start_envoy, start_haproxy, wait_tcp, wait_until)
+from harness import (Addrs, HaproxyRoot, Proc, Procs, envoy_bind_source, envoy_host_health, front_config, haproxy_bind_source,
+                     haproxy_front_text, haproxy_server_states, start_envoy, start_haproxy, wait_tcp, wait_until)
 
 # Static backends in the overhead runs: enough for a pick to mean something.
 BACKENDS = 3
@@ -40,7 +40,7 @@ class Front:
 def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting: bool, *, lb: str | None = None,
                 hr: HaproxyRoot | None = None, name: str = "front", served_by: bool = True, threads: int | None = None,
                 server_opts: str = "", edit: Callable[[str], str] | None = None, every_ms: int | None = None,
-                argv_prefix: list[str] | None = None, example: str | None = None) -> Front:
+                argv_prefix: list[str] | None = None, example: str | None = None, source: bool = False) -> Front:
     """A front of `proxy` over `backends` (anything with an .agent address), from
     the committed example config; hunting=False is the same config without its
     hunting parts. lb: the balancer (Envoy lb_policy, HAProxy balance; None keeps
@@ -48,13 +48,18 @@ def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting:
     per-backend requests by it). edit: rewrites the config (HAProxy: its text;
     Envoy: its dict). HAProxy only: threads (nbthread), server_opts (each
     server line), every_ms (the module's background task period) and
-    argv_prefix (e.g. valgrind). Envoy runs one worker."""
+    argv_prefix (e.g. valgrind). Envoy runs one worker. source: its connections
+    to the backends leave from its own address, as plain fronts over agents
+    with `fleet_pass_plain` need on one host (hunting=False with a tier
+    example is then such a front: no hunting line)."""
     host = addrs.host()
     listen = f"{host}:10000"
     if proxy == "envoy":
         admin = f"{host}:9902"
         cfg = front_config(listen, admin, [b.agent for b in backends], lb_policy=lb, hunting=hunting,
                            keep_served_by=served_by, example=example or "front.yaml")
+        if source:
+            envoy_bind_source(cfg, host)
         p = start_envoy(procs, name, edit(cfg) if edit else cfg, concurrency=1)
         health = lambda: {k: v == "healthy" for k, v in envoy_host_health(admin).items()}  # noqa: E731
     else:
@@ -73,6 +78,8 @@ def start_front(procs: Procs, addrs: Addrs, proxy: str, backends: list, hunting:
             text = edit(text)
         if every_ms:
             text = text.replace(" map=", f" every_ms={every_ms} map=")
+        if source:
+            text = haproxy_bind_source(text, host)
         if argv_prefix:
             cfg = hr.dir / f"{name}.cfg"
             cfg.write_text(text)
