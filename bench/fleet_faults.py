@@ -18,6 +18,12 @@ second run on the same arrivals, whose ratio to the first is this machine's
 noise floor for the others. The bars set for the tier
 (docs/results/fleet-faults.md): 0 client errors, p99 within 1.5x, back within 1 s.
 
+`--inside DIR` keeps a look inside every run there: each request's send
+offset, latency and status (`rep{R}-{fault}.requests`, the generator's
+--requests), every app's busy workers each 0.2 s (`.samples.json`), and
+prints each run's p99 by phase (before the fault, its first second, the
+rest of it, the first second after, the rest), by when requests were sent.
+
 `--ideal SEEDS` instead runs the simulator's ideal (JSQ on true counts, which
 also knows a frozen server and sends it nothing) on the same fleet, load and
 freeze over that many seeds: what losing backend 0 for FAULT_FOR s costs when
@@ -56,6 +62,7 @@ class Fault:
     def __init__(self, bench, kind):
         self.bench, self.kind = bench, kind
         self.back_after = None
+        self.at = None
         self.idle = []
 
     def _finals(self, b):
@@ -65,6 +72,7 @@ class Fault:
     def run(self, started):
         b = self.bench.fleet.backends[0]
         time.sleep(max(0.0, started + FAULT_AT - time.monotonic()))
+        self.at = time.time()  # wall clock, to line the run up with other records
         if self.kind == "frozen":
             b.agent_proc.signal(signal.SIGSTOP)
         else:
@@ -98,14 +106,14 @@ class Fault:
             pass
 
 
-def ideal(seeds: int, dispatch: str = "jsq") -> int:
+def ideal(seeds: int, dispatch: str = "jsq", rho: float = 0.88) -> int:
     """The simulator's JSQ with and without backend 0 frozen, paired by seed."""
     sim = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "huntlb-sim"
     base = [str(sim), "--dispatch", *dispatch.split(), "--servers", str(testbed.SERVERS), "--workers", str(testbed.WORKERS),
             "--cores", f"{testbed.CORES:g}", "--backlog", str(testbed.BACKLOG), "--mean-ms", f"{testbed.MEAN_MS:g}",
-            "--rho", "0.88"]
-    # As many requests as a 10 s run at rho 0.88 sends.
-    requests = int(0.88 * testbed.SERVERS * testbed.CORES / (testbed.MEAN_MS / 1e3) * 10)
+            "--rho", f"{rho:g}"]
+    # As many requests as a 10 s run at rho sends.
+    requests = int(rho * testbed.SERVERS * testbed.CORES / (testbed.MEAN_MS / 1e3) * 10)
     ratios = {"mean_ms": [], "p99_ms": []}
     for seed in range(1, seeds + 1):
         run = lambda *extra: json.loads(subprocess.run([*base, "--requests", str(requests), "--seed", str(seed), *extra],
@@ -118,9 +126,26 @@ def ideal(seeds: int, dispatch: str = "jsq") -> int:
     for k, xs in ratios.items():
         m, h = ci95(xs)
         lo, hi = median_ci95(xs)
-        print(f"simulated {dispatch}: frozen / none, {k[:-3]}: median {statistics.median(xs):.3f} [{lo:.3f}, {hi:.3f}], mean {m:.3f} ± {h:.3f} "
+        print(f"simulated {dispatch} at rho {rho:g}: frozen / none, {k[:-3]}: median {statistics.median(xs):.3f} [{lo:.3f}, {hi:.3f}], mean {m:.3f} ± {h:.3f} "
               f"({seeds} seeds)")
     return 0
+
+
+PHASES = [("before", 0.0, FAULT_AT), ("fault 1st s", FAULT_AT, FAULT_AT + 1), ("fault rest", FAULT_AT + 1, FAULT_AT + FAULT_FOR),
+          ("after 1st s", FAULT_AT + FAULT_FOR, FAULT_AT + FAULT_FOR + 1), ("after rest", FAULT_AT + FAULT_FOR + 1, 1e9)]
+
+
+def phases(requests: Path) -> None:
+    """Print a run's p99 (and count, errors) by the phase its requests were sent in."""
+    rows = [line.split() for line in requests.read_text().splitlines() if line.strip()]
+    out = []
+    for name, t0, t1 in PHASES:
+        lat = sorted(int(r[2]) / 1000 for r in rows if t0 <= int(r[1]) / 1e6 < t1)
+        bad = sum(1 for r in rows if t0 <= int(r[1]) / 1e6 < t1 and r[3] != "200")
+        if lat:
+            out.append(f"{name} n {len(lat)} p50 {lat[len(lat) // 2]:.1f} p99 {lat[min(len(lat) - 1, int(.99 * len(lat)))]:.1f} "
+                       f"max {lat[-1]:.0f}{f' ERR {bad}' if bad else ''}")
+    print("      " + " | ".join(out), flush=True)
 
 
 def summarize(proxy: str, faults: list[str], runs: list) -> None:
@@ -174,22 +199,28 @@ def main() -> int:
     ap.add_argument("--ideal", type=int, metavar="SEEDS", help="the simulated ideal's ratios instead (no proxy runs)")
     ap.add_argument("--ideal-dispatch", default="jsq", metavar="ARGS",
                     help="with --ideal: another simulated balancer, e.g. 'forward-least --proxies 4' (the tier's rule at 4 fronts)")
+    ap.add_argument("--rho", type=float, default=0.88, help="the offered load (the vs-least load: 0.88); the bar is set at 0.88")
+    ap.add_argument("--inside", type=Path, metavar="DIR", help="keep each run's requests and busy samples there, print p99 by phase")
     ap.add_argument("--from-json", type=Path, nargs="+", metavar="F", help="summarize runs kept by --json instead (files pooled)")
     a = ap.parse_args()
     if a.ideal:
-        return ideal(a.ideal, a.ideal_dispatch)
+        return ideal(a.ideal, a.ideal_dispatch, a.rho)
     if a.from_json:
         return from_json(a.proxy, a.faults.split(","), a.from_json)
     strategy = a.strategy or STRATEGY[a.proxy]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     faults = a.faults.split(",")
-    rate = 0.88 * testbed.last_lambda0()
+    rate = a.rho * testbed.last_lambda0()
     b = testbed.Bench(Path(tempfile.mkdtemp(prefix="huntlb-faults-")), [a.proxy], False)
     drive = testbed.drive
     pending = []
 
+    inside = []  # the next run's requests file, when --inside
+
     def driven(*args, **kw):
+        if inside:
+            kw["requests"] = inside.pop()
         t = None
         if pending:
             f = pending.pop()
@@ -211,11 +242,17 @@ def main() -> int:
                 if kind not in ("none", "control"):
                     f = Fault(b, kind)
                     pending.append(f)
-                r = b.run(a.proxy, strategy, rate, testbed.seconds_for(rate, 10.0), rho=0.88, rep=rep, instances=4,
-                          keep_cdf=False, seed=testbed.common_seed(rate, rep, 4))
+                if a.inside:
+                    a.inside.mkdir(parents=True, exist_ok=True)
+                    inside.append(a.inside / f"rep{rep}-{kind}.requests")
+                r = b.run(a.proxy, strategy, rate, testbed.seconds_for(rate, 10.0), rho=a.rho, rep=rep, instances=4,
+                          keep_cdf=False, seed=testbed.common_seed(rate, rep, 4), sample=bool(a.inside))
+                if a.inside:
+                    (a.inside / f"rep{rep}-{kind}.samples.json").write_text(json.dumps(r.samples))
+                    phases(a.inside / f"rep{rep}-{kind}.requests")
                 r.policy = kind
                 back = f.back_after if f else None
-                print(f"    {kind}: back in use after {back:.3f} s" if back is not None else f"    {kind}", flush=True)
+                print(f"    {kind}: back in use after {back:.3f} s, fault at {f.at:.2f}" if back is not None else f"    {kind}", flush=True)
                 runs.append((r, back))
     finally:
         b.close()

@@ -189,15 +189,19 @@ class Fleet:
 
 
 def drive(urls: list[str], rate: float, seconds: float, out: Path, seed: int = 1, max_lateness_us: int = 2000,
-          work: str | None = None) -> dict:
+          work: str | None = None, requests: Path | None = None) -> dict:
     """One open-loop Poisson run (huntlb-loadgen); returns its JSON report. A run
     whose p99 send lateness exceeds max_lateness_us is marked invalid. work: a
     demand spec (`exp:20`) the generator draws each job's size from, by `seed`,
-    instead of each app drawing its own: runs with one seed meet the same jobs."""
+    instead of each app drawing its own: runs with one seed meet the same jobs.
+    requests: also write each request's index, send offset, latency (us) and
+    status there (the generator's --requests), for a look inside a run."""
     argv = [binary("huntlb-loadgen"), "--rate", f"{rate:.2f}", "--duration", f"{seconds}", "--arrival", "poisson",
             "--max-inflight", "8192", "--seed", str(seed), "--json", str(out), "--max-lateness-us", str(max_lateness_us)]
     if work:
         argv += ["--work", work]
+    if requests:
+        argv += ["--requests", str(requests)]
     for u in urls:
         argv += ["--target", u]
     subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 180)
