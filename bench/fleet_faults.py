@@ -192,6 +192,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("proxy", choices=["envoy", "haproxy"])
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--first-rep", type=int, default=0, help="number repetitions (and their seeds) from here: more pairs to pool")
     ap.add_argument("--faults", default="frozen,slowloris",
                     help="of frozen, slowloris, control (no fault: a second run on the same arrivals, the noise floor)")
     ap.add_argument("--strategy", help="instead of the hunting front with the tier (FWD/*): e.g. LR/full, leastconn")
@@ -235,7 +236,7 @@ def main() -> int:
     testbed.drive = driven
     runs = []
     try:
-        for rep in range(a.reps):
+        for rep in range(a.first_rep, a.first_rep + a.reps):
             kinds = ["none", *faults] if rep % 2 == 0 else [*reversed(faults), "none"]
             for kind in kinds:
                 f = None
