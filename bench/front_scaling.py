@@ -7,7 +7,9 @@ request of each front over the same front with every hunting line removed, at
 Usage (after `make release` and `make bench-setup`):
   PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/front_scaling.py haproxy --reps 10 [--json F]
 
-The fronts: `tier` (HAProxy `front-tier.cfg`: leastconn plus hunt-pass and
+The fronts: `plainpass` (the plain front agents with `fleet_pass_plain`
+serve: the tier front with no hunting line, its "hunting" variant bound to a
+source address of its own), `tier` (HAProxy `front-tier.cfg`: leastconn plus hunt-pass and
 hunt-front; Envoy `front-tier.yaml`: FULL_SCAN plus the same two headers; both
 over a forwarding tier) and `refusing` (HAProxy `front.cfg`: one pick rule per
 server, a buffered copy of each request for the busy retry; Envoy
@@ -94,8 +96,12 @@ def fill(front, backends) -> None:
     wait_all_up(front, len(backends), timeout=60)
 
 
-FRONTS = {"haproxy": {"tier": "front-tier.cfg", "refusing": "front.cfg"},
-          "envoy": {"tier": "front-tier.yaml", "refusing": "front.yaml"}}
+FRONTS = {"haproxy": {"tier": "front-tier.cfg", "refusing": "front.cfg", "plainpass": "front-tier.cfg"},
+          "envoy": {"tier": "front-tier.yaml", "refusing": "front.yaml", "plainpass": "front-tier.yaml"}}
+# `plainpass`: the front agents with fleet_pass_plain serve, the tier front with
+# every hunting line removed; its "hunting" variant differs from plain only by
+# the source address its connections leave from (what several fronts on one
+# host need to be told apart; fronts on hosts of their own need not even that).
 
 
 def rows(data: dict) -> list[str]:
@@ -180,12 +186,12 @@ def main() -> int:
             for f in a.fronts.split(","):
                 for hunting in (False, True):
                     name = f"{f} {'hunting' if hunting else 'plain'}"
-                    slots = a.proxy == "haproxy" and a.fill == "runtime" and f == "tier"
+                    slots = a.proxy == "haproxy" and a.fill == "runtime" and f in ("tier", "plainpass")
                     proc_name = f"{f}-{n}-{int(hunting)}"
                     then = templated(n) if slots else from_eds(work, proc_name, backends[:n]) if a.proxy == "envoy" and a.fill != "static" else None
-                    fr = start_front(procs, addrs, a.proxy, [] if slots else backends[:n], hunting, hr=hr,
+                    fr = start_front(procs, addrs, a.proxy, [] if slots else backends[:n], hunting and f != "plainpass", hr=hr,
                                      name=proc_name, served_by=False, threads=1, example=FRONTS[a.proxy][f],
-                                     edit=slow_checks(a.proxy, then))
+                                     edit=slow_checks(a.proxy, then), source=hunting and f == "plainpass")
                     if slots:
                         fill(fr, backends[:n])
                     pin(fr.pid, 0)

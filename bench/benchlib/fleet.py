@@ -41,15 +41,20 @@ from harness import FLEET_SAMPLE, Addrs, Backend, HaproxyRoot, Procs, app_stats,
 # front over Envoy's default LEAST_REQUEST (two random hosts, O(1)), not FULL_SCAN;
 # `hunt/passr`: HAProxy's over random(2), whose ties are not in step across fronts
 # (leastconn breaks ties in each front's own round-robin order, the same in all).
+# `hunt/plain`: the tier front with no hunting line at all, each front's
+# connections leaving from its own address (start_front's kw, the fourth
+# element), over agents with fleet_pass_plain (FWDp).
 STRATEGIES = {
     "envoy": {"RR": (False, "RANDOM"), "hunt": (True, "RANDOM"), "hunt/LR": (True, "LEAST_REQUEST"),
               "LEAST_REQUEST": (False, "LEAST_REQUEST"), "LR/full": (False, FULL_SCAN),
               "hunt/full": (True, FULL_SCAN_NAMED), "hunt/own": (True, FULL_SCAN_NAMED),
               "hunt/pass": (True, FULL_SCAN_NAMED, "front-tier.yaml"),
-              "hunt/pass2": (True, "LEAST_REQUEST", "front-tier.yaml")},
+              "hunt/pass2": (True, "LEAST_REQUEST", "front-tier.yaml"),
+              "hunt/plain": (False, FULL_SCAN, "front-tier.yaml", {"source": True})},
     "haproxy": {"RR": (False, "random(1)"), "hunt": (True, "random-offer"), "leastconn": (False, "leastconn"),
                 "random(2)": (False, "random(2)"), "hunt/least": (True, None), "hunt/own": (True, None),
-                "hunt/pass": (True, None, "front-tier.cfg"), "hunt/passr": (True, "random(2)", "front-tier.cfg")},
+                "hunt/pass": (True, None, "front-tier.cfg"), "hunt/passr": (True, "random(2)", "front-tier.cfg"),
+                "hunt/plain": (False, None, "front-tier.cfg", {"source": True})},
 }
 
 # The acceptance policy each hunting strategy asks of the agents. A name with a
@@ -61,18 +66,20 @@ HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "
                  "SR_slack": "dynamic:seen_margin=1", "SR_slack2": "dynamic:seen_margin=2",
                  "SR_gate": "dynamic:c0=0,c_max=0,seen_margin=1",
                  "FWD": "dynamic:seen_margin=1", "FWDall": "dynamic:seen_margin=1", "FWDm1": "dynamic:seen_margin=1",
-                 "FWD4": "dynamic:seen_margin=1"}
+                 "FWD4": "dynamic:seen_margin=1", "FWDp": "dynamic:seen_margin=1"}
 # Strategies whose agents form a forwarding tier (agent `fleet_listen`, every
 # agent a member): an offer not the least of what its agent hears goes on to
 # the least peer heard; the policy decides only while no peer is heard. The
 # value is each agent's `fleet_sample`, the peers it hears: FWD as shipped (the
 # agent's default, FLEET_SAMPLE), FWDall every member (the tier before sampling).
-FORWARDING = {"FWD": FLEET_SAMPLE, "FWDall": 0, "FWDm1": FLEET_SAMPLE, "FWD4": 4}
+FORWARDING = {"FWD": FLEET_SAMPLE, "FWDall": 0, "FWDm1": FLEET_SAMPLE, "FWD4": 4, "FWDp": FLEET_SAMPLE}
 # Agent settings a forwarding strategy changes from the defaults: FWDm1 keeps an
 # offer while its backend holds at most one more than the least peer (a forward
 # only for a gap of two), fewer forwards for a coarser balance. FWD4: each agent
-# hears a sample of 4 (about half the datagrams of the default 8).
-FORWARD_OPTS = {"FWDm1": {"forward_peer_margin": 1}}
+# hears a sample of 4 (about half the datagrams of the default 8). FWDp: the
+# agents pass on the plain fronts' tries (`FWDp/plain`), fronts told apart by
+# their source address.
+FORWARD_OPTS = {"FWDm1": {"forward_peer_margin": 1}, "FWDp": {"fleet_pass_plain": "true"}}
 FLEET_PORT = 9700
 
 

@@ -72,9 +72,10 @@ class Bench:
     def front(self, proxy: str, strategy: str, instance: int = 0):
         key = (proxy, strategy, instance)
         if key not in self.fronts:
-            hunting, lb, *example = STRATEGIES[proxy][strategy]
-            self.fronts[key] = self.fleet.front(proxy, hunting, lb, self.hr, example=example[0] if example else None,
-                                                name=f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{instance}")
+            hunting, lb, *rest = STRATEGIES[proxy][strategy]
+            example, kw = (rest + [None, {}])[:2]
+            self.fronts[key] = self.fleet.front(proxy, hunting, lb, self.hr, example=example,
+                                                name=f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{instance}", **kw)
         return self.fronts[key]
 
     def policy_for(self, name: str) -> tuple[str, str]:
