@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-cluster demo demo-swarm fuzz \
+.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-slow test-cluster demo demo-swarm fuzz \
 	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
@@ -49,7 +49,12 @@ test-lua:
 # TESTS: which tests (pytest node ids), e.g. make test-integration TESTS=tests/test_envoy.py
 TESTS ?= tests
 test-integration: build
-	$(PYTEST) -q --durations=25 $(TESTS)
+	$(PYTEST) -q --durations=25 -m "not slow" $(TESTS)
+
+# The tests marked slow (a real 10 s timeout per front, a shortened demo):
+# out of make test for its time, run by .ci/run after it (~1.2 min).
+test-slow: setup build
+	$(PYTEST) -q -m slow tests
 
 # The fleet on an emulated cluster (docs/cluster.md): hosts as network
 # namespaces, dnsmasq, faults; needs root; ~1.7 min. .ci/run runs it after make test.

@@ -85,6 +85,7 @@ def test_dashboard_page_and_every_panel_query(procs, addrs, tmp_path):
         {e for e in with_data if "huntlb_demo_latency_mean_ms" in e}, with_data
 
 
+@pytest.mark.slow  # a shortened demo: every strategy's runs, about 33 s
 def test_demo_is_paired_and_shows_the_mechanism(tmp_path):
     """`make demo`, shortened: every strategy of one front count met the same
     arrivals and job sizes (the generator's own digest of what it was to send,

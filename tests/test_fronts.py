@@ -385,6 +385,7 @@ def test_as_many_headers_as_the_front_takes_reach_the_app(procs, addrs, front, p
     assert path_count(bs, path) == 1
 
 
+@pytest.mark.slow  # waits out each front's real 10 s
 def test_slow_request_head_is_cut_off(procs, addrs, front):
     # Slowloris: a head that never ends. Both fronts give a request head 10 s
     # (Envoy request_headers_timeout, HAProxy timeout http-request), then answer
