@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Paired ratio of two strategies kept by bench/pairs.py --json (same rep, same seed): mean and p99.
-Usage: python3 paired.py RUNS.jsonl A B   (prints A over B per valid pair, median and its 95% CI)"""
+Usage: python3 plain-paired.py RUNS.jsonl A B   (prints A over B per valid pair, median and its 95% CI)"""
 import json
 import sys
 
