@@ -87,6 +87,18 @@ FINAL = {"hunt-offer": "1", "hunt-target": "2"}
 _metric_line = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (\S+)$")
 
 
+
+def concurrent_statuses(addr: str, paths: list[str], timeout: float = 30) -> list[int]:
+    """GET each path at once, one thread each (bounded by timeout); their statuses, in no order."""
+    import threading
+    out: list[int] = []
+    ts = [threading.Thread(target=lambda p=p: out.append(request(addr, "GET", p, timeout=timeout)[0]), daemon=True) for p in paths]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout)
+    return out
+
 def metrics(admin: str) -> dict[str, float]:
     """Prometheus text as {'name{labels}': value}."""
     _, _, body = request(admin, "GET", "/metrics", timeout=5)

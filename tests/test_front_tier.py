@@ -4,11 +4,10 @@ one header, `hunt-pass`. Real Envoy and HAProxy (2.6 and 3.0), real agents
 and apps on loopback; arrivals counted at the apps, since these fronts re-send
 nothing an agent may have taken: a try is served where it landed or passed on once."""
 
-import threading
 import uuid
 
 import pytest
-from harness import app_stats, counts, hold, request, start_backends, start_fleet, start_front, wait_until
+from harness import app_stats, concurrent_statuses, counts, hold, request, start_backends, start_fleet, start_front, wait_until
 
 FRONTS = [("envoy", "front-tier.yaml"), ("haproxy-2.6", "front-tier.cfg"), ("haproxy-3.0", "front-tier.cfg")]
 
@@ -79,13 +78,7 @@ def test_one_front_alone_is_its_proxys_least_nothing_passed_on(procs, addrs, kin
     bs = start_fleet(procs, addrs, 3, policy="dynamic:seen_margin=1",
                      agent_opts={"fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000})
     front = start_front(kind, procs, addrs, bs, example=example)
-    results = []
-    ts = [threading.Thread(target=lambda: results.append(request(front.listen, "GET", f"/alone/{uuid.uuid4()}?work_ms=800",
-                                                                  timeout=30)[0]), daemon=True) for _ in range(9)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(30)
+    results = concurrent_statuses(front.listen, [f"/alone/{uuid.uuid4()}?work_ms=800" for _ in range(9)])
     assert results == [200] * 9
     assert sum(b.metrics()['huntlb_forwards_total{outcome="sent"}'] for b in bs) == 0
 

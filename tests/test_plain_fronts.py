@@ -11,12 +11,11 @@ arrivals counted at the apps."""
 import copy
 import json
 import subprocess
-import threading
 import uuid
 
 import pytest
 import yaml
-from harness import (EXAMPLES, HAPROXY_EXAMPLES, HaproxyRoot, app_stats, counts, hold, request, start_fleet, start_front,
+from harness import (EXAMPLES, HAPROXY_EXAMPLES, HaproxyRoot, app_stats, concurrent_statuses, counts, hold, request, start_fleet, start_front,
                      start_haproxy, wait_tcp, wait_until)
 from test_envoy_snippet import STOCK as ENVOY_STOCK, run_stock
 from test_tier_snippets import HAPROXY_STOCK
@@ -112,13 +111,7 @@ def test_one_plain_front_alone_is_its_proxys_least_nothing_forwarded(procs, addr
     # source IP, so it keeps every one where the front's pick placed it.
     bs = plain_fleet(procs, addrs)
     front = start_front(kind, procs, addrs, bs, plain_pass=True)
-    results = []
-    ts = [threading.Thread(target=lambda: results.append(request(front.listen, "GET", f"/alone/{uuid.uuid4()}?work_ms=800",
-                                                                  timeout=30)[0]), daemon=True) for _ in range(9)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(30)
+    results = concurrent_statuses(front.listen, [f"/alone/{uuid.uuid4()}?work_ms=800" for _ in range(9)])
     assert results == [200] * 9
     assert sum(app_stats(b.app)["served"] for b in bs) >= 9
     assert sum(b.metrics()[SENT] for b in bs) == 0
