@@ -152,11 +152,14 @@ bench-proxies: bench-setup release
 	$(MAKE) bench-front-scaling
 
 # Each front over the same front with every hunting line removed, at 3, 12, 48
-# and 128 servers, bare and browser-like requests: the tier fronts (30 paired
-# repetitions), the refusing fronts (10), HAProxy's instructions per request
-# (about 45 minutes); docs/results/front-scaling.md quotes these files.
+# and 128 servers, bare and browser-like requests: the plain fronts of
+# fleet_pass_plain (20 paired repetitions, about 8 minutes a proxy), the tier
+# fronts (30), the refusing fronts (10), HAProxy's instructions per request
+# (about 60 minutes); docs/results/front-scaling.md quotes these files.
 FS := bench/data/front-scaling
 bench-front-scaling: bench-setup release
+	$(BENCH) bench/front_scaling.py haproxy --fronts plainpass --reps 20 --json $(FS)/haproxy-plainpass-20-reps-calm.json
+	$(BENCH) bench/front_scaling.py envoy --fronts plainpass --reps 20 --json $(FS)/envoy-plainpass-20-reps-calm.json
 	$(BENCH) bench/front_scaling.py haproxy --fronts tier --reps 30 --json $(FS)/haproxy-2.6-tier-30-reps.json
 	$(BENCH) bench/front_scaling.py envoy --fronts tier --reps 30 --json $(FS)/envoy-tier-30-reps.json
 	$(BENCH) bench/front_scaling.py haproxy --fronts refusing --reps 10 --json $(FS)/haproxy-2.6-refusing-10-reps.json
