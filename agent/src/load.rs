@@ -102,6 +102,7 @@ pub struct PerFront(Mutex<HashMap<Box<[u8]>, u32>>);
 pub const MAX_FRONTS: usize = crate::config::MAX_MEMBERS;
 
 impl PerFront {
+    #[cfg(test)]
     pub fn get(&self, front: &[u8]) -> u32 {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).get(front).copied().unwrap_or(0)
     }
@@ -132,6 +133,7 @@ impl PerFront {
     }
 
     /// Fronts with requests in flight (a front's entry goes with its last request).
+    #[cfg(test)]
     pub fn fronts(&self) -> usize {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
