@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod admission;
 pub mod forward;
+pub mod llm;
 pub mod metrics;
 pub mod protocol;
 pub mod settings;

@@ -160,6 +160,13 @@ pub const FLEET_REPORTS_BAD: Metric = Metric {
     label: Some(("reason", &["stranger", "malformed", "unauthenticated", "replayed", "unproven", "version"])),
     sidecar: false,
 };
+pub const LLM_PREFILL_SEATS: Metric = m(
+    "huntlb_llm_prefill_seats",
+    Kind::Gauge,
+    "With load = llm: the prefill backlog in the load b, in seats (the estimated prompt tokens of requests still waiting \
+     for their first response byte, over llm_prefill_tokens_per_seat, rounded up).",
+    false,
+);
 pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
 pub const BUSY: Metric = m("huntlb_busy", Kind::Gauge, "The load b the policy sees (requests in flight, or Apache BusyWorkers).", true);
 pub const WORKERS: Metric = m("huntlb_workers", Kind::Gauge, "The app's worker count n.", true);
@@ -185,6 +192,7 @@ pub const ALL: &[Metric] = &[
     APP_ERRORS,
     APP_RESENDS,
     APACHE_POLLS,
+    LLM_PREFILL_SEATS,
     FORWARDS,
     FORWARDS_IN,
     FLEET_PEERS,

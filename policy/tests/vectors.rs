@@ -359,3 +359,18 @@ fn forward_vectors() {
     }
     assert!(cases.len() >= 10 && reports.len() >= 10);
 }
+
+#[test]
+fn llm_vectors() {
+    use huntlb_policy::llm::LlmWeights;
+    let doc = vectors("llm.json");
+    let n = |c: &Value, k: &str| c[k].as_u64().unwrap_or_else(|| panic!("llm.json: `{k}` in {c}"));
+    for c in doc["prompt_tokens"].as_array().unwrap() {
+        let w = LlmWeights { bytes_per_token: n(c, "bytes_per_token") as u32, tokens_per_seat: n(c, "tokens_per_seat") as u32, workers: n(c, "workers") as u32 };
+        assert_eq!(w.prompt_tokens(c["content_length"].as_u64()), n(c, "tokens"), "llm.json `{}`", c["name"]);
+    }
+    for c in doc["load"].as_array().unwrap() {
+        let w = LlmWeights { bytes_per_token: 4, tokens_per_seat: n(c, "tokens_per_seat") as u32, workers: 1 };
+        assert_eq!(u64::from(w.load(n(c, "inflight") as u32, n(c, "pending_tokens"))), n(c, "load"), "llm.json `{}`", c["name"]);
+    }
+}
