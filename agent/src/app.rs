@@ -4,7 +4,7 @@
 
 use crate::dispatch::Agent;
 use crate::headers::{keep_body_framing, strip_hop_by_hop, strip_request_headers, strip_reserved_response_headers, takes_trailers, upgrade_of, is_grpc, GRPC_TRAILERS};
-use crate::load::{InflightGuard, PerFrontGuard, RelayGuard};
+use crate::load::{InflightGuard, PerFrontGuard, PrefillGuard, RelayGuard};
 use crate::respond::{plain, source_chain, unreachable_response, AgentBody};
 use crate::body::{Lent, Returned};
 use crate::upstream::closed_before_write;
@@ -55,6 +55,8 @@ impl Agent {
         // and on 101 the two connections are joined (`tunnel`).
         let upgrade = upgrade_of(req.headers());
         let h1 = req.version() < http::Version::HTTP_2;
+        // load = "llm": its prompt weighs in the load until its first response byte
+        let prefill = self.prefill(req.headers());
         // `te: trailers` is hop-by-hop but says the client takes trailers, which
         // gRPC servers require of every call: pass that one value on.
         let trailers = takes_trailers(req.headers());
@@ -172,7 +174,7 @@ impl Agent {
                 if let Some(v) = &self.cfg.served_by {
                     parts.headers.insert(protocol::SERVED_BY, v.clone());
                 }
-                Response::from_parts(parts, Guarded { inner: body, _guard: Some(guard), _front: front, _relay: None }.boxed_unsync())
+                Response::from_parts(parts, Guarded { inner: body, _guard: Some(guard), _front: front, _relay: None, prefill }.boxed_unsync())
             }
         }
     }
@@ -188,6 +190,9 @@ pub(crate) struct Guarded {
     /// A forward: the tries being relayed, and this agent's count at the peer.
     pub(crate) _relay: Option<(RelayGuard, crate::fleet::Outstanding)>,
     pub(crate) _front: Option<PerFrontGuard>,
+    /// With `load = "llm"`: its prompt's weight, dropped at the first frame
+    /// (a stream's first token: the prefill is done).
+    pub(crate) prefill: Option<PrefillGuard>,
 }
 
 impl Body for Guarded {
@@ -195,7 +200,11 @@ impl Body for Guarded {
     type Error = hyper::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let got = Pin::new(&mut self.inner).poll_frame(cx);
+        if got.is_ready() {
+            self.prefill = None;
+        }
+        got
     }
 
     fn is_end_stream(&self) -> bool {

@@ -129,10 +129,22 @@ impl Agent {
 
     /// The load `b` the policy sees now.
     pub(crate) fn busy(&self) -> u32 {
-        match &self.scoreboard {
-            Some(board) => board.busy.load(Ordering::Acquire),
-            None => self.inflight.get(),
+        match (&self.scoreboard, &self.cfg.load) {
+            (Some(board), _) => board.busy.load(Ordering::Acquire),
+            (None, LoadSource::Llm(w)) => w.load(self.inflight.get(), self.inflight.prefill_tokens()),
+            (None, _) => self.inflight.get(),
         }
+    }
+
+    /// With `load = "llm"`: count this request's prompt (its Content-Length,
+    /// estimated in tokens and capped) until the guard drops, at its first
+    /// response byte. A forged length weighs at most the server's seats.
+    pub(crate) fn prefill(&self, headers: &http::HeaderMap) -> Option<crate::load::PrefillGuard> {
+        let LoadSource::Llm(w) = &self.cfg.load else { return None };
+        // hyper refuses a request with two different or unparsable lengths
+        // before it gets here; one left unreadable counts as none
+        let len = headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        self.inflight.prefill(w.prompt_tokens(len))
     }
 
     pub fn inflight(&self) -> u32 {
@@ -204,6 +216,10 @@ impl Agent {
             app_up: self.app_up.load(Ordering::Acquire),
             stalled: self.stalled.load(Ordering::Acquire),
             draining: self.draining.load(Ordering::Acquire),
+            llm_prefill_seats: match &self.cfg.load {
+                LoadSource::Llm(w) => Some(u64::from(w.prefill_seats(self.inflight.prefill_tokens()))),
+                _ => None,
+            },
             apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),
             fleet: self.fleet.as_ref().map(|f| f.gauges()),
         }

@@ -25,6 +25,9 @@ pub mod scoreboard;
 #[derive(Default)]
 pub struct Inflight {
     n: AtomicU32,
+    /// With `load = "llm"`: the estimated prompt tokens of requests still
+    /// waiting for their first response byte (each held by a [`PrefillGuard`]).
+    prefill: AtomicU64,
     on_change: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
@@ -37,6 +40,23 @@ impl Inflight {
         self.n.fetch_add(1, Ordering::AcqRel);
         self.changed();
         InflightGuard(self.clone())
+    }
+
+    /// Prompt tokens waiting for prefill (`load = "llm"`).
+    pub fn prefill_tokens(&self) -> u64 {
+        self.prefill.load(Ordering::Acquire)
+    }
+
+    /// Count `tokens` of prompt waiting for prefill until the guard drops (at
+    /// the request's first response byte, or when it ends without one). None
+    /// for 0: nothing to count, nothing to tell peers.
+    pub fn prefill(self: &Arc<Self>, tokens: u64) -> Option<PrefillGuard> {
+        if tokens == 0 {
+            return None;
+        }
+        self.prefill.fetch_add(tokens, Ordering::AcqRel);
+        self.changed();
+        Some(PrefillGuard(self.clone(), tokens))
     }
 
     /// Set once, at start; a second hook is ignored.
@@ -57,6 +77,16 @@ pub struct InflightGuard(Arc<Inflight>);
 impl Drop for InflightGuard {
     fn drop(&mut self) {
         self.0.n.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed();
+    }
+}
+
+/// A request's prompt tokens in [`Inflight::prefill_tokens`], until dropped.
+pub struct PrefillGuard(Arc<Inflight>, u64);
+
+impl Drop for PrefillGuard {
+    fn drop(&mut self) {
+        self.0.prefill.fetch_sub(self.1, Ordering::AcqRel);
         self.0.changed();
     }
 }
@@ -282,6 +312,24 @@ mod tests {
         drop(a);
         drop(b);
         assert_eq!(f.get(), 0);
+    }
+
+    #[test]
+    fn prefill_tokens_count_until_their_guard_drops_and_each_change_is_told() {
+        let f = Arc::new(Inflight::default());
+        let told = Arc::new(AtomicU32::new(0));
+        let t = told.clone();
+        f.on_change(Box::new(move || {
+            t.fetch_add(1, Ordering::Relaxed);
+        }));
+        assert!(f.prefill(0).is_none());
+        let a = f.prefill(2048).unwrap();
+        let b = f.prefill(10).unwrap();
+        assert_eq!((f.prefill_tokens(), f.get()), (2058, 0));
+        drop(a);
+        assert_eq!(f.prefill_tokens(), 10);
+        drop(b);
+        assert_eq!((f.prefill_tokens(), told.load(Ordering::Relaxed)), (0, 4));
     }
 }
 

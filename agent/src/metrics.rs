@@ -65,6 +65,8 @@ pub struct Gauges {
     /// With load = apache: (polls, failed polls). A failing status page keeps
     /// the last BusyWorkers, so its failures must be visible.
     pub apache_polls: Option<(u64, u64)>,
+    /// With load = llm: the prefill backlog in seats.
+    pub llm_prefill_seats: Option<u64>,
     /// With fleet_listen: the tier's gauges and counters.
     pub fleet: Option<crate::fleet::Gauges>,
 }
@@ -114,6 +116,9 @@ impl Metrics {
         labelled(&mut o, &M::APP_ERRORS, &errors.map(|a| v(a) as f64));
         if let Some((polls, failed)) = g.apache_polls {
             labelled(&mut o, &M::APACHE_POLLS, &[(polls - failed) as f64, failed as f64]);
+        }
+        if let Some(seats) = g.llm_prefill_seats {
+            single(&mut o, &M::LLM_PREFILL_SEATS, seats as f64);
         }
         if let Some(f) = &g.fleet {
             let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_withdrawn, &self.forwards_failed];

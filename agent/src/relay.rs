@@ -186,7 +186,7 @@ impl Agent {
                     parts.headers.insert(protocol::SERVED_BY, v);
                 }
                 let guards = (relay, taken_there);
-                return (Response::from_parts(parts, Guarded { inner: body, _guard: None, _front: front, _relay: Some(guards) }.boxed_unsync()), None);
+                return (Response::from_parts(parts, Guarded { inner: body, _guard: None, _front: front, _relay: Some(guards), prefill: None }.boxed_unsync()), None);
             }
         };
         (resp, None)

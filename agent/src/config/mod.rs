@@ -23,6 +23,10 @@ pub enum LoadSource {
     /// Apache's busy workers read from its scoreboard in shared memory
     /// (`ScoreBoardFile file`), polled.
     Scoreboard { file: std::path::PathBuf, poll: Duration },
+    /// A model server: requests in flight plus, until each one's first
+    /// response byte, its prompt's estimated tokens in seats
+    /// (`huntlb_policy::llm`).
+    Llm(huntlb_policy::llm::LlmWeights),
 }
 
 /// The validated configuration the agent runs with.
@@ -90,7 +94,7 @@ impl Raw {
         raw.take_renamed()?;
         flags.take_renamed()?;
         raw.warnings.append(&mut flags.warnings);
-        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms,
+        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
             fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms, fleet_commit_ms, fleet_key_readable_by_others,
@@ -111,6 +115,12 @@ impl Raw {
             .validate("agent")
             .map_err(|e| invalid(e.key, e.reason))?;
         let Settings { policy, workers, id } = shared;
+        let llm_key = [("llm_bytes_per_token", self.llm_bytes_per_token.is_some()), ("llm_prefill_tokens_per_seat", self.llm_prefill_tokens_per_seat.is_some())]
+            .into_iter()
+            .find_map(|(k, set)| set.then_some(k));
+        if let (Some(key), false) = (llm_key, self.load.as_deref() == Some("llm")) {
+            return Err(invalid(key, "only meaningful with load = \"llm\""));
+        }
         let load = match self.load.as_deref().unwrap_or("inflight") {
             "inflight" => {
                 if self.apache_status_url.is_some() {
@@ -144,7 +154,25 @@ impl Raw {
                     }
                 }
             }
-            other => return Err(invalid("load", format!("`{other}` is not a load source (expected inflight or apache)"))),
+            "llm" => {
+                if self.apache_status_url.is_some() {
+                    return Err(invalid("apache_status_url", "only meaningful with load = \"apache\""));
+                }
+                if self.apache_scoreboard.is_some() {
+                    return Err(invalid("apache_scoreboard", "only meaningful with load = \"apache\""));
+                }
+                // 1 to 64 bytes a token: tokenizers give 2-5 for text; past 64 the estimate is no estimate
+                let bytes_per_token = self.llm_bytes_per_token.unwrap_or(4);
+                if !(1..=64).contains(&bytes_per_token) {
+                    return Err(invalid("llm_bytes_per_token", format!("{bytes_per_token} is out of range (1 to 64)")));
+                }
+                let tokens_per_seat = self.llm_prefill_tokens_per_seat.unwrap_or(512);
+                if !(1..=1_000_000).contains(&tokens_per_seat) {
+                    return Err(invalid("llm_prefill_tokens_per_seat", format!("{tokens_per_seat} is out of range (1 to 1000000)")));
+                }
+                LoadSource::Llm(huntlb_policy::llm::LlmWeights { bytes_per_token, tokens_per_seat, workers })
+            }
+            other => return Err(invalid("load", format!("`{other}` is not a load source (expected inflight, apache or llm)"))),
         };
         let health_path = self.health_path.unwrap_or_else(|| huntlb_policy::protocol::HEALTH_PATH.into());
         if !health_path.starts_with('/') || health_path.contains(char::is_whitespace) {

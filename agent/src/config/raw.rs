@@ -39,7 +39,7 @@ pub struct Raw {
     /// The app's worker count n [default: 32].
     #[arg(long)]
     pub workers: Option<u32>,
-    /// Load source: inflight | apache [default: inflight].
+    /// Load source: inflight | apache | llm [default: inflight].
     #[arg(long)]
     pub load: Option<String>,
     /// With load=apache: the mod_status URL, e.g. http://127.0.0.1:80/server-status?auto
@@ -54,6 +54,14 @@ pub struct Raw {
     /// With load=apache: poll period in ms [default: 10].
     #[arg(long)]
     pub apache_poll_ms: Option<u64>,
+    /// With load=llm: request body bytes per prompt token, to estimate a
+    /// prompt's tokens from its Content-Length [default: 4].
+    #[arg(long)]
+    pub llm_bytes_per_token: Option<u32>,
+    /// With load=llm: prompt tokens waiting for prefill that weigh as much as
+    /// one running sequence (docs/llm.md, "The load of a model server") [default: 512].
+    #[arg(long)]
+    pub llm_prefill_tokens_per_seat: Option<u32>,
     /// Path the agent answers itself for health checks [default: /.hunt/health].
     #[arg(long)]
     pub health_path: Option<String>,

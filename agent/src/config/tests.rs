@@ -46,6 +46,39 @@ fn bad_values_name_their_key() {
 }
 
 #[test]
+fn llm_keys_only_with_load_llm_and_in_range() {
+    use huntlb_policy::llm::LlmWeights;
+    let c = raw(|r| {
+        r.load = Some("llm".into());
+        r.workers = Some(4);
+    })
+    .unwrap();
+    assert_eq!(c.load, LoadSource::Llm(LlmWeights { bytes_per_token: 4, tokens_per_seat: 512, workers: 4 }));
+    let c = raw(|r| {
+        r.load = Some("llm".into());
+        r.llm_bytes_per_token = Some(3);
+        r.llm_prefill_tokens_per_seat = Some(2048);
+    })
+    .unwrap();
+    assert_eq!(c.load, LoadSource::Llm(LlmWeights { bytes_per_token: 3, tokens_per_seat: 2048, workers: 32 }));
+    // meaningless without load = llm: named, not ignored
+    for load in [None, Some("inflight"), Some("apache")] {
+        let set = |r: &mut Raw| {
+            r.load = load.map(Into::into);
+            r.apache_status_url = Some("http://127.0.0.1/server-status?auto".into());
+        };
+        assert_eq!(key_of(raw(|r| { set(r); r.llm_bytes_per_token = Some(4) })), "llm_bytes_per_token");
+        assert_eq!(key_of(raw(|r| { set(r); r.llm_prefill_tokens_per_seat = Some(512) })), "llm_prefill_tokens_per_seat");
+    }
+    let llm = |r: &mut Raw| r.load = Some("llm".into());
+    assert_eq!(key_of(raw(|r| { llm(r); r.llm_bytes_per_token = Some(0) })), "llm_bytes_per_token");
+    assert_eq!(key_of(raw(|r| { llm(r); r.llm_bytes_per_token = Some(65) })), "llm_bytes_per_token");
+    assert_eq!(key_of(raw(|r| { llm(r); r.llm_prefill_tokens_per_seat = Some(0) })), "llm_prefill_tokens_per_seat");
+    assert_eq!(key_of(raw(|r| { llm(r); r.llm_prefill_tokens_per_seat = Some(1_000_001) })), "llm_prefill_tokens_per_seat");
+    assert_eq!(key_of(raw(|r| { llm(r); r.apache_scoreboard = Some("/run/apache2/scoreboard".into()) })), "apache_scoreboard");
+}
+
+#[test]
 fn fleet_keys_are_checked_and_named() {
     assert!(raw(|_| {}).unwrap().fleet.is_none());
     assert_eq!(key_of(raw(|r| r.fleet_peers = Some("127.0.0.2:9700".into()))), "fleet_peers");
