@@ -135,7 +135,8 @@ def report(files: list[Path]) -> str:
         if d.get("instructions"):
             lines = [f"| {n} | {v['plain']:.0f} | {v['hunting']:.0f} | {v['hunting'] - v['plain']:+.0f} | {v['hunting'] / v['plain']:.3f} |"
                      for n, v in d["instructions"].items()]
-            parts.append(f"### {d['proxy']}: user-space instructions per request, callgrind (`{path.name}`)\n\n"
+            front = {"tier": "the tier front", "plainpass": "the plain front"}[d.get("instructions_front", "tier")]
+            parts.append(f"### {d['proxy']}, {front}: user-space instructions per request, callgrind (`{path.name}`)\n\n"
                          "| servers | plain | hunting | hunting - plain | hunting / plain |\n|---|---|---|---|---|\n" + "\n".join(lines))
     return "\n\n".join(parts) + "\n"
 
@@ -153,7 +154,8 @@ def main() -> int:
                     "refusing front always has its server lines: its pick rules name them), Envoy's hosts from EDS (a "
                     "file it watches); static: server lines, a static host list")
     ap.add_argument("--instructions", type=int, metavar="REQUESTS",
-                    help="HAProxy only: instead, user-space instructions per request (callgrind) of the tier front, "
+                    help="HAProxy only: instead, user-space instructions per request (callgrind) of the tier front (or, with "
+                    "--fronts plainpass, the plain front), "
                     "hunting and plain, at each number of servers")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
@@ -170,15 +172,18 @@ def main() -> int:
     try:
         backends = static_backends(procs, hr, addrs, max(counts))
         if a.instructions:
-            out["instructions"] = {}
+            # the tier front (its hunting lines against none), or with --fronts
+            # plainpass the plain front (its source address against none)
+            front = "plainpass" if a.fronts == "plainpass" else "tier"
+            out["instructions"], out["instructions_front"] = {}, front
             for n in counts:
                 bed = Bed(work, procs, addrs, hr, backends[:n])
-                per = {("hunting" if h else "plain"): instructions_per_request(bed, f"tier {n} {'hunting' if h else 'plain'}", h,
-                                                                              slow_checks("haproxy"), a.instructions,
-                                                                              example=FRONTS["haproxy"]["tier"])
+                per = {("hunting" if h else "plain"): instructions_per_request(
+                           bed, f"{front} {n} {'hunting' if h else 'plain'}", h and front == "tier", slow_checks("haproxy"),
+                           a.instructions, example=FRONTS["haproxy"][front], source=h and front == "plainpass")
                        for h in (False, True)}
                 out["instructions"][str(n)] = per
-                print(f"{label}, {n:3d} servers, tier: instructions per request, hunting {per['hunting']:.0f}, plain "
+                print(f"{label}, {n:3d} servers, {front}: instructions per request, hunting {per['hunting']:.0f}, plain "
                       f"{per['plain']:.0f}, hunting/plain {per['hunting'] / per['plain']:.3f}", flush=True)
             counts = []
         for n in counts:
