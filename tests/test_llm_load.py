@@ -14,6 +14,7 @@ import socket
 import time
 
 import pytest
+from benchlib.llmfleet import gateways, llm_agents, model_fleet
 from harness import OFFER, Backend, binary, request, wait_http, wait_until
 from test_llm import events, metrics, stream
 
@@ -176,3 +177,29 @@ def test_a_forged_content_length_weighs_at_most_the_servers_seats(procs, addrs):
     finally:
         chunked.close()
     assert metrics(a.app)["vllm:request_success_total"] == 3 + 1  # the 3 served beside it and the chunked one; never the refused offer
+
+
+def test_the_bench_arms_over_load_llm_agents_run_them(procs, addrs):
+    # bench/llm_gateways.py's hunt1t/hunt2t/hunt4t: the tier fronts over a
+    # second set of agents beside the same servers (benchlib.llmfleet.llm_agents)
+    fleet = model_fleet(procs, addrs, 2, 1, 0.1)
+    a, b = llm = llm_agents(procs, fleet, 1)
+    # they weigh prompts: a's seat held, a long prompt waiting is a's prefill backlog
+    c, r = stream(a.agent, {"prompt": "held", "max_tokens": 100_000})
+    assert r.status == 200 and events(r, 1)
+    q, _ = stream(a.agent, {"prompt": LONG, "max_tokens": 1})
+    try:
+        waiting(a, 1)
+        assert (a.metrics()[PREFILL], a.metrics()["huntlb_busy"]) == (1, 3)  # 2 in flight + the cap, 1 seat
+        assert PREFILL not in fleet[0].metrics()  # model_fleet's agents count requests
+    finally:
+        q.close()
+        c.close()
+    wait_until(lambda: a.metrics()["huntlb_busy"] == 0, what="a idle")
+    g0, g1 = gateways(procs, addrs, llm, "hunt", 2, "envoy")
+    for i in range(4):
+        status, _, _ = request((g0, g1)[i % 2].target, "POST", "/v1/completions", body=json.dumps({"prompt": f"q {i}", "max_tokens": 2}).encode())
+        assert status == 200
+    through = "huntlb_request_duration_seconds_count"
+    assert sum(x.metrics()[through] for x in llm) >= 4 + 2  # the gateways' four, and the two above
+    assert sum(x.metrics()[through] for x in fleet) == 0
