@@ -30,8 +30,28 @@ p99 and mean end-to-end time per run, and per arm the median over
 repetitions of its ratio to epp1 in the same repetition, with 95% CIs.
 
 Run it a repetition at a time (`--reps 1 --first-rep K`): each invocation
-adds its runs to the data (bench/data/llm-gateways.json), and
-`--report-only` rewrites the report from it.
+adds its runs to the data (bench/data/llm-gateways.json; `--out DIR` puts
+data and report in DIR instead), and `--report-only` rewrites the report from
+it.
+
+Workloads (`--workload`, huntlb-llmload's shapes after inference-perf's):
+sharegpt (the default and the first report), shared-prefix, long-prompt and
+long-output, each with its own calibration (one server's throughput on it)
+and its own rate, stored per workload; runs without a workload are sharegpt's.
+Each arm's prompts carry the arm's name as a salt (same lengths, offsets and
+groups, other bytes), so an arm never finds the previous arm's prompts in a
+server's prefix cache.
+
+The SLO rate (`--sweep`): for the arms given and one workload, one short run
+(`--seconds`, 20 by default here) per arm at each of `--steps` loads (rho, a
+fraction of the calibrated capacity; the same seed at a step for every arm),
+then per arm the lowest offered rate at which TTFT p90 passes 500 ms of the
+model's clock (the emulator runs at TIME_SCALE: 500 x TIME_SCALE = 250 ms of
+real time), interpolated linearly between the two steps around it. Bounded:
+a run's load generator is killed at its seconds + 300 s and the fleet is
+given at most 120 s to drain, so a sweep takes at most steps x arms x
+(seconds + 420) s; at the defaults (4 steps, 20 s) about steps x arms x 35 s
+in practice (0.6-1.1 of capacity drains in seconds).
 """
 
 from __future__ import annotations
@@ -47,7 +67,7 @@ from pathlib import Path
 from benchlib import data as rundata
 from benchlib.llmfleet import gateways, llm_metrics, model_fleet
 from benchlib.render import render, shown_in
-from benchlib.reports import data_path, flag, machine, write_result
+from benchlib.reports import RESULTS, data_path, flag, machine, write_result
 from benchlib.stats import ci95, median_ci95
 from harness import Addrs, HaproxyRoot, Procs, binary, wait_until
 
@@ -56,6 +76,13 @@ SERVERS, SEATS, TIME_SCALE = 8, 4, 0.5
 # the workload (huntlb-llmload's flags): ShareGPT-like in shape, not fitted to it
 WORKLOAD = {"prompt_median": 192, "prompt_sigma": 0.9, "prompt_max": 2048,
             "output_median": 96, "output_sigma": 0.8, "output_max": 512}
+# huntlb-llmload's workloads -> the flags this bench gives each (the others'
+# lengths are huntlb-llmload's defaults for them, sources named there)
+WORKLOADS = {"sharegpt": WORKLOAD, "shared-prefix": {}, "long-prompt": {}, "long-output": {}}
+DEFAULT_WORKLOAD = "sharegpt"
+# The SLO of issue 43's sweep: TTFT p90 under 500 ms of the model's clock,
+# which the emulator runs at TIME_SCALE
+SLO_P90_MS = 500.0
 # arm -> (kind, gateways, proxy), in the order the report lists them
 ARMS = {"epp1": ("epp", 1, "envoy"), "epp2": ("epp", 2, "envoy"), "epp4": ("epp", 4, "envoy"),
         "lr1": ("lr", 1, "envoy"), "lr2": ("lr", 2, "envoy"), "lr4": ("lr", 4, "envoy"),
@@ -75,9 +102,10 @@ FORWARD_SENT = 'huntlb_forwards_total{outcome="sent"}'
 REPORTS_SENT = "huntlb_fleet_reports_sent_total"
 
 
-def llmload(targets: list[str], rate: float, seconds: float, seed: int, out: Path) -> dict:
-    argv = [binary("huntlb-llmload"), "--rate", f"{rate:.4f}", "--duration", str(seconds), "--seed", str(seed), "--out", str(out)]
-    for k, v in WORKLOAD.items():
+def llmload(targets: list[str], rate: float, seconds: float, seed: int, out: Path, workload: str = DEFAULT_WORKLOAD, salt: str = "") -> dict:
+    argv = [binary("huntlb-llmload"), "--rate", f"{rate:.4f}", "--duration", str(seconds), "--seed", str(seed), "--out", str(out),
+            "--workload", workload, "--salt", salt]
+    for k, v in WORKLOADS[workload].items():
         argv += [f"--{k.replace('_', '-')}", str(v)]
     for t in targets:
         argv += ["--target", t.removeprefix("http://").rstrip("/")]
@@ -123,9 +151,13 @@ def quiet(fleet) -> None:
     wait_until(idle, timeout=120, every=0.2, what="the fleet idle")
 
 
-def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: float, seed: int, rep: int, hr: HaproxyRoot | None = None) -> dict:
+def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: float, seed: int, rep: int, hr: HaproxyRoot | None = None,
+            workload: str = DEFAULT_WORKLOAD, tag: str = "", salt: str | None = None) -> dict:
+    """One run of `arm` (its gateways started, then stopped); the prompts
+    salted with `salt` (the arm's name unless given)."""
+    salt = arm if salt is None else salt
     kind, n, proxy = ARMS[arm]
-    procs = Procs(work / f"{arm}-rep{rep}")
+    procs = Procs(work / f"{workload}-{arm}-rep{rep}{tag}")
     procs.log_dir.mkdir(parents=True, exist_ok=True)
     try:
         gs = gateways(procs, addrs, fleet, kind, n, proxy, hr=hr, interval_ms=PICKER_INTERVAL_MS, seed=seed)
@@ -139,7 +171,7 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
         cpu0 = [cpu_s(p) for p in pids]
         out = procs.log_dir / "requests.jsonl"
         t0 = time.monotonic()
-        summary = llmload(targets, rate, seconds, seed, out)
+        summary = llmload(targets, rate, seconds, seed, out, workload, salt=salt)
         wall = time.monotonic() - t0
         cpu = sum(cpu_s(p) - c for p, c in zip(pids, cpu0)) / wall
         reqs = [json.loads(line) for line in out.read_text().splitlines()]
@@ -147,7 +179,7 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
         served = [llm_metrics(b.app)["vllm:request_success_total"] - s for b, s in zip(fleet, served0)]
         ttft = [r["ttft_us"] / 1e3 for r in ok]
         e2e = [r["e2e_us"] / 1e3 for r in ok]
-        res = {"arm": arm, "rep": rep, "seed": seed, "started": time.time() - wall, "rate": rate, "seconds": seconds, "scheduled": len(reqs), "ok": len(ok),
+        res = {"arm": arm, "rep": rep, "seed": seed, "workload": workload, "salt": salt, "started": time.time() - wall, "rate": rate, "seconds": seconds, "scheduled": len(reqs), "ok": len(ok),
                "errors": len(reqs) - len(ok), "error_kinds": sorted({r["error"] or str(r["status"]) for r in reqs if r not in ok})[:5],
                "ttft_p50_ms": pct(ttft, 50), "ttft_p90_ms": pct(ttft, 90), "ttft_p99_ms": pct(ttft, 99),
                "e2e_mean_ms": statistics.fmean(e2e) if e2e else float("nan"),
@@ -158,7 +190,7 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
                "datagrams_per_s": (sum(b.metrics()[REPORTS_SENT] for b in fleet) - dg0) / wall,
                "gateways_cpu": cpu, "loadgen_cpu": summary["cpu_s"] / summary["wall_s"],
                "send_late_p99_ms": summary["send_late_p99_ms"]}
-        print(f"  rep {rep} {arm:6s} rate {rate:.2f}/s: TTFT p50 {res['ttft_p50_ms']:7.1f} p99 {res['ttft_p99_ms']:7.1f} ms, "
+        print(f"  {workload} rep {rep} {arm:6s} rate {rate:.2f}/s: TTFT p50 {res['ttft_p50_ms']:7.1f} p99 {res['ttft_p99_ms']:7.1f} ms, "
               f"e2e mean {res['e2e_mean_ms']:7.1f} ms, errors {flag(res['errors'])}, forwards {res['forwards_per_s']:.2f}/s, "
               f"gateways {cpu:.2f} cores, loadgen {res['loadgen_cpu']:.2f} cores, late p99 {res['send_late_p99_ms']:.1f} ms", flush=True)
         return res
@@ -166,20 +198,27 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
         procs.stop_all()
 
 
-def calibrate(work: Path, addrs: Addrs, fleet, seconds: float = 30.0, seed: int = 7) -> dict:
+def calibrate(work: Path, addrs: Addrs, fleet, seconds: float = 30.0, seed: int = 7, workload: str = DEFAULT_WORKLOAD) -> dict:
     """One server's throughput when its queue never empties (requests/s): the
-    workload sent straight to it at 3x what it serves, completions counted
-    over the run's second half."""
+    workload sent straight to it at 3/s (1.4x what it serves of sharegpt
+    here), or faster if it kept up, completions counted over the run's
+    second half."""
     b = fleet[0]
-    out = work / "calibrate.jsonl"
+    out = work / f"calibrate-{workload}.jsonl"
     guess = 3.0
-    llmload([b.app], guess, seconds, seed, out)
-    reqs = [json.loads(line) for line in out.read_text().splitlines()]
-    ends = sorted((r["offset_us"] + r["e2e_us"]) / 1e6 for r in reqs if r["e2e_us"] is not None)
     lo, hi = seconds / 2, seconds
-    done = sum(1 for t in ends if lo <= t < hi)
-    quiet(fleet)
-    return {"per_server_rps": done / (hi - lo), "rate_sent": guess, "seconds": seconds, "window": [lo, hi]}
+    # a server that kept up with the guess was not fed faster than it serves:
+    # again at three times what it did (at most twice more)
+    for _ in range(3):
+        llmload([b.app], guess, seconds, seed, out, workload, salt=f"cal{guess:g}".replace(".", "-"))
+        reqs = [json.loads(line) for line in out.read_text().splitlines()]
+        ends = sorted((r["offset_us"] + r["e2e_us"]) / 1e6 for r in reqs if r["e2e_us"] is not None)
+        done = sum(1 for t in ends if lo <= t < hi)
+        quiet(fleet)
+        if done / (hi - lo) < 0.7 * guess:
+            break
+        guess = 3 * done / (hi - lo)
+    return {"per_server_rps": done / (hi - lo), "rate_sent": guess, "seconds": seconds, "window": [lo, hi], "workload": workload}
 
 
 KEYS = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_mean_ms")
@@ -260,11 +299,23 @@ def excluded_text(excluded: dict[int, str]) -> str:
     return "; ".join(f"repetition{'s' if len(ks) > 1 else ''} {' and '.join(map(str, ks))}: {why}" for why, ks in by.items()) or "none"
 
 
-def report(data: dict) -> str:
-    # Repetitions left out of every median and ratio (data "excluded_reps":
-    # rep -> why), still listed run by run
-    excluded = {int(k): v for k, v in data.get("excluded_reps", {}).items()}
-    every = data["runs"]
+def workload_of(r: dict) -> str:
+    """A run's workload; runs from before workloads existed are sharegpt's."""
+    return r.get("workload", DEFAULT_WORKLOAD)
+
+
+def params(data: dict, w: str) -> dict | None:
+    """Workload w's calibration and load (calibration, rho, rate, seconds,
+    excluded_reps): sharegpt's at the data's top level, where they were before
+    workloads existed, the others' under "workloads"; None before calibrated."""
+    if w == DEFAULT_WORKLOAD:
+        return data if "calibration" in data else None
+    return data.get("workloads", {}).get(w)
+
+
+def tables(every: list[dict], excluded: dict[int, str]) -> dict:
+    """The results tables of one workload's runs (excluded: repetitions left
+    out of every median and ratio, still listed run by run)."""
     runs = [r for r in every if r["rep"] not in excluded]
     rows = []
     for arm in ARMS:
@@ -303,21 +354,127 @@ def report(data: dict) -> str:
                       and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")]:
             cells = [fmt_ratio(ratios(runs, arm, k, other)) for k in KEYS]
             versus.append(f"| {arm} / {other} | " + " | ".join(cells) + " |")
-    cal = data["calibration"]
-    reps = sorted({r["rep"] for r in runs})
+    return {"rows": "\n".join(rows), "same_kind": "\n".join(same), "versus": "\n".join(versus), "verdicts": "\n".join(verdicts(runs)),
+            "reps": str(len({r["rep"] for r in runs})), "excluded": excluded_text(excluded), "per_run": "\n".join(per_run)}
+
+
+def load_values(p: dict | None) -> dict:
+    """A workload's calibration and load as the report shows them ("-" before measured)."""
+    cal = (p or {}).get("calibration")
+    if cal is None or "rate" not in p:
+        return {"per_server_rps": "-", "capacity": "-", "rho": "-", "rate": "-", "seconds": "-"}
+    return {"per_server_rps": f"{cal['per_server_rps']:.3f}", "capacity": f"{cal['per_server_rps'] * SERVERS:.2f}",
+            "rho": f"{p['rho']:.2f}", "rate": f"{p['rate']:.2f}", "seconds": f"{p['seconds']:g}"}
+
+
+def salting(runs: list[dict]) -> str:
+    """Whether the arms' prompts were salted (runs before the salt were not)."""
+    salted = sum(1 for r in runs if r.get("salt"))
+    if runs and salted == len(runs):
+        return ("Each arm's prompts carry its name as a salt (other bytes, the same lengths and offsets), so no arm "
+                "finds the previous arm's prompts in a server's prefix cache.")
+    if salted == 0:
+        return ("Every arm sent the same prompt bytes (these runs predate the salt), so a request that met the server "
+                "that served it in an earlier arm found its prompt in that server's prefix cache.")
+    return (f"{salted} of {len(runs)} runs salted their prompts with the arm's name; the others sent the same bytes "
+            "in every arm (a request meeting the server that served it in an earlier arm found its prompt cached).")
+
+
+def slo_rate(points: list[tuple[float, float]], threshold: float) -> tuple[float | None, str]:
+    """The lowest offered rate at which TTFT p90 passes `threshold`, from
+    (rate, p90) steps: linear between the last step under it and the first
+    over it; None with why when the steps do not bracket it."""
+    pts = sorted(points)
+    for k, (rate, p90) in enumerate(pts):
+        if p90 > threshold:
+            if k == 0:
+                return None, f"below {rate:.2f}/s (over at the lowest step)"
+            r0, q0 = pts[k - 1]
+            return r0 + (threshold - q0) / (p90 - q0) * (rate - r0), "interpolated"
+    return None, f"above {pts[-1][0]:.2f}/s (under at every step)" if pts else "no steps"
+
+
+def sweep_text(data: dict) -> str:
+    """The SLO-rate section: each swept workload's TTFT p90 per step and arm,
+    and where it passes the SLO."""
+    parts = []
+    for w, sw in data.get("sweeps", {}).items():
+        steps = sorted({r["rho"] for r in sw["runs"]})
+        thr = sw["threshold_ms"]
+        cap = sw["capacity"]
+        rows = []
+        for arm in [a for a in ARMS if any(r["arm"] == a for r in sw["runs"])]:
+            rs = {r["rho"]: r for r in sw["runs"] if r["arm"] == arm}
+            at, how = slo_rate([(r["rate"], r["ttft_p90_ms"]) for r in rs.values() if not r["errors"]], thr)
+            cells = [f"{rs[x]['ttft_p90_ms']:.1f}{'' if not rs[x]['errors'] else ' (errors)'}" if x in rs else "-" for x in steps]
+            where = f"{at:.2f}/s (rho {at / cap:.3f})" if at is not None else how
+            rows.append(f"| {arm} | " + " | ".join(cells) + f" | {where} |")
+        head = "| arm | " + " | ".join(f"p90 ms at rho {x:g} ({x * cap:.2f}/s)" for x in steps) + " | TTFT p90 passes SLO at |"
+        values = {"workload": w, "seconds": f"{sw['seconds']:g}", "capacity": f"{cap:.2f}", "slo_ms": f"{SLO_P90_MS:g}",
+                  "threshold_ms": f"{thr:g}", "time_scale": str(TIME_SCALE),
+                  "table": "\n".join([head, "|-----|" + "------:|" * len(steps) + "------|", *rows])}
+        parts.append(render(f"{NAME}.slo", values, part=True))
+    return "".join("\n\n" + p for p in parts)
+
+
+def report(data: dict) -> str:
+    """The report: sharegpt's results (the page's body, as before workloads),
+    then each other workload's, then the SLO sweeps."""
+    by_w: dict[str, list[dict]] = {}
+    for r in data["runs"]:
+        by_w.setdefault(workload_of(r), []).append(r)
+    base = by_w.get(DEFAULT_WORKLOAD, [])
+    # Repetitions left out of every median and ratio (data "excluded_reps":
+    # rep -> why), still listed run by run
+    excluded = {int(k): v for k, v in data.get("excluded_reps", {}).items()}
+    others = []
+    for w in [w for w in WORKLOADS if w != DEFAULT_WORKLOAD and w in by_w]:
+        p = params(data, w)
+        ex = {int(k): v for k, v in (p or {}).get("excluded_reps", {}).items()}
+        values = {"workload": w, "salting": salting(by_w[w]), **load_values(p), **tables(by_w[w], ex)}
+        others.append(render(f"{NAME}.workload", values, part=True))
     values = {"machine": data["machine"], "servers": str(SERVERS), "seats": str(SEATS), "time_scale": str(TIME_SCALE), "interval": str(PICKER_INTERVAL_MS),
-              "per_server_rps": f"{cal['per_server_rps']:.3f}", "capacity": f"{cal['per_server_rps'] * SERVERS:.2f}",
-              "rho": f"{data['rho']:.2f}", "rate": f"{data['rate']:.2f}", "seconds": f"{data['seconds']:g}", "reps": str(len(reps)),
-              "workload": ", ".join(f"{k} {v}" for k, v in WORKLOAD.items()), "rows": "\n".join(rows), "same_kind": "\n".join(same),
-              "versus": "\n".join(versus), "verdicts": "\n".join(verdicts(runs)), "bound": f"{BOUND:.2f}",
-              "queued_ms": f"{QUEUED_MS:g}",
-              "excluded": excluded_text(excluded), "per_run": "\n".join(per_run)}
+              **load_values(params(data, DEFAULT_WORKLOAD)), **tables(base, excluded),
+              "workload": ", ".join(f"{k} {v}" for k, v in WORKLOAD.items()), "bound": f"{BOUND:.2f}",
+              "queued_ms": f"{QUEUED_MS:g}", "salting": salting(base),
+              # nothing when only sharegpt ran: the page as it was
+              "by_workload": "".join("\n\n" + o for o in others) + sweep_text(data)}
     return render(NAME, values, shown=shown_in(data))
 
 
-def load_data() -> dict | None:
-    p = data_path(NAME)
+def load_data(out: Path = RESULTS) -> dict | None:
+    p = data_path(NAME, out)
     return rundata.read(p) if p.exists() else None
+
+
+def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, out: Path) -> None:
+    """One run per arm at each load step, on one workload (the module's
+    docstring: the SLO rate, and its bound)."""
+    w = a.workload
+    steps = [float(x) for x in a.steps.split(",")]
+    cap = params(data, w)["calibration"]["per_server_rps"] * SERVERS
+    sw = data.setdefault("sweeps", {}).setdefault(w, {"runs": []})
+    sw.update(seconds=a.seconds, capacity=cap, threshold_ms=SLO_P90_MS * TIME_SCALE, seed=SWEEP_SEED)
+    for k, rho in enumerate(steps):
+        order = arms[k % len(arms):] + arms[:k % len(arms)]
+        for arm in order:
+            # one seed at every step: the same requests, closer together as
+            # the rate grows; the salt names the step, so no step finds an
+            # earlier step's prompts cached
+            res = run_arm(work, addrs, fleet, arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
+                          tag=f"-sweep{k}", salt=f"{arm}-s{k}")
+            res["rho"] = rho
+            sw["runs"] = [r for r in sw["runs"] if not (r["arm"] == arm and r["rho"] == rho)] + [res]
+            rundata.write(data_path(NAME, out), data)
+    thr = sw["threshold_ms"]
+    for arm in arms:
+        at, how = slo_rate([(r["rate"], r["ttft_p90_ms"]) for r in sw["runs"] if r["arm"] == arm and not r["errors"]], thr)
+        print(f"{w} {arm}: TTFT p90 passes {thr:g} ms (the model's {SLO_P90_MS:g}) at "
+              + (f"{at:.2f}/s, rho {at / cap:.3f}" if at is not None else how), flush=True)
+
+
+# The sweep's seed: apart from the paired repetitions' (1 + rep * 1000003)
+SWEEP_SEED = 4_200_001
 
 
 def main() -> int:
@@ -325,14 +482,22 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=1, help="repetitions this invocation runs")
     ap.add_argument("--first-rep", type=int, default=0)
     ap.add_argument("--rho", type=float, default=0.85, help="load, as a fraction of the fleet's calibrated throughput")
-    ap.add_argument("--seconds", type=float, default=40.0, help="seconds of arrivals a run")
+    ap.add_argument("--seconds", type=float, default=None, help="seconds of arrivals a run (40; a sweep's step 20)")
     ap.add_argument("--arms", default=",".join(ARMS))
-    ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput again (else the data's)")
+    ap.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=list(WORKLOADS), help="huntlb-llmload's workload")
+    ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput on the workload again (else the data's); "
+                    "the workload's runs at the old rate go")
+    ap.add_argument("--sweep", action="store_true", help="the SLO rate: one run per arm at each of --steps")
+    ap.add_argument("--steps", default="0.6,0.8,1.0,1.1", help="the sweep's loads, fractions of the calibrated capacity")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="data and report to this directory (a smoke run), "
+                    "not bench/data and docs/results")
     ap.add_argument("--report-only", action="store_true")
     a = ap.parse_args()
-    data = load_data()
+    if a.seconds is None:
+        a.seconds = 20.0 if a.sweep else 40.0
+    data = load_data(a.out)
     if a.report_only:
-        write_result(NAME, data, report(data))
+        write_result(NAME, data, report(data), a.out)
         return 0
     work = Path(tempfile.mkdtemp(prefix="huntlb-llm-gateways-"))
     procs, addrs = Procs(work), Addrs()
@@ -341,28 +506,42 @@ def main() -> int:
     if unknown:
         ap.error(f"no arm {unknown}; the arms: {', '.join(ARMS)}")
     hr = HaproxyRoot("2.6") if any(ARMS[x][2] == "haproxy" for x in arms) else None
+    w = a.workload
     try:
         fleet = model_fleet(procs, addrs, SERVERS, SEATS, TIME_SCALE)
-        if data is None or a.calibrate:
-            cal = calibrate(work, addrs, fleet)
-            print(f"calibrated: one server serves {cal['per_server_rps']:.3f} requests/s", flush=True)
-            data = {"machine": machine(), "calibration": cal, "runs": []}
-        data["rho"], data["seconds"] = a.rho, a.seconds
-        data["rate"] = a.rho * data["calibration"]["per_server_rps"] * SERVERS
-        for rep in range(a.first_rep, a.first_rep + a.reps):
-            seed = 1 + rep * 1_000_003
-            # the arms' order turns with the repetition: none always runs first
-            order = arms[rep % len(arms):] + arms[:rep % len(arms)]
-            for arm in order:
-                res = run_arm(work, addrs, fleet, arm, data["rate"], a.seconds, seed, rep, hr)
-                data["runs"] = [r for r in data["runs"] if not (r["rep"] == rep and r["arm"] == arm)] + [res]
-                rundata.write(data_path(NAME), data)
+        if data is None:
+            data = {"machine": machine(), "runs": []}
+        if params(data, w) is None or a.calibrate:
+            cal = calibrate(work, addrs, fleet, workload=w)
+            print(f"calibrated ({w}): one server serves {cal['per_server_rps']:.3f} requests/s", flush=True)
+            # a new capacity makes a new rate: the workload's runs at the old one go
+            data["runs"] = [r for r in data["runs"] if workload_of(r) != w]
+            if w == DEFAULT_WORKLOAD:
+                data["calibration"] = cal
+            else:
+                data.setdefault("workloads", {})[w] = {"calibration": cal}
+        p = params(data, w)
+        if a.sweep:
+            sweep(a, data, work, addrs, fleet, arms, hr, a.out)
+        else:
+            p["rho"], p["seconds"] = a.rho, a.seconds
+            p["rate"] = a.rho * p["calibration"]["per_server_rps"] * SERVERS
+            for rep in range(a.first_rep, a.first_rep + a.reps):
+                seed = 1 + rep * 1_000_003
+                # the arms' order turns with the repetition: none always runs first
+                order = arms[rep % len(arms):] + arms[:rep % len(arms)]
+                for arm in order:
+                    res = run_arm(work, addrs, fleet, arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
+                    data["runs"] = [r for r in data["runs"] if not (workload_of(r) == w and r["rep"] == rep and r["arm"] == arm)] + [res]
+                    rundata.write(data_path(NAME, a.out), data)
     finally:
         procs.stop_all()
         if hr:
             hr.cleanup()
-    if all(any(r["arm"] == BASE and r["rep"] == k for r in data["runs"]) for k in {r["rep"] for r in data["runs"]}):
-        write_result(NAME, data, report(data))
+    # the report once every repetition has its yardstick (a smoke run's, always)
+    if a.out != RESULTS or all(any(r["arm"] == BASE and r["rep"] == k and workload_of(r) == x for r in data["runs"])
+                               for x, k in {(workload_of(r), r["rep"]) for r in data["runs"]}):
+        write_result(NAME, data, report(data), a.out)
     return 0
 
 
