@@ -37,11 +37,14 @@ impl Agent {
         resendable: bool,
         front: Option<PerFrontGuard>,
     ) -> Response<AgentBody> {
-        self.forward_in(req, held, named_by_target, resendable, front, self.inflight.enter()).await
+        // load = "llm": its prompt's weight and its seat go to peers in one report (the seat's)
+        let prefill = self.prefill(req.headers(), false);
+        self.forward_in(req, held, named_by_target, resendable, front, self.inflight.enter(), prefill).await
     }
 
     /// `forward`, in an in-flight slot already taken (a peer's forward holds
-    /// one from the moment this agent says it takes it).
+    /// one from the moment this agent says it takes it), its prompt's weight
+    /// (`load = "llm"`) held until its first response byte.
     pub(crate) async fn forward_in(
         &self,
         mut req: Request<Incoming>,
@@ -50,13 +53,12 @@ impl Agent {
         resendable: bool,
         front: Option<PerFrontGuard>,
         guard: crate::load::InflightGuard,
+        prefill: Option<PrefillGuard>,
     ) -> Response<AgentBody> {
         // An upgrade (WebSocket) passes through: the app answers the handshake,
         // and on 101 the two connections are joined (`tunnel`).
         let upgrade = upgrade_of(req.headers());
         let h1 = req.version() < http::Version::HTTP_2;
-        // load = "llm": its prompt weighs in the load until its first response byte
-        let prefill = self.prefill(req.headers());
         // `te: trailers` is hop-by-hop but says the client takes trailers, which
         // gRPC servers require of every call: pass that one value on.
         let trailers = takes_trailers(req.headers());

@@ -139,12 +139,14 @@ impl Agent {
     /// With `load = "llm"`: count this request's prompt (its Content-Length,
     /// estimated in tokens and capped) until the guard drops, at its first
     /// response byte. A forged length weighs at most the server's seats.
-    pub(crate) fn prefill(&self, headers: &http::HeaderMap) -> Option<crate::load::PrefillGuard> {
+    /// `tell`: peers hear of it now; else with the next change (the request's
+    /// seat, counted right after: one report for both).
+    pub(crate) fn prefill(&self, headers: &http::HeaderMap, tell: bool) -> Option<crate::load::PrefillGuard> {
         let LoadSource::Llm(w) = &self.cfg.load else { return None };
         // hyper refuses a request with two different or unparsable lengths
         // before it gets here; one left unreadable counts as none
         let len = headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        self.inflight.prefill(w.prompt_tokens(len))
+        self.inflight.prefill(w.prompt_tokens(len), tell)
     }
 
     pub fn inflight(&self) -> u32 {
@@ -256,7 +258,9 @@ impl Agent {
                 Ok((held, slot)) => {
                     self.metrics.finals.fetch_add(1, Ordering::Relaxed);
                     let counted = front.as_deref().and_then(|f| self.per_front.enter(f));
-                    self.forward_in(req, held, named_by_target, true, counted, slot).await
+                    // its prompt weighs from its go (its own Content-Length is back in its head)
+                    let prefill = self.prefill(req.headers(), true);
+                    self.forward_in(req, held, named_by_target, true, counted, slot, prefill).await
                 }
                 Err(resp) => resp,
             });

@@ -49,13 +49,16 @@ impl Inflight {
 
     /// Count `tokens` of prompt waiting for prefill until the guard drops (at
     /// the request's first response byte, or when it ends without one). None
-    /// for 0: nothing to count, nothing to tell peers.
-    pub fn prefill(self: &Arc<Self>, tokens: u64) -> Option<PrefillGuard> {
+    /// for 0: nothing to count, nothing to tell peers. `tell` false: the
+    /// caller makes a change right after (`enter`), which tells both.
+    pub fn prefill(self: &Arc<Self>, tokens: u64, tell: bool) -> Option<PrefillGuard> {
         if tokens == 0 {
             return None;
         }
         self.prefill.fetch_add(tokens, Ordering::AcqRel);
-        self.changed();
+        if tell {
+            self.changed();
+        }
         Some(PrefillGuard(self.clone(), tokens))
     }
 
@@ -322,14 +325,16 @@ mod tests {
         f.on_change(Box::new(move || {
             t.fetch_add(1, Ordering::Relaxed);
         }));
-        assert!(f.prefill(0).is_none());
-        let a = f.prefill(2048).unwrap();
-        let b = f.prefill(10).unwrap();
-        assert_eq!((f.prefill_tokens(), f.get()), (2058, 0));
+        assert!(f.prefill(0, true).is_none());
+        let a = f.prefill(2048, true).unwrap();
+        let b = f.prefill(10, false).unwrap(); // told with the seat's change, next
+        let seat = f.enter();
+        assert_eq!((f.prefill_tokens(), f.get(), told.load(Ordering::Relaxed)), (2058, 1, 2));
         drop(a);
         assert_eq!(f.prefill_tokens(), 10);
         drop(b);
-        assert_eq!((f.prefill_tokens(), told.load(Ordering::Relaxed)), (0, 4));
+        drop(seat);
+        assert_eq!((f.prefill_tokens(), told.load(Ordering::Relaxed)), (0, 5));
     }
 }
 
