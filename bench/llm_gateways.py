@@ -65,7 +65,7 @@ import time
 from pathlib import Path
 
 from benchlib import data as rundata
-from benchlib.llmfleet import gateways, llm_metrics, model_fleet
+from benchlib.llmfleet import gateways, llm_agents, llm_metrics, model_fleet
 from benchlib.render import render, shown_in
 from benchlib.reports import RESULTS, data_path, flag, machine, write_result
 from benchlib.stats import ci95, median_ci95
@@ -88,13 +88,27 @@ ARMS = {"epp1": ("epp", 1, "envoy"), "epp2": ("epp", 2, "envoy"), "epp4": ("epp"
         "lr1": ("lr", 1, "envoy"), "lr2": ("lr", 2, "envoy"), "lr4": ("lr", 4, "envoy"),
         "hunt1": ("hunt", 1, "envoy"), "hunt2": ("hunt", 2, "envoy"), "hunt4": ("hunt", 4, "envoy"),
         "ha-lr1": ("lr", 1, "haproxy"), "ha-lr4": ("lr", 4, "haproxy"),
-        "ha-hunt1": ("hunt", 1, "haproxy"), "ha-hunt4": ("hunt", 4, "haproxy")}
+        "ha-hunt1": ("hunt", 1, "haproxy"), "ha-hunt4": ("hunt", 4, "haproxy"),
+        "hunt1t": ("hunt", 1, "envoy"), "hunt2t": ("hunt", 2, "envoy"), "hunt4t": ("hunt", 4, "envoy")}
 BASE = "epp1"
 
 
+# Hunting arms over agents that weigh prompts (load = "llm": requests in
+# flight plus the prompts waiting for prefill, in seats; docs/llm.md), a
+# second set of agents beside the same servers (benchlib.llmfleet.llm_agents).
+# Run only when --arms names them.
+LLM_LOAD_ARMS = ("hunt1t", "hunt2t", "hunt4t")
+
+
 def one_of_kind(arm: str) -> str:
-    """The 1-gateway arm of an arm's kind and proxy (hunt4 -> hunt1)."""
-    return arm.rstrip("0123456789") + "1"
+    """The 1-gateway arm of an arm's kind and proxy (hunt4 -> hunt1, hunt4t -> hunt1t)."""
+    t = "t" if arm in LLM_LOAD_ARMS else ""
+    return arm.removesuffix(t).rstrip("0123456789") + "1" + t
+
+
+def fleet_of(arm: str, fleet, llm_fleet):
+    """The agents an arm's gateways reach: the load = llm ones for LLM_LOAD_ARMS."""
+    return llm_fleet if arm in LLM_LOAD_ARMS else fleet
 # GIE's 50-ms scrape interval, on the emulator's clock: at TIME_SCALE every
 # duration of the model is shorter, and so is the picker's wait for news
 PICKER_INTERVAL_MS = round(50 * TIME_SCALE)
@@ -111,6 +125,12 @@ def llmload(targets: list[str], rate: float, seconds: float, seed: int, out: Pat
         argv += ["--target", t.removeprefix("http://").rstrip("/")]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 300, check=True)
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def prefix_cache(fleet) -> tuple[float, float]:
+    """The fleet's prefix-cache hits and queries so far, in prompt tokens."""
+    ms = [llm_metrics(b.app) for b in fleet]
+    return sum(m["vllm:prefix_cache_hits_total"] for m in ms), sum(m["vllm:prefix_cache_queries_total"] for m in ms)
 
 
 def cpu_s(pid: int) -> float:
@@ -164,6 +184,7 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
         targets, pids, gws = [g.target for g in gs], [p for g in gs for p in g.pids], [g.picker for g in gs if g.picker]
         quiet(fleet)
         served0 = [llm_metrics(b.app)["vllm:request_success_total"] for b in fleet]
+        cache0 = prefix_cache(fleet)
         fwd0 = sum(b.metrics()[FORWARD_SENT] for b in fleet)
         dg0 = sum(b.metrics()[REPORTS_SENT] for b in fleet)
         scrapes0 = sum(g.picker_stats()["huntlb_epp_scrapes_total"] for g in gws)
@@ -177,6 +198,7 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
         reqs = [json.loads(line) for line in out.read_text().splitlines()]
         ok = [r for r in reqs if r["status"] == 200 and r["error"] is None]
         served = [llm_metrics(b.app)["vllm:request_success_total"] - s for b, s in zip(fleet, served0)]
+        hits, queries = (x - x0 for x, x0 in zip(prefix_cache(fleet), cache0))
         ttft = [r["ttft_us"] / 1e3 for r in ok]
         e2e = [r["e2e_us"] / 1e3 for r in ok]
         res = {"arm": arm, "rep": rep, "seed": seed, "workload": workload, "salt": salt, "started": time.time() - wall, "rate": rate, "seconds": seconds, "scheduled": len(reqs), "ok": len(ok),
@@ -189,10 +211,12 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
                "scrape_bytes_per_s": (sum(g.picker_stats()["huntlb_epp_scrape_bytes_total"] for g in gws) - bytes0) / wall,
                "datagrams_per_s": (sum(b.metrics()[REPORTS_SENT] for b in fleet) - dg0) / wall,
                "gateways_cpu": cpu, "loadgen_cpu": summary["cpu_s"] / summary["wall_s"],
-               "send_late_p99_ms": summary["send_late_p99_ms"]}
+               "send_late_p99_ms": summary["send_late_p99_ms"],
+               # prompt tokens the servers found in their prefix cache, of all they were sent
+               "prefix_hit_share": hits / queries if queries else float("nan")}
         print(f"  {workload} rep {rep} {arm:6s} rate {rate:.2f}/s: TTFT p50 {res['ttft_p50_ms']:7.1f} p99 {res['ttft_p99_ms']:7.1f} ms, "
               f"e2e mean {res['e2e_mean_ms']:7.1f} ms, errors {flag(res['errors'])}, forwards {res['forwards_per_s']:.2f}/s, "
-              f"gateways {cpu:.2f} cores, loadgen {res['loadgen_cpu']:.2f} cores, late p99 {res['send_late_p99_ms']:.1f} ms", flush=True)
+              f"prefix hits {100 * res['prefix_hit_share']:.1f}%, gateways {cpu:.2f} cores, loadgen {res['loadgen_cpu']:.2f} cores, late p99 {res['send_late_p99_ms']:.1f} ms", flush=True)
         return res
     finally:
         procs.stop_all()
@@ -350,8 +374,10 @@ def tables(every: list[dict], excluded: dict[int, str]) -> dict:
     versus = []
     for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and a in have]:
         _, n, proxy = ARMS[arm]
-        for other in [o for o in ARMS if ARMS[o][0] in ("lr", "epp") and ARMS[o][1] == n and o in have
-                      and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")]:
+        # a load = llm arm also against the same gateways over load = inflight agents (hunt4t / hunt4)
+        others = [o for o in ARMS if ARMS[o][0] in ("lr", "epp") and ARMS[o][1] == n and o in have
+                  and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")] + [o for o in [arm.removesuffix("t")] if arm in LLM_LOAD_ARMS and o in have]
+        for other in others:
             cells = [fmt_ratio(ratios(runs, arm, k, other)) for k in KEYS]
             versus.append(f"| {arm} / {other} | " + " | ".join(cells) + " |")
     return {"rows": "\n".join(rows), "same_kind": "\n".join(same), "versus": "\n".join(versus), "verdicts": "\n".join(verdicts(runs)),
@@ -447,7 +473,7 @@ def load_data(out: Path = RESULTS) -> dict | None:
     return rundata.read(p) if p.exists() else None
 
 
-def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, out: Path) -> None:
+def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, out: Path, llm_fleet=None) -> None:
     """One run per arm at each load step, on one workload (the module's
     docstring: the SLO rate, and its bound)."""
     w = a.workload
@@ -461,7 +487,7 @@ def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, o
             # one seed at every step: the same requests, closer together as
             # the rate grows; the salt names the step, so no step finds an
             # earlier step's prompts cached
-            res = run_arm(work, addrs, fleet, arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
+            res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
                           tag=f"-sweep{k}", salt=f"{arm}-s{k}")
             res["rho"] = rho
             sw["runs"] = [r for r in sw["runs"] if not (r["arm"] == arm and r["rho"] == rho)] + [res]
@@ -483,7 +509,8 @@ def main() -> int:
     ap.add_argument("--first-rep", type=int, default=0)
     ap.add_argument("--rho", type=float, default=0.85, help="load, as a fraction of the fleet's calibrated throughput")
     ap.add_argument("--seconds", type=float, default=None, help="seconds of arrivals a run (40; a sweep's step 20)")
-    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--arms", default=",".join(a for a in ARMS if a not in LLM_LOAD_ARMS),
+                    help=f"arms to run, comma separated (default: all but {', '.join(LLM_LOAD_ARMS)}, the hunting arms over load = llm agents)")
     ap.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=list(WORKLOADS), help="huntlb-llmload's workload")
     ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput on the workload again (else the data's); "
                     "the workload's runs at the old rate go")
@@ -509,6 +536,7 @@ def main() -> int:
     w = a.workload
     try:
         fleet = model_fleet(procs, addrs, SERVERS, SEATS, TIME_SCALE)
+        llm_fleet = llm_agents(procs, fleet, SEATS) if any(x in LLM_LOAD_ARMS for x in arms) else None
         if data is None:
             data = {"machine": machine(), "runs": []}
         if params(data, w) is None or a.calibrate:
@@ -522,7 +550,7 @@ def main() -> int:
                 data.setdefault("workloads", {})[w] = {"calibration": cal}
         p = params(data, w)
         if a.sweep:
-            sweep(a, data, work, addrs, fleet, arms, hr, a.out)
+            sweep(a, data, work, addrs, fleet, arms, hr, a.out, llm_fleet)
         else:
             p["rho"], p["seconds"] = a.rho, a.seconds
             p["rate"] = a.rho * p["calibration"]["per_server_rps"] * SERVERS
@@ -531,7 +559,7 @@ def main() -> int:
                 # the arms' order turns with the repetition: none always runs first
                 order = arms[rep % len(arms):] + arms[:rep % len(arms)]
                 for arm in order:
-                    res = run_arm(work, addrs, fleet, arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
+                    res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet), arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
                     data["runs"] = [r for r in data["runs"] if not (workload_of(r) == w and r["rep"] == rep and r["arm"] == arm)] + [res]
                     rundata.write(data_path(NAME, a.out), data)
     finally:
