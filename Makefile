@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-slow test-cluster setup-llama test-llama demo demo-swarm fuzz \
-	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -156,8 +156,23 @@ bench-llm-emulator: setup release
 # endpoint picker each, hunting tier fronts; HAProxy leastconn and tier fronts
 # at 1 and 4) over 8 emulated model servers, 6 paired repetitions (a
 # repetition an invocation: 13 arms, about 10 minutes each), then the report.
+# LLM_WORKLOAD: one of huntlb-llmload's workloads (sharegpt by default; the
+# first one on a workload calibrates it, ~1-3 minutes more).
+LLM_WORKLOAD ?= sharegpt
 bench-llm-gateways: setup release
-	for k in 0 1 2 3 4 5; do $(BENCH) bench/llm_gateways.py --reps 1 --first-rep $$k || exit 1; done
+	for k in 0 1 2 3 4 5; do $(BENCH) bench/llm_gateways.py --workload $(LLM_WORKLOAD) --reps 1 --first-rep $$k || exit 1; done
+
+# Issue 43 item 4: bench-llm-gateways on each workload shaped after
+# inference-perf's (about 65-75 minutes each: 6 repetitions of 13 arms; the
+# long-output one's longer requests take longest to drain), then each
+# workload's SLO rate (--sweep: 5 loads from rho 0.7 to 1.2, one 20-s run per
+# arm at 1 and 4 gateways, about 20 minutes each): about 6 hours in all.
+LLM_WORKLOADS := sharegpt shared-prefix long-prompt long-output
+LLM_SWEEP_ARMS := epp1,lr1,hunt1,epp4,lr4,hunt4
+bench-llm: setup release
+	for w in $(LLM_WORKLOADS); do $(MAKE) bench-llm-gateways LLM_WORKLOAD=$$w || exit 1; done
+	for w in $(LLM_WORKLOADS); do $(BENCH) bench/llm_gateways.py --workload $$w --sweep --steps 0.7,0.85,1.0,1.1,1.2 \
+	  --arms $(LLM_SWEEP_ARMS) || exit 1; done
 
 bench-proxies: bench-setup release
 	$(BENCH) bench/proxy_overhead.py
