@@ -4,7 +4,7 @@
 
 use crate::dispatch::Agent;
 use crate::headers::{keep_body_framing, strip_hop_by_hop, strip_request_headers, strip_reserved_response_headers, takes_trailers, upgrade_of, is_grpc, GRPC_TRAILERS};
-use crate::load::{InflightGuard, PerFrontGuard, PrefillGuard, RelayGuard};
+use crate::load::{InflightGuard, PerFrontGuard, PrefillGuard, RelayGuard, Slot};
 use crate::respond::{plain, source_chain, unreachable_response, AgentBody};
 use crate::body::{Lent, Returned};
 use crate::upstream::closed_before_write;
@@ -39,7 +39,7 @@ impl Agent {
     ) -> Response<AgentBody> {
         // load = "llm": its prompt's weight and its seat go to peers in one report (the seat's)
         let prefill = self.prefill(req.headers(), false);
-        self.forward_in(req, held, named_by_target, resendable, front, self.inflight.enter(), prefill).await
+        self.forward_in(req, held, named_by_target, resendable, front, Slot { seat: self.inflight.enter(), prefill }).await
     }
 
     /// `forward`, in an in-flight slot already taken (a peer's forward holds
@@ -52,8 +52,7 @@ impl Agent {
         named_by_target: bool,
         resendable: bool,
         front: Option<PerFrontGuard>,
-        guard: crate::load::InflightGuard,
-        prefill: Option<PrefillGuard>,
+        slot: Slot,
     ) -> Response<AgentBody> {
         // An upgrade (WebSocket) passes through: the app answers the handshake,
         // and on 101 the two connections are joined (`tunnel`).
@@ -176,7 +175,7 @@ impl Agent {
                 if let Some(v) = &self.cfg.served_by {
                     parts.headers.insert(protocol::SERVED_BY, v.clone());
                 }
-                Response::from_parts(parts, Guarded { inner: body, _guard: Some(guard), _front: front, _relay: None, prefill }.boxed_unsync())
+                Response::from_parts(parts, Guarded { inner: body, _guard: Some(slot.seat), _front: front, _relay: None, prefill: slot.prefill }.boxed_unsync())
             }
         }
     }

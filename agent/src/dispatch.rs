@@ -260,7 +260,7 @@ impl Agent {
                     let counted = front.as_deref().and_then(|f| self.per_front.enter(f));
                     // its prompt weighs from its go (its own Content-Length is back in its head)
                     let prefill = self.prefill(req.headers(), true);
-                    self.forward_in(req, held, named_by_target, true, counted, slot, prefill).await
+                    self.forward_in(req, held, named_by_target, true, counted, crate::load::Slot { seat: slot, prefill }).await
                 }
                 Err(resp) => resp,
             });

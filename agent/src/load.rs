@@ -84,6 +84,13 @@ impl Drop for InflightGuard {
     }
 }
 
+/// A request's place in the load: its seat, and with `load = "llm"` its
+/// prompt's weight, held until its first response byte.
+pub struct Slot {
+    pub seat: InflightGuard,
+    pub prefill: Option<PrefillGuard>,
+}
+
 /// A request's prompt tokens in [`Inflight::prefill_tokens`], until dropped.
 pub struct PrefillGuard(Arc<Inflight>, u64);
 
