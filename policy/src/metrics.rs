@@ -168,7 +168,7 @@ pub const LLM_PREFILL_SEATS: Metric = m(
     false,
 );
 pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
-pub const BUSY: Metric = m("huntlb_busy", Kind::Gauge, "The load b the policy sees (requests in flight, or Apache BusyWorkers).", true);
+pub const BUSY: Metric = m("huntlb_busy", Kind::Gauge, "The load b the policy sees (requests in flight, Apache BusyWorkers, or with load = llm requests plus the prompts waiting for prefill, in seats).", true);
 pub const WORKERS: Metric = m("huntlb_workers", Kind::Gauge, "The app's worker count n.", true);
 pub const POLICY_C: Metric = m("huntlb_policy_c", Kind::Gauge, "The acceptance threshold c in effect (absent with policy always).", true);
 pub const APP_UP: Metric = m("huntlb_app_up", Kind::Gauge, "1 if the app was reachable at last contact.", false);
