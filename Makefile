@@ -71,7 +71,7 @@ setup-llama: setup
 	./scripts/setup-llama.sh
 
 # The agent beside real llama servers (tests/test_llm_real_engine.py; make test
-# leaves it out, -m "not llama"): 4 tests, about 9 s.
+# leaves it out, -m "not llama"): 5 tests, about 11 s.
 test-llama: setup-llama build
 	$(PYTEST) -q -m llama tests/test_llm_real_engine.py
 

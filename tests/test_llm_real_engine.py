@@ -20,6 +20,7 @@ import time
 import pytest
 from harness import OFFER, ROOT, Backend, wait_http, wait_until
 from test_llm import events, stream
+from test_llm_gateway import gateway
 
 MODEL = os.environ.get("HUNTLB_LLAMA_MODEL", str(ROOT / ".cache" / "llama" / "tiny.gguf"))
 pytestmark = [
@@ -33,8 +34,9 @@ pytestmark = [
 N_CTX = 32768
 LONG = {"prompt": "hold", "max_tokens": N_CTX - 64, "temperature": 0}
 # Run out, LONG would take minutes: llama-cpp-python re-reads the whole
-# completion at each token (2000 tokens took 8.6 s here, the first 100 took
-# 0.1 s; even at that first pace its 32704 would take 30 s). A stream that
+# completion at each token (measured once while writing this, the server
+# alone: 2000 tokens took 8.6 s, the first 100 took 0.1 s; even at that first
+# pace its 32704 would take 30 s). A stream that
 # ends within BOUND after LONG's client left did not wait for LONG to end.
 BOUND = 20.0
 
@@ -60,13 +62,18 @@ def llama_server(procs, host: str, interrupt: bool = True):
 
 def real_fleet(procs, addrs, n: int = 2, interrupt: bool = True) -> list[Backend]:
     """n hosts, each a llama server and an agent beside it (one seat: the
-    server runs one request at a time), the agents a forwarding tier."""
+    server runs one request at a time), the agents a forwarding tier. Both
+    seen margins 0: at the default 1 an agent keeps a try while it holds at
+    most one more than the try's front knows of, and one more is the whole of
+    a one-seat server (through the tier front, a's agent kept every try the
+    front sent it, beside a stream the front had not seen)."""
     hosts = [addrs.host() for _ in range(n)]
     peers = ",".join(f"{h}:9700" for h in hosts)
     out = []
     for host in hosts:
         lp, llm = llama_server(procs, host, interrupt)
-        ap, agent, admin = procs.agent(host, llm, policy="dynamic:seen_margin=1", workers=1, app_stall_ms=0,
+        ap, agent, admin = procs.agent(host, llm, policy="dynamic:seen_margin=0", forward_seen_margin=0,
+                                       workers=1, app_stall_ms=0,
                                        fleet_listen=f"{host}:9700", fleet_peers=peers, fleet_key_file=procs.fleet_key())
         out.append(Backend(host, llm, agent, admin, lp, ap))
     wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing the others")
@@ -171,3 +178,32 @@ def test_a_client_that_leaves_mid_stream_frees_the_seat(procs, addrs):
     assert len(tokens(evs, 8)) == 8 and h["hunt-served-by"] == a.id
     assert arrivals(a.app_proc) == 2
     assert took < BOUND, took
+
+
+
+def test_through_a_haproxy_tier_front_no_stream_reaches_the_busy_server(procs, addrs):
+    # The front (HAProxy 2.6, leastconn + hunt-pass) sees no load at either
+    # server, so some of these land on a's agent; each must be passed on to
+    # b (a's held stream would be cut, and a's log would count it, were it not).
+    a, b = bs = real_fleet(procs, addrs)
+    front = gateway("haproxy-2.6", "front-tier.cfg", procs, addrs, bs)
+    held_c, held = stream(a.agent, LONG)
+    try:
+        assert len(events(held, 3)) == 3
+        wait_until(lambda: a.metrics()["huntlb_inflight"] == 1, what="a's seat taken")
+        body = {"prompt": "through the gateway", "max_tokens": 8, "temperature": 0}
+        want = None
+        served = []
+        for _ in range(6):
+            evs, h = streamed(front.listen, body)
+            got = tokens(evs, 8)
+            assert want is None or got == want
+            want = got
+            served.append(h.get("hunt-served-by"))
+        assert served == [b.id] * 6, served
+        assert a.metrics()['huntlb_forwards_total{outcome="sent"}'] >= 1
+        assert (arrivals(a.app_proc), arrivals(b.app_proc)) == (1, 6)
+        more = events(held, 20)
+        assert len(more) == 20 and "[DONE]" not in more
+    finally:
+        held_c.close()
