@@ -70,7 +70,7 @@ pub use dispatch::{Assign, Dispatch};
 pub use engine::run_with;
 pub use prequal::PrequalSpec;
 pub use rule::{pick, Rule};
-pub use share::{Share, TOKEN_EXPIRE_S};
+pub use share::{spread_pick, Share, MEMORY_AGE_S, TOKEN_EXPIRE_S};
 pub use tier::{HEARTBEAT_S, WANT_FOR_S};
 
 use rand::{rngs::SmallRng, SeedableRng};
