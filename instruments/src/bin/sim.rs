@@ -195,6 +195,10 @@ fn setup(a: Args) -> anyhow::Result<(sim::Config, Vec<f64>, Vec<String>)> {
         share.tokens.is_none() || (given == 0 && a.fleet_probe == 0 && a.fleet_view_ms == 0.0),
         "--fleet-share: tokens replace the sample: not with --fleet-sample, --fleet-probe or --fleet-view-ms"
     );
+    anyhow::ensure!(
+        share.steal.is_none() || (a.fleet_sample == Some(0) && a.fleet_probe == 0 && a.fleet_view_ms == 0.0),
+        "--fleet-share: steal shares no counts: need --fleet-sample 0, and not --fleet-probe or --fleet-view-ms"
+    );
     anyhow::ensure!(share.memory == 0 || a.fleet_probe > 0, "--fleet-share: memory remembers pulled answers: need --fleet-probe above 0");
     let pushed = forward && a.fleet_view_ms == 0.0 && a.fleet_probe == 0 && share.tokens.is_none();
     let sample = a.fleet_sample.unwrap_or(if pushed { DEFAULT_SAMPLE } else { 0 });

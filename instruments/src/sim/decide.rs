@@ -68,6 +68,12 @@ impl Sim<'_> {
                 self.msgs.probes += 2 * spec.probes.min(n) as u64;
                 direct(s)
             }
+            Dispatch::Forward(rule, _) if self.cfg.fleet_share.steal.is_some() => {
+                // Stealing: the agent keeps every offer (runs it or holds it).
+                self.offers += 1;
+                self.accepted += 1;
+                direct(pick(rule, own, None, rng))
+            }
             Dispatch::Forward(rule, f) => {
                 let first = pick(rule, own, None, rng);
                 self.offers += 1;

@@ -40,6 +40,15 @@
 //!   agent keeps the M lowest answers of its earlier pulls (its own forwards
 //!   there added) for at most `age` ms (default 10) and decides over them and
 //!   the D fresh answers: a larger view at the pull's 2D datagrams.
+//!
+//! Instead of counts, **stealing** (`steal=C[,tries=T]`, late binding): no
+//! count is sent and no offer forwarded on arrival; an agent lets at most C
+//! requests into its app and holds the rest (FIFO, at most the backlog); an
+//! agent whose app has a free slot (below C, nothing held) asks one peer at
+//! random for a held request ("give me one": a datagram), which answers with
+//! its oldest held request (a forward) or "none" (a datagram), upon which the
+//! asker tries another, T more times at most. The decision is made where the
+//! free core is, by its own count, so there is nothing stale to herd on.
 
 use std::fmt;
 use std::str::FromStr;
@@ -63,7 +72,14 @@ pub struct Share {
     /// Pull only: answers of earlier pulls kept (0: none), and for how long.
     pub memory: usize,
     pub memory_s: f64,
+    /// Stealing: requests an agent lets into its app (None: off).
+    pub steal: Option<u32>,
+    /// Stealing: more peers asked after a "none" (default [`STEAL_TRIES`]).
+    pub tries: u32,
 }
+
+/// Peers a free slot asks after the first said "none", unless `tries=T` says otherwise.
+pub const STEAL_TRIES: u32 = 1;
 
 /// How long a remembered answer is believed unless `age=MS` says otherwise.
 pub const MEMORY_AGE_S: f64 = 0.01;
@@ -109,11 +125,11 @@ impl Share {
 impl FromStr for Share {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let mut out = Share { expire_s: TOKEN_EXPIRE_S, memory_s: MEMORY_AGE_S, ..Share::default() };
+        let mut out = Share { expire_s: TOKEN_EXPIRE_S, memory_s: MEMORY_AGE_S, tries: STEAL_TRIES, ..Share::default() };
         if s.is_empty() {
             return Ok(out);
         }
-        let (mut expire, mut age) = (false, false);
+        let (mut expire, mut age, mut tries) = (false, false, false);
         for kv in s.split(',') {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             let whole = || v.parse::<u32>().map_err(|_| format!("{k}: a whole number, not `{v}`"));
@@ -130,6 +146,14 @@ impl FromStr for Share {
                     0 => return Err("tokens: L from 1".into()),
                     l => out.tokens = Some(l),
                 },
+                "steal" => match whole()? {
+                    0 => return Err("steal: C from 1".into()),
+                    c => out.steal = Some(c),
+                },
+                "tries" => {
+                    out.tries = whole()?;
+                    tries = true;
+                }
                 "spread" => out.spread = whole()? as usize,
                 "full" if v.is_empty() => out.full = true,
                 "memory" => out.memory = whole()? as usize,
@@ -141,7 +165,7 @@ impl FromStr for Share {
                     out.expire_s = ms()?;
                     expire = true;
                 }
-                _ => return Err(format!("unknown key `{kv}` (expected level=H, delta=D, batch=MS, piggy, tokens=L, expire=MS, spread=J, full, memory=M, age=MS)")),
+                _ => return Err(format!("unknown key `{kv}` (expected level=H, delta=D, batch=MS, piggy, tokens=L, expire=MS, spread=J, full, memory=M, age=MS, steal=C, tries=T)")),
             }
         }
         if out.tokens.is_some() && (out.level.is_some() || out.delta > 1 || out.batch_s > 0.0) {
@@ -155,6 +179,12 @@ impl FromStr for Share {
         }
         if age && out.memory == 0 {
             return Err("age: only with memory=M".into());
+        }
+        if tries && out.steal.is_none() {
+            return Err("tries: only with steal=C".into());
+        }
+        if out.steal.is_some() && s.split(',').any(|kv| !kv.starts_with("steal=") && !kv.starts_with("tries=")) {
+            return Err("steal replaces counts and forwards: only with tries=T".into());
         }
         if out.memory > 0 && out.tokens.is_some() {
             return Err("memory: remembers pulled answers, not with tokens".into());
@@ -184,6 +214,10 @@ impl fmt::Display for Share {
         }
         if self.full {
             keys.push("full".into());
+        }
+        if let Some(c) = self.steal {
+            keys.push(format!("steal={c}"));
+            keys.push(format!("tries={}", self.tries));
         }
         if self.spread > 1 {
             keys.push(format!("spread={}", self.spread));

@@ -264,3 +264,27 @@ fn memory_keeps_the_lowest_answers_for_their_age_with_own_forwards() {
     let (peers, _) = t.answers(0, &[4], 0.05);
     assert_eq!(peers, vec![4]);
 }
+
+#[test]
+fn steal_holds_beyond_c_and_free_slots_take_held_requests() {
+    let mut c = tier_cfg(16, 12, 0, 0);
+    c.rate = 0.95 * c.capacity();
+    c.fleet_delay_s = 0.0002;
+    c.hop_s = 0.0002;
+    c.fleet_share = "steal=2,tries=6".parse().unwrap();
+    let r = run(&c);
+    let d = &r.messages.datagrams;
+    // No count goes anywhere; asks and "none" are the only datagrams, each request stolen is a forward.
+    assert_eq!((d.counts, d.subscribes, d.heartbeats), (0, 0, 0), "{d:?}");
+    assert!(d.steals > 0 && r.messages.forwards > 0, "{:?}", r.messages);
+    // At most 1 + T asks (and their "none") per completion.
+    assert!(d.steals <= 2 * 7 * r.requests, "{d:?}");
+    assert_eq!(r.served_per_server.iter().sum::<u64>() + r.rejected, r.requests);
+    // Late binding beats the fronts' own least-request by far.
+    let least = run(&Config { proxies: 16, requests: 40_000, ..{ let mut l = cfg("least", 0.95); l.fleet = c.fleet.clone(); l.rate = c.rate; l } });
+    assert!(r.mean_ms < 0.8 * least.mean_ms, "steal {} vs least {}", r.mean_ms, least.mean_ms);
+    for bad in ["steal=0", "tries=3", "steal=2,level=1", "steal=2,spread=2"] {
+        assert!(bad.parse::<Share>().is_err(), "{bad}");
+    }
+    assert_eq!("steal=2".parse::<Share>().unwrap().to_string(), "steal=2,tries=1");
+}
