@@ -101,7 +101,7 @@ impl Sim<'_> {
     /// then an ask for each slot still free and not already asked for.
     fn refill(&mut self, s: usize, now: f64, tries: u32) {
         let Some(c) = self.cfg.fleet_share.steal else { return };
-        while self.servers[s].inflight() < c {
+        while self.servers[s].inflight() < self.cfg.fleet_share.hold.unwrap_or(c) {
             let Some((id, demand)) = self.held[s].pop_front() else { break };
             self.admit(s, id, demand, now);
         }
@@ -116,7 +116,7 @@ impl Sim<'_> {
     /// Request `id` reaches server `s` at `now`: served, queued or rejected.
     fn admit(&mut self, s: usize, id: u64, demand: f64, now: f64) -> bool {
         if let Some(c) = self.cfg.fleet_share.steal {
-            if self.servers[s].inflight() >= c {
+            if self.servers[s].inflight() >= self.cfg.fleet_share.hold.unwrap_or(c) {
                 // Held by the agent, stealable, until its app has room.
                 if self.held[s].len() >= self.cfg.backlog as usize {
                     return false;

@@ -47,7 +47,9 @@
 //! agent whose app has a free slot (below C, nothing held) asks one peer at
 //! random for a held request ("give me one": a datagram), which answers with
 //! its oldest held request (a forward) or "none" (a datagram), upon which the
-//! asker tries another, T more times at most. The decision is made where the
+//! asker tries another, T more times at most. With `hold=H` (at least C) the
+//! app takes up to H, shared by its cores, and only the rest is held; a slot
+//! below C still asks. The decision is made where the
 //! free core is, by its own count, so there is nothing stale to herd on.
 
 use std::fmt;
@@ -76,6 +78,9 @@ pub struct Share {
     pub steal: Option<u32>,
     /// Stealing: more peers asked after a "none" (default [`STEAL_TRIES`]).
     pub tries: u32,
+    /// Stealing: the app takes requests up to this many (at least C; None: C),
+    /// shared by its cores; above it they are held.
+    pub hold: Option<u32>,
 }
 
 /// Peers a free slot asks after the first said "none", unless `tries=T` says otherwise.
@@ -150,6 +155,7 @@ impl FromStr for Share {
                     0 => return Err("steal: C from 1".into()),
                     c => out.steal = Some(c),
                 },
+                "hold" => out.hold = Some(whole()?),
                 "tries" => {
                     out.tries = whole()?;
                     tries = true;
@@ -183,8 +189,11 @@ impl FromStr for Share {
         if tries && out.steal.is_none() {
             return Err("tries: only with steal=C".into());
         }
-        if out.steal.is_some() && s.split(',').any(|kv| !kv.starts_with("steal=") && !kv.starts_with("tries=")) {
-            return Err("steal replaces counts and forwards: only with tries=T".into());
+        if out.steal.is_some() && s.split(',').any(|kv| !kv.starts_with("steal=") && !kv.starts_with("tries=") && !kv.starts_with("hold=")) {
+            return Err("steal replaces counts and forwards: only with tries=T and hold=H".into());
+        }
+        if out.hold.is_some_and(|h| out.steal.is_none_or(|c| h < c)) {
+            return Err("hold: only with steal=C, and at least C".into());
         }
         if out.memory > 0 && out.tokens.is_some() {
             return Err("memory: remembers pulled answers, not with tokens".into());
@@ -218,6 +227,9 @@ impl fmt::Display for Share {
         if let Some(c) = self.steal {
             keys.push(format!("steal={c}"));
             keys.push(format!("tries={}", self.tries));
+            if let Some(h) = self.hold {
+                keys.push(format!("hold={h}"));
+            }
         }
         if self.spread > 1 {
             keys.push(format!("spread={}", self.spread));

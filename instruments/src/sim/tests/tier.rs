@@ -287,4 +287,11 @@ fn steal_holds_beyond_c_and_free_slots_take_held_requests() {
         assert!(bad.parse::<Share>().is_err(), "{bad}");
     }
     assert_eq!("steal=2".parse::<Share>().unwrap().to_string(), "steal=2,tries=1");
+    assert_eq!("steal=2,hold=3".parse::<Share>().unwrap().hold, Some(3));
+    for bad in ["steal=2,hold=1", "hold=3"] {
+        assert!(bad.parse::<Share>().is_err(), "{bad}");
+    }
+    // hold=H above C: the app shares its cores among up to H, fewer are held (and fewer stolen).
+    let held = run(&Config { fleet_share: "steal=2,tries=6,hold=4".parse().unwrap(), ..c.clone() });
+    assert!(held.messages.forwards < r.messages.forwards, "{} vs {}", held.messages.forwards, r.messages.forwards);
 }
