@@ -97,7 +97,9 @@ struct Args {
     /// delta=D (only a change of D or more), batch=MS (at most one count every MS), piggy (a
     /// forward's answer carries the peer's count); or instead of the sample, tokens=L[,expire=MS]
     /// (a server below L sends L - count tokens, each to one agent at random; an agent forwards
-    /// only on a token) [default: none, as shipped].
+    /// only on a token); against herding, spread=J (forward at random among the J lowest below the
+    /// own count), full (with level: a count at the cap is no target), memory=M[,age=MS] (with
+    /// --fleet-probe: keep the M lowest earlier answers) [default: none, as shipped].
     #[arg(long, default_value = "")]
     fleet_share: String,
     /// Service demand: exp (exponential) or lognormal:SIGMA, both of mean --mean-ms.
@@ -193,6 +195,11 @@ fn setup(a: Args) -> anyhow::Result<(sim::Config, Vec<f64>, Vec<String>)> {
         share.tokens.is_none() || (given == 0 && a.fleet_probe == 0 && a.fleet_view_ms == 0.0),
         "--fleet-share: tokens replace the sample: not with --fleet-sample, --fleet-probe or --fleet-view-ms"
     );
+    anyhow::ensure!(
+        share.steal.is_none() || (a.fleet_sample == Some(0) && a.fleet_probe == 0 && a.fleet_view_ms == 0.0),
+        "--fleet-share: steal shares no counts: need --fleet-sample 0, and not --fleet-probe or --fleet-view-ms"
+    );
+    anyhow::ensure!(share.memory == 0 || a.fleet_probe > 0, "--fleet-share: memory remembers pulled answers: need --fleet-probe above 0");
     let pushed = forward && a.fleet_view_ms == 0.0 && a.fleet_probe == 0 && share.tokens.is_none();
     let sample = a.fleet_sample.unwrap_or(if pushed { DEFAULT_SAMPLE } else { 0 });
     let keep = match (a.fleet_sample_keep, a.fleet_keep) {

@@ -68,6 +68,12 @@ impl Sim<'_> {
                 self.msgs.probes += 2 * spec.probes.min(n) as u64;
                 direct(s)
             }
+            Dispatch::Forward(rule, _) if self.cfg.fleet_share.steal.is_some() => {
+                // Stealing: the agent keeps every offer (runs it or holds it).
+                self.offers += 1;
+                self.accepted += 1;
+                direct(pick(rule, own, None, rng))
+            }
             Dispatch::Forward(rule, f) => {
                 let first = pick(rule, own, None, rng);
                 self.offers += 1;
@@ -94,6 +100,7 @@ impl Sim<'_> {
                         direct(first)
                     }
                     Route::Forward(j) => {
+                        let j = spread(self.cfg.fleet_share, &counts, busy, j, rng);
                         let to = peers[j];
                         tier.forwarded(first, to, now);
                         self.msgs.forwards += 1;
@@ -110,17 +117,27 @@ impl Sim<'_> {
         let Dispatch::Forward(_, f) = self.cfg.dispatch else { unreachable!("only the tier asks") };
         let busy = self.servers[a].inflight();
         let tier = self.tier.as_mut().expect("forward keeps a tier");
-        let counts = tier.answers(a, peers, now);
+        let (peers, counts) = tier.answers(a, peers, now);
         match route_with(f, busy, Some(seen), &counts, |ties| rng.gen_range(0..ties)) {
             Route::Keep => {
                 self.accepted += 1;
                 (a, false)
             }
             Route::Forward(j) => {
+                let j = spread(self.cfg.fleet_share, &counts, busy, j, rng);
                 tier.forwarded(a, peers[j], now);
                 self.msgs.forwards += 1;
                 (peers[j], true)
             }
         }
     }
+}
+
+/// `spread=J` ([`super::share::spread_pick`]) over the rule's forward to `j`;
+/// off (J 0 or 1), the rule's choice and no draw.
+fn spread<R: Rng + ?Sized>(share: super::Share, counts: &[u32], busy: u32, j: usize, rng: &mut R) -> usize {
+    if share.spread <= 1 {
+        return j;
+    }
+    super::share::spread_pick(counts, busy, share.spread, rng).unwrap_or(j)
 }

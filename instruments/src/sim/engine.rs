@@ -7,7 +7,7 @@ use super::server::{reschedule, with_c_min, Event, Job, Server};
 use super::tier::{Tier, TierSpec};
 use super::{jain, Assign, Config, Dispatch, Messages, Report};
 use huntlb_policy::Policy;
-use rand::Rng;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -19,6 +19,20 @@ struct Transit {
     id: u64,
     demand: f64,
     asked: Option<(Vec<usize>, u32)>,
+    kind: Kind,
+}
+
+/// What is on its way (stealing, [`super::share`], adds the last three).
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// A request (its first hop done), to `server`.
+    Job,
+    /// A free slot at `thief` asks `server` for a held request.
+    Steal { thief: usize, tries: u32 },
+    /// `server`'s ask found nothing held; it may ask `tries` more.
+    Nothing { tries: u32 },
+    /// A held request on its way to the free slot at `server` that asked.
+    Stolen,
 }
 
 impl PartialEq for Transit {
@@ -64,11 +78,53 @@ pub(super) struct Sim<'a> {
     heap: BinaryHeap<Event>,
     transit: BinaryHeap<Transit>,
     rejected: u64,
+    /// Stealing: requests each agent holds (id, demand), oldest first, and
+    /// its asks out or requests on their way to it.
+    held: Vec<VecDeque<(u64, f64)>>,
+    stealing: Vec<u32>,
+    /// Stealing: whom a free slot asks (its own stream: no other draw moves).
+    steal_rng: SmallRng,
 }
 
 impl Sim<'_> {
+    /// Stealing: a free slot at `s` asks a random peer for a held request.
+    fn steal(&mut self, s: usize, now: f64, tries: u32) {
+        let n = self.servers.len();
+        let p = (s + 1 + self.steal_rng.gen_range(0..n - 1)) % n;
+        self.stealing[s] += 1;
+        self.msgs.datagrams.steals += 1;
+        let t = now + self.cfg.fleet_delay_s;
+        self.transit.push(Transit { t, server: p, id: 0, demand: 0.0, asked: None, kind: Kind::Steal { thief: s, tries } });
+    }
+
+    /// Stealing: server `s` has room at `now`: its own held requests first,
+    /// then an ask for each slot still free and not already asked for.
+    fn refill(&mut self, s: usize, now: f64, tries: u32) {
+        let Some(c) = self.cfg.fleet_share.steal else { return };
+        while self.servers[s].inflight() < self.cfg.fleet_share.hold.unwrap_or(c) {
+            let Some((id, demand)) = self.held[s].pop_front() else { break };
+            self.admit(s, id, demand, now);
+        }
+        let busy = self.servers[s].inflight() + self.stealing[s];
+        if self.held[s].is_empty() {
+            for _ in busy..c {
+                self.steal(s, now, tries);
+            }
+        }
+    }
+
     /// Request `id` reaches server `s` at `now`: served, queued or rejected.
     fn admit(&mut self, s: usize, id: u64, demand: f64, now: f64) -> bool {
+        if let Some(c) = self.cfg.fleet_share.steal {
+            if self.servers[s].inflight() >= self.cfg.fleet_share.hold.unwrap_or(c) {
+                // Held by the agent, stealable, until its app has room.
+                if self.held[s].len() >= self.cfg.backlog as usize {
+                    return false;
+                }
+                self.held[s].push_back((id, demand));
+                return true;
+            }
+        }
         let srv = &mut self.servers[s];
         srv.advance(now);
         let admitted = if srv.in_service.len() < srv.workers as usize {
@@ -137,6 +193,7 @@ impl Sim<'_> {
             t.changed(ev.server, now, now_in);
         }
         reschedule(&mut self.servers[ev.server], ev.server, &mut self.heap);
+        self.refill(ev.server, now, self.cfg.fleet_share.tries);
     }
 }
 
@@ -170,7 +227,7 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
         })
         .collect();
     let prequal = matches!(cfg.dispatch, Dispatch::Prequal(_));
-    let tier = matches!(cfg.dispatch, Dispatch::Forward(..)).then(|| {
+    let tier = (matches!(cfg.dispatch, Dispatch::Forward(..)) && cfg.fleet_share.steal.is_none()).then(|| {
         let spec = TierSpec {
             delay_s: cfg.fleet_delay_s,
             hop_s: cfg.hop_s,
@@ -202,6 +259,9 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
         heap: BinaryHeap::new(),
         transit: BinaryHeap::new(),
         rejected: 0,
+        held: vec![VecDeque::new(); n],
+        stealing: vec![0; n],
+        steal_rng: SmallRng::seed_from_u64(cfg.seed ^ 0x7374_6561_6c73),
     };
     // Stale views: proxy p refreshes its snapshot at (j + p/proxies) * refresh_s.
     let stale = cfg.refresh_s > 0.0;
@@ -267,6 +327,32 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             sim.tier.as_mut().expect("a re-draw is due").redraw(now);
         } else if next_transit < next_arrival.min(next_done) {
             let mut t = sim.transit.pop().expect("peeked");
+            match t.kind {
+                Kind::Steal { thief, tries } => {
+                    let kind = match sim.held[t.server].pop_front() {
+                        Some((id, demand)) => {
+                            sim.msgs.forwards += 1;
+                            let at = now + cfg.hop_s;
+                            sim.transit.push(Transit { t: at, server: thief, id, demand, asked: None, kind: Kind::Stolen });
+                            continue;
+                        }
+                        None => Kind::Nothing { tries },
+                    };
+                    sim.msgs.datagrams.steals += 1;
+                    let at = now + cfg.fleet_delay_s;
+                    sim.transit.push(Transit { t: at, server: thief, id: 0, demand: 0.0, asked: None, kind });
+                    continue;
+                }
+                Kind::Nothing { tries } => {
+                    sim.stealing[t.server] -= 1;
+                    if tries > 0 {
+                        sim.refill(t.server, now, tries - 1);
+                    }
+                    continue;
+                }
+                Kind::Stolen => sim.stealing[t.server] -= 1,
+                Kind::Job => {}
+            }
             if let Some((peers, seen)) = t.asked.take() {
                 let (to, hop) = sim.decide_pulled(t.server, &peers, seen, now, rng);
                 if hop && cfg.hop_s > 0.0 {
@@ -312,11 +398,11 @@ pub fn run_with<R: Rng + ?Sized>(cfg: &Config, rng: &mut R) -> Report {
             if c.asked.is_some() {
                 // Held by its agent until the answers are back, a round trip.
                 sim.view[proxy][c.counted] += 1;
-                sim.transit.push(Transit { t: now + 2.0 * cfg.fleet_delay_s, server: c.server, id, demand, asked: c.asked });
+                sim.transit.push(Transit { t: now + 2.0 * cfg.fleet_delay_s, server: c.server, id, demand, asked: c.asked, kind: Kind::Job });
             } else if c.second_hop && cfg.hop_s > 0.0 {
                 // Its front counts it now; the server, when it gets there.
                 sim.view[proxy][c.counted] += 1;
-                sim.transit.push(Transit { t: now + cfg.hop_s, server: c.server, id, demand, asked: None });
+                sim.transit.push(Transit { t: now + cfg.hop_s, server: c.server, id, demand, asked: None, kind: Kind::Job });
             } else if sim.admit(c.server, id, demand, now) {
                 sim.view[proxy][c.counted] += 1;
             } else {

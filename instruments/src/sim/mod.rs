@@ -70,7 +70,7 @@ pub use dispatch::{Assign, Dispatch};
 pub use engine::run_with;
 pub use prequal::PrequalSpec;
 pub use rule::{pick, Rule};
-pub use share::{Share, TOKEN_EXPIRE_S};
+pub use share::{spread_pick, Share, MEMORY_AGE_S, STEAL_TRIES, TOKEN_EXPIRE_S};
 pub use tier::{HEARTBEAT_S, WANT_FOR_S};
 
 use rand::{rngs::SmallRng, SeedableRng};
@@ -240,6 +240,8 @@ pub struct Datagrams {
     pub asks: u64,
     /// Tokens ([`share`]): sent on their own.
     pub tokens: u64,
+    /// Stealing ([`share`]): a free slot's asks for a held request, and the "none" answers.
+    pub steals: u64,
     /// Tokens ([`share`]): ridden on a forward's answer (no datagram; not in `total`).
     pub piggybacked: u64,
     pub total: u64,
@@ -248,7 +250,7 @@ pub struct Datagrams {
 impl Messages {
     fn close(mut self, requests: u64) -> Messages {
         let d = &mut self.datagrams;
-        d.total = d.counts + d.subscribes + d.renewals + d.unsubscribes + d.heartbeats + d.asks + d.tokens;
+        d.total = d.counts + d.subscribes + d.renewals + d.unsubscribes + d.heartbeats + d.asks + d.tokens + d.steals;
         self.total = self.refusals + self.forwards + self.probes + d.total;
         self.per_request = self.total as f64 / requests.max(1) as f64;
         self

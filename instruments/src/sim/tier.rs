@@ -127,6 +127,9 @@ pub(super) struct Tier {
     held: Vec<Vec<Token>>,
     /// Tokens with `piggy`: the forwarder whose forward is being taken now.
     answer_to: Option<usize>,
+    /// Pull with `memory`: per agent, the lowest answers of its earlier pulls
+    /// (server, count then plus its own forwards there since, when taken).
+    memo: Vec<Vec<(usize, u32, f64)>>,
 }
 
 impl Tier {
@@ -169,6 +172,7 @@ impl Tier {
             out: vec![VecDeque::new(); n],
             held: vec![Vec::new(); n],
             answer_to: None,
+            memo: vec![Vec::new(); n],
         }
     }
 
@@ -277,6 +281,9 @@ impl Tier {
             h.swap_remove(i);
             self.out[to].pop_front();
         }
+        if let Some(e) = self.memo[a].iter_mut().find(|e| e.0 == to) {
+            e.1 += 1; // its own forward: the remembered count is a bound again
+        }
         if self.delayed {
             self.recent[a].push_back((now, to));
         } else {
@@ -343,9 +350,30 @@ impl Tier {
         draw(&mut self.rng, self.n, a, &[], d)
     }
 
-    /// Pull on demand: the answers of `peers` as agent `a` has them at `now`
-    /// (each read a datagram before), plus its own forwards there since.
-    pub(super) fn answers(&mut self, a: usize, peers: &[usize], now: f64) -> Vec<u32> {
+    /// Pull on demand: the peers agent `a` decides over at `now` and their
+    /// counts: the answers of those it `asked` (each read a datagram before,
+    /// plus its own forwards there since), and with `memory` the lowest of
+    /// its earlier answers not older than `age` (which it then updates).
+    pub(super) fn answers(&mut self, a: usize, asked: &[usize], now: f64) -> (Vec<usize>, Vec<u32>) {
+        let fresh = self.fresh_answers(a, asked, now);
+        let m = self.spec.share.memory;
+        if m == 0 {
+            return (asked.to_vec(), fresh);
+        }
+        let taken = now - self.spec.delay_s;
+        let old_enough = now - self.spec.share.memory_s;
+        let mut all: Vec<(usize, u32, f64)> = asked.iter().zip(&fresh).map(|(&s, &c)| (s, c, taken)).collect();
+        all.extend(self.memo[a].iter().filter(|e| e.2 >= old_enough && !asked.contains(&e.0)).copied());
+        let peers = all.iter().map(|e| e.0).collect();
+        let counts = all.iter().map(|e| e.1).collect();
+        // Remember the m lowest (ties: the fresher).
+        all.sort_by(|x, y| x.1.cmp(&y.1).then(y.2.total_cmp(&x.2)));
+        all.truncate(m);
+        self.memo[a] = all;
+        (peers, counts)
+    }
+
+    fn fresh_answers(&mut self, a: usize, peers: &[usize], now: f64) -> Vec<u32> {
         let at = now - self.spec.delay_s;
         let settle = now - self.spec.delay_s - self.spec.hop_s;
         let r = &mut self.recent[a];
@@ -488,6 +516,9 @@ impl Tier {
         let known = |i: usize| now >= self.sub_at[a][i] + 2.0 * self.spec.delay_s;
         let peers: Vec<usize> = self.samples[a].iter().enumerate().filter(|&(i, _)| known(i)).map(|(_, &s)| s).collect();
         let mut counts = Vec::with_capacity(peers.len());
+        let mut open = Vec::with_capacity(peers.len());
+        // `full`: a count at the level's cap says only "that or more".
+        let cap = self.spec.share.level.filter(|_| self.spec.share.full).map(|h| h.saturating_add(1));
         for &s in &peers {
             self.settle(s, at);
             let (mut taken, mut c) = heard_at(&mut self.rep[s], at);
@@ -496,12 +527,16 @@ impl Tier {
                     (taken, c) = (t, pc);
                 }
             }
+            if cap.is_some_and(|cap| c >= cap) {
+                continue;
+            }
             // A forward is in what was taken if it got there by then.
             let hop = self.spec.hop_s;
             c += self.recent[a].iter().filter(|&&(t, to)| to == s && t + hop > taken).count() as u32;
             counts.push(c);
+            open.push(s);
         }
-        (peers, counts)
+        (open, counts)
     }
 
     /// A forward from agent `from` is about to be taken at server `to`

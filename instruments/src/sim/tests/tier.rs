@@ -206,3 +206,92 @@ fn tokens_go_one_agent_each_and_a_forward_uses_one_up() {
     t.finish(1.0);
     assert_eq!(t.sent.heartbeats, 0, "a token is its own liveness");
 }
+
+#[test]
+fn spread_picks_among_the_j_lowest_below_the_own_count_only() {
+    let mut rng = SmallRng::seed_from_u64(9);
+    let counts = [5, 1, 2, 7, 3, 2];
+    let mut hits = [0usize; 6];
+    for _ in 0..3000 {
+        hits[spread_pick(&counts, 5, 3, &mut rng).unwrap()] += 1;
+    }
+    // The 3 lowest below 5 are servers 1, 2 and 5 (counts 1, 2, 2): each about a third.
+    assert_eq!((hits[0], hits[3], hits[4]), (0, 0, 0), "{hits:?}");
+    assert!([1, 2, 5].iter().all(|&i| hits[i] > 800), "{hits:?}");
+    // J 1 is the least; nobody below the own count: no forward.
+    assert_eq!(spread_pick(&counts, 5, 1, &mut rng), Some(1));
+    assert_eq!(spread_pick(&counts, 1, 3, &mut rng), None);
+    let s: Share = "spread=4".parse().unwrap();
+    assert_eq!((s.spread, s.filtered(), s.to_string()), (4, false, "spread=4".to_string()));
+    for bad in ["full", "age=5", "memory=2,tokens=2", "spread=x"] {
+        assert!(bad.parse::<Share>().is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn full_makes_a_count_at_the_cap_no_target() {
+    let mut t = Tier::new(share_spec(11, "level=1,full"), 12);
+    t.consult(0, 0.0);
+    t.changed(5, 0.001, 1);
+    t.changed(6, 0.001, 1);
+    t.changed(6, 0.002, 2); // at the cap: "2 or more"
+    let (peers, counts) = t.view(0, 0.0030, |_| 0);
+    assert!(peers.contains(&5) && !peers.contains(&6), "{peers:?}");
+    assert_eq!(counts[peers.iter().position(|&p| p == 5).unwrap()], 1);
+    // Without full, the capped count is a target like any other.
+    let mut t = Tier::new(share_spec(11, "level=1"), 12);
+    t.consult(0, 0.0);
+    t.changed(6, 0.002, 2);
+    assert!(t.view(0, 0.0030, |_| 0).0.contains(&6));
+}
+
+#[test]
+fn memory_keeps_the_lowest_answers_for_their_age_with_own_forwards() {
+    let spec = TierSpec { probe: 2, share: "memory=2,age=10".parse().unwrap(), ..share_spec(0, "") };
+    let mut t = Tier::new(spec, 12);
+    for (s, c) in [(3, 1), (4, 5), (7, 2), (8, 6)] {
+        t.changed(s, 0.0, c);
+    }
+    let (peers, counts) = t.answers(0, &[3, 4], 0.001);
+    assert_eq!((peers, counts), (vec![3, 4], vec![1, 5]));
+    t.forwarded(0, 3, 0.001);
+    // The next pull asks 7 and 8; it decides over them and the remembered 3 (1 + its forward) and 4.
+    let (peers, counts) = t.answers(0, &[7, 8], 0.002);
+    assert_eq!((peers, counts), (vec![7, 8, 3, 4], vec![2, 6, 2, 5]));
+    // Remembered now: the two lowest (3 and 7, both at 2); after 10 ms, forgotten.
+    let (peers, _) = t.answers(0, &[4], 0.0115);
+    assert_eq!(peers, vec![4, 7], "3 was heard at 0.8 ms, 7 at 1.8 ms");
+    let (peers, _) = t.answers(0, &[4], 0.05);
+    assert_eq!(peers, vec![4]);
+}
+
+#[test]
+fn steal_holds_beyond_c_and_free_slots_take_held_requests() {
+    let mut c = tier_cfg(16, 12, 0, 0);
+    c.rate = 0.95 * c.capacity();
+    c.fleet_delay_s = 0.0002;
+    c.hop_s = 0.0002;
+    c.fleet_share = "steal=2,tries=6".parse().unwrap();
+    let r = run(&c);
+    let d = &r.messages.datagrams;
+    // No count goes anywhere; asks and "none" are the only datagrams, each request stolen is a forward.
+    assert_eq!((d.counts, d.subscribes, d.heartbeats), (0, 0, 0), "{d:?}");
+    assert!(d.steals > 0 && r.messages.forwards > 0, "{:?}", r.messages);
+    // At most 1 + T asks (and their "none") per completion.
+    assert!(d.steals <= 2 * 7 * r.requests, "{d:?}");
+    assert_eq!(r.served_per_server.iter().sum::<u64>() + r.rejected, r.requests);
+    // Late binding beats the fronts' own least-request by far.
+    let least = run(&Config { proxies: 16, requests: 40_000, ..{ let mut l = cfg("least", 0.95); l.fleet = c.fleet.clone(); l.rate = c.rate; l } });
+    assert!(r.mean_ms < 0.8 * least.mean_ms, "steal {} vs least {}", r.mean_ms, least.mean_ms);
+    for bad in ["steal=0", "tries=3", "steal=2,level=1", "steal=2,spread=2"] {
+        assert!(bad.parse::<Share>().is_err(), "{bad}");
+    }
+    assert_eq!("steal=2".parse::<Share>().unwrap().to_string(), "steal=2,tries=1");
+    assert_eq!("steal=2,hold=3".parse::<Share>().unwrap().hold, Some(3));
+    for bad in ["steal=2,hold=1", "hold=3"] {
+        assert!(bad.parse::<Share>().is_err(), "{bad}");
+    }
+    // hold=H above C: the app shares its cores among up to H, fewer are held (and fewer stolen).
+    let held = run(&Config { fleet_share: "steal=2,tries=6,hold=4".parse().unwrap(), ..c.clone() });
+    assert!(held.messages.forwards < r.messages.forwards, "{} vs {}", held.messages.forwards, r.messages.forwards);
+}
