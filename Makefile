@@ -64,7 +64,7 @@ test-cluster: setup build
 # A real LLM engine (issue 43, docs/llm.md "A real engine"): llama-cpp-python's
 # OpenAI server, compiled from source by pip into .venv, and a tiny
 # random-weight model (scripts/tiny_gguf.py). Not part of make setup or make
-# test: 445 s (7.4 min) on 2 cores the first time (pip's download and
+# test: 354 s (6 min) on 2 cores the first time, without the multimodal library (pip's download and
 # llama.cpp's compile; pip keeps the wheel, so a new .venv on the same machine
 # takes seconds); a second run, about a second.
 setup-llama: setup

@@ -22,8 +22,10 @@ if have llama_cpp_python "$LLAMA_CPP_PYTHON" && have gguf "$GGUF"; then
 else
     printf 'setup-llama: pip install llama-cpp-python[server]==%s gguf==%s (llama.cpp compiles: minutes) ... ' "$LLAMA_CPP_PYTHON" "$GGUF"
     t0=$SECONDS
-    # the build runs cmake and ninja; one job a core
-    if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install \
+    # the build runs cmake and ninja; one job a core. LLAVA_BUILD=OFF skips the
+    # multimodal library (mtmd), which the server imports only for image chat
+    # formats: 354 s instead of 445 s here, the text server unchanged.
+    if ! CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install \
         "llama-cpp-python[server]==$LLAMA_CPP_PYTHON" "gguf==$GGUF" >>"$LOG" 2>&1; then
         echo "FAILED; the end of $LOG:"
         tail -n 30 "$LOG" | sed 's/^/    /'
