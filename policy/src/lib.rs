@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub mod admission;
 pub mod forward;
 pub mod llm;
+pub mod prefix;
 pub mod metrics;
 pub mod protocol;
 pub mod settings;

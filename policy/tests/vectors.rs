@@ -374,3 +374,35 @@ fn llm_vectors() {
         assert_eq!(u64::from(w.load(n(c, "inflight") as u32, n(c, "pending_tokens"))), n(c, "load"), "llm.json `{}`", c["name"]);
     }
 }
+
+#[test]
+fn prefix_vectors() {
+    use huntlb_policy::prefix::{home, member_id, prefix_hash, rank, weight};
+    let doc = vectors("prefix.json");
+    let hex = |v: &Value| u64::from_str_radix(v.as_str().unwrap(), 16).unwrap();
+    let text = |v: &Value| v.as_str().unwrap().as_bytes().to_vec();
+    let size = |v: &Value| v.as_u64().unwrap() as usize;
+    for c in doc["prefix_hash"].as_array().unwrap() {
+        assert_eq!(prefix_hash(&text(&c["prompt"]), size(&c["bytes"])), hex(&c["hash"]), "prefix.json `{}`", c["name"]);
+    }
+    for c in doc["member_id"].as_array().unwrap() {
+        assert_eq!(member_id(c["addr"].as_str().unwrap()), hex(&c["id"]), "prefix.json {c}");
+    }
+    let ids = |members: &Value| members.as_array().unwrap().iter().map(|m| member_id(m.as_str().unwrap())).collect::<Vec<u64>>();
+    let r = &doc["rank"];
+    let rids = ids(&r["members"]);
+    for c in r["cases"].as_array().unwrap() {
+        let h = prefix_hash(&text(&c["prompt"]), size(&c["bytes"]));
+        assert_eq!(h, hex(&c["hash"]), "prefix.json {c}");
+        assert_eq!(weight(h, rids[0]), hex(&c["weight_of_first"]), "prefix.json {c}");
+        assert_eq!(rank(h, &rids), Some(size(&c["home"])), "prefix.json {c}");
+    }
+    let d = &doc["home"];
+    let hids = ids(&d["members"]);
+    let h = prefix_hash(&text(&d["prompt"]), size(&d["bytes"]));
+    for c in d["cases"].as_array().unwrap() {
+        let counts: Vec<Option<u32>> = c["counts"].as_array().unwrap().iter().map(|v| v.as_u64().map(|n| n as u32)).collect();
+        let got = home(h, c["bound"].as_u64().unwrap() as u32, &hids, c["least"].as_u64().unwrap() as u32, |i| counts[i]);
+        assert_eq!(got, c["expect"].as_u64().map(|n| n as usize), "prefix.json `{}`", c["name"]);
+    }
+}

@@ -1,0 +1,155 @@
+//! Prefix affinity (`llm_prefix_bytes`): an offer whose prompt starts like
+//! others goes to one home for that start, where the model server's prefix
+//! cache holds it, unless the home is busier than the least loaded server this
+//! agent knows by more than a bound.
+//!
+//! ```text
+//!  offer ──► agent: body (Content-Length ≤ 1 MiB) ──► prompt ──► h = hash(first llm_prefix_bytes bytes)
+//!               home = the member of highest weight(h, member)   (rendezvous hashing: every agent over
+//!                                                                  the same members names the same home)
+//!               home's count known, and ≤ least count known + llm_prefix_bound ──► the home (kept, or
+//!                                                                  forwarded there as a final)
+//!               else ──────────────────────────────────────────► the ordinary rule (forward::route)
+//! ```
+//!
+//! No message says where a prefix lives: every agent ranks the same member
+//! list with the same hash, so gateways that never talk send a prefix to the
+//! same server. The hash is fixed (FNV-1a, then splitmix64's finalizer), not
+//! keyed: agents of one fleet must agree without sharing anything more, and a
+//! key would not stop a client from steering, since it can find a prefix's home
+//! by asking (`hunt-served-by`); what bounds a steering client is the bound.
+//! Integers only, so every host computes the same home.
+
+/// The most body the agent reads to find a prompt (1 MiB): a larger one, or
+/// one of no declared length, gets no affinity and goes on as it came.
+pub const MAX_BODY: u64 = 1 << 20;
+
+/// The most of a prompt hashed (`llm_prefix_bytes`' ceiling).
+pub const MAX_PREFIX: usize = 1 << 16;
+
+/// The knobs, validated by the host's config (`llm_prefix_bytes`, `llm_prefix_bound`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Affinity {
+    /// The prompt's first this many bytes name its home (1 to [`MAX_PREFIX`]).
+    pub bytes: usize,
+    /// The home keeps a prompt while its count is at most the least count
+    /// known plus this.
+    pub bound: u32,
+}
+
+/// `llm_prefix_bound`'s default: two seats (measured on the shared-prefix
+/// workload: docs/llm.md, "Prefix affinity").
+pub const DEFAULT_BOUND: u32 = 2;
+
+/// FNV-1a, 64 bits: a fixed hash, the same on every host and every build.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// splitmix64's finalizer: a bijection that spreads every input bit over the output.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A prompt's prefix hash: FNV-1a of its first `bytes` bytes (all of it when shorter).
+pub fn prefix_hash(prompt: &[u8], bytes: usize) -> u64 {
+    fnv1a(&prompt[..prompt.len().min(bytes)])
+}
+
+/// A member's id in the ranking: FNV-1a of its address as the tier writes it
+/// (`ip:port`, `[v6]:port`: a member's `fleet_listen` as `fleet_peers` names it).
+pub fn member_id(addr: &str) -> u64 {
+    fnv1a(addr.as_bytes())
+}
+
+/// A member's weight for a prefix (rendezvous hashing): the home is the member of the highest.
+pub fn weight(prefix: u64, member: u64) -> u64 {
+    mix(mix(prefix) ^ member)
+}
+
+/// The home of a prefix among members (their ids): the index of the highest
+/// weight, ties (equal weights: the same id twice) to the first. None: no members.
+pub fn rank(prefix: u64, ids: &[u64]) -> Option<usize> {
+    let mut best: Option<(u64, usize)> = None;
+    for (i, &id) in ids.iter().enumerate() {
+        let w = weight(prefix, id);
+        if best.is_none_or(|(b, _)| w > b) {
+            best = Some((w, i));
+        }
+    }
+    best.map(|(_, i)| i)
+}
+
+/// Decide one offer with a prefix. `ids`: every member this agent knows, its
+/// own among them; `least`: the least count this agent knows (its own and its
+/// view's); `count(i)`: member i's count, if this agent knows it (its own;
+/// a peer's heard, ready, within `dead_after`), else None.
+///
+/// Some(home): the offer goes to the home (kept if it is this agent). None:
+/// the home's count is unknown or above `least + bound`, and the ordinary rule
+/// decides.
+pub fn home(prefix: u64, bound: u32, ids: &[u64], least: u32, count: impl FnOnce(usize) -> Option<u32>) -> Option<usize> {
+    let i = rank(prefix, ids)?;
+    count(i).filter(|&c| c <= least.saturating_add(bound)).map(|_| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_is_the_published_one() {
+        // the FNV reference's test vectors (draft-eastlake-fnv)
+        assert_eq!(fnv1a(b""), 0xcbf29ce484222325);
+        assert_eq!(fnv1a(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn only_the_first_bytes_count() {
+        assert_eq!(prefix_hash(b"system prompt A, question 1", 15), prefix_hash(b"system prompt A, question 2", 15));
+        assert_ne!(prefix_hash(b"system prompt A", 15), prefix_hash(b"system prompt B", 15));
+        assert_eq!(prefix_hash(b"short", 100), fnv1a(b"short"));
+    }
+
+    #[test]
+    fn homes_spread_evenly_and_move_only_off_a_member_that_leaves() {
+        let ids: Vec<u64> = (0..10).map(|i| member_id(&format!("10.0.0.{i}:9700"))).collect();
+        let mut per = [0u32; 10];
+        let homes: Vec<usize> = (0..10_000u64).map(|p| rank(fnv1a(&p.to_le_bytes()), &ids).unwrap()).collect();
+        for &h in &homes {
+            per[h] += 1;
+        }
+        assert!(per.iter().all(|&n| (850..1150).contains(&n)), "{per:?}");
+        // member 3 leaves: only its prefixes move
+        let without: Vec<u64> = ids.iter().enumerate().filter(|&(i, _)| i != 3).map(|(_, &id)| id).collect();
+        for (p, &h) in homes.iter().enumerate() {
+            let now = rank(fnv1a(&(p as u64).to_le_bytes()), &without).unwrap();
+            let now = if now >= 3 { now + 1 } else { now };
+            if h != 3 {
+                assert_eq!(now, h, "prefix {p} moved though its home stayed");
+            }
+        }
+        // the order members are listed in does not matter
+        let mut rev = ids.clone();
+        rev.reverse();
+        for p in 0..1000u64 {
+            let h = fnv1a(&p.to_le_bytes());
+            assert_eq!(ids[rank(h, &ids).unwrap()], rev[rank(h, &rev).unwrap()]);
+        }
+    }
+
+    #[test]
+    fn the_home_is_kept_within_the_bound_only() {
+        let ids = [1, 2, 3];
+        let h = (0..).find(|&p| rank(p, &ids) == Some(1)).unwrap();
+        assert_eq!(home(h, 2, &ids, 0, |_| Some(2)), Some(1));
+        assert_eq!(home(h, 2, &ids, 0, |_| Some(3)), None);
+        assert_eq!(home(h, 2, &ids, 5, |_| Some(7)), Some(1));
+        assert_eq!(home(h, 0, &ids, 0, |_| None), None, "an unknown count is no home");
+        assert_eq!(home(h, u32::MAX, &ids, u32::MAX, |_| Some(u32::MAX)), Some(1));
+        assert_eq!(home(h, 2, &[], 0, |_| Some(0)), None);
+    }
+}
