@@ -224,6 +224,7 @@ impl Agent {
             },
             apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),
             fleet: self.fleet.as_ref().map(|f| f.gauges()),
+            prefix: self.fleet.as_ref().is_some_and(|f| f.prefix_bytes().is_some()),
         }
     }
 
@@ -270,16 +271,39 @@ impl Agent {
         // refuses an offer as without it); the acceptance policy decides an
         // offer when no peer is. A passed try that stays is never refused: it
         // is plain to the policy (`read_try`).
+        // With prefix affinity (`llm_prefix_bytes`) such a try's body is read
+        // first, for its prompt (`prompt`): what was read goes on first,
+        // wherever the try goes.
+        let mut req = req;
+        let mut held = VecDeque::new();
         let pick = match &self.fleet {
             Some(fleet) if (mark == Mark::Offer || pass) && self.gates() == Gates::OPEN && forwardable(&req) => {
-                fleet.pick(self.busy(), seen)
+                let mut prefix = None;
+                if let Some(bytes) = fleet.prefix_bytes().filter(|_| crate::prompt::readable(req.method(), req.headers())) {
+                    match crate::prompt::read(req.body_mut(), bytes).await {
+                        Ok(read) => (held, prefix) = (read.held, read.prefix),
+                        // The client gave the request up before its body was whole: nothing went anywhere.
+                        Err(e) => {
+                            debug!(error = %e, "offer's body failed while read for its prompt: not processed");
+                            return Ok(plain(StatusCode::BAD_REQUEST, "huntlb agent: the request's body failed\n"));
+                        }
+                    }
+                    if prefix.is_none() {
+                        self.metrics.prefix[2].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let (pick, home) = fleet.pick_for(self.busy(), seen, prefix);
+                if prefix.is_some() {
+                    self.metrics.prefix[if home { 0 } else { 1 }].fetch_add(1, Ordering::Relaxed);
+                }
+                pick
             }
             _ => Pick::NoPeers,
         };
         if let Pick::Forward(to) = pick {
             // Counted for its front here, where its front counts it.
             let counted = front.as_deref().and_then(|f| self.per_front.enter(f));
-            let (resp, fate) = self.relay(req, &to, named_by_target, counted).await;
+            let (resp, fate) = self.relay(req, held, &to, named_by_target, counted).await;
             // Only a forward that reached no one and was served here is an
             // offer of this agent's; the rest count in huntlb_forwards_total.
             if let Some(fate) = fate {
@@ -315,7 +339,7 @@ impl Agent {
                 // Counted for its front until its response body ends, as the
                 // front counts it (Envoy: until the stream completes).
                 let counted = front.as_deref().and_then(|f| self.per_front.enter(f));
-                self.forward(req, VecDeque::new(), named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
+                self.forward(req, held, named_by_target, matches!(mark, Mark::Offer | Mark::Final), counted).await
             }
             Verdict::Refuse(why) => {
                 let (resp, fate) = self.refuse(req, why, named_by_target, front.as_deref()).await;

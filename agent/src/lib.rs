@@ -25,6 +25,7 @@ pub mod health;
 pub mod insider;
 pub mod load;
 pub mod metrics;
+pub mod prompt;
 pub mod refuse;
 pub mod relay;
 pub mod respond;

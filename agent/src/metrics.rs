@@ -45,6 +45,8 @@ pub struct Metrics {
     pub forwards_refused: AtomicU64,
     pub forwards_withdrawn: AtomicU64,
     pub forwards_failed: AtomicU64,
+    /// Offers read for their prompt (`llm_prefix_bytes`), in `LLM_PREFIX`'s label order.
+    pub prefix: [AtomicU64; 3],
     /// Peers' forwards given to the app after their go, and withdrawn before it.
     pub taken_here: AtomicU64,
     pub withdrawn_here: AtomicU64,
@@ -69,6 +71,8 @@ pub struct Gauges {
     pub llm_prefill_seats: Option<u64>,
     /// With fleet_listen: the tier's gauges and counters.
     pub fleet: Option<crate::fleet::Gauges>,
+    /// With llm_prefix_bytes: prefix affinity is on.
+    pub prefix: bool,
 }
 
 impl Metrics {
@@ -119,6 +123,9 @@ impl Metrics {
         }
         if let Some(seats) = g.llm_prefill_seats {
             single(&mut o, &M::LLM_PREFILL_SEATS, seats as f64);
+        }
+        if g.prefix {
+            labelled(&mut o, &M::LLM_PREFIX, &self.prefix.each_ref().map(|a| v(a) as f64));
         }
         if let Some(f) = &g.fleet {
             let forwards = [&self.forwards_sent, &self.forwards_unreachable, &self.forwards_refused, &self.forwards_withdrawn, &self.forwards_failed];

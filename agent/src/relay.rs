@@ -41,7 +41,7 @@ impl Agent {
     /// in time, the peer's refusal) serves the offer here. After go, the
     /// request is the peer's: a failure is an error the client sees (502, 504),
     /// never a second try.
-    pub(crate) async fn relay(&self, req: Request<Incoming>, target: &Target, named_by_target: bool, front: Option<PerFrontGuard>) -> (Response<AgentBody>, Option<Fate>) {
+    pub(crate) async fn relay(&self, req: Request<Incoming>, held: VecDeque<hyper::body::Frame<bytes::Bytes>>, target: &Target, named_by_target: bool, front: Option<PerFrontGuard>) -> (Response<AgentBody>, Option<Fate>) {
         let to = target.authority.as_str();
         let m = &self.metrics;
         let Some(fleet) = self.fleet.as_ref() else { return (plain(StatusCode::INTERNAL_SERVER_ERROR, "huntlb agent: no fleet\n"), None) };
@@ -52,13 +52,13 @@ impl Agent {
             Some(n) => Framing::Length(n),
             None => Framing::None,
         };
-        let has_body = !body.is_end_stream();
+        let has_body = !held.is_empty() || !body.is_end_stream();
         // What it takes to serve the offer here instead: the head as it came,
         // and the body, lent (it comes back whole if the peer never got go).
         let here = (parts.method.clone(), parts.uri.clone(), parts.version, parts.headers.clone());
         let (back_tx, back) = tokio::sync::oneshot::channel();
         let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-        let body = Gated::new(go_rx, framing, Lent::new(VecDeque::new(), body, Some(back_tx)));
+        let body = Gated::new(go_rx, framing, Lent::new(held, body, Some(back_tx)));
         to_peer(&mut parts.headers, Some(fleet.advertise()));
         framing.mark(&mut parts.headers);
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());

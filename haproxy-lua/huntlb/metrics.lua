@@ -34,6 +34,7 @@ _M.ALL = {
     m("huntlb_app_resends_total", "counter", false),
     m("huntlb_apache_polls_total", "counter", false, "result", { "ok", "failed" }),
     m("huntlb_llm_prefill_seats", "gauge", false),
+    m("huntlb_llm_prefix_total", "counter", false, "outcome", { "home", "ordinary", "none" }),
     m("huntlb_forwards_total", "counter", false, "outcome", { "sent", "unreachable", "refused", "withdrawn", "failed" }),
     m("huntlb_forwards_in_total", "counter", false, "outcome", { "taken", "withdrawn" }),
     m("huntlb_fleet_peers", "gauge", false),

@@ -167,6 +167,16 @@ pub const LLM_PREFILL_SEATS: Metric = m(
      for their first response byte, over llm_prefill_tokens_per_seat, rounded up).",
     false,
 );
+pub const LLM_PREFIX: Metric = Metric {
+    name: "huntlb_llm_prefix_total",
+    kind: Kind::Counter,
+    help: "With llm_prefix_bytes: offers whose body was read for their prompt, by outcome: home (sent to their prefix's \
+           home, kept or forwarded), ordinary (the home's count unknown or above the least known plus llm_prefix_bound: \
+           decided as without affinity), none (no prompt found: not JSON, no prompt of OpenAI's shapes, or the body \
+           not whole within 1 s).",
+    label: Some(("outcome", &["home", "ordinary", "none"])),
+    sidecar: false,
+};
 pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
 pub const BUSY: Metric = m("huntlb_busy", Kind::Gauge, "The load b the policy sees (requests in flight, Apache BusyWorkers, or with load = llm requests plus the prompts waiting for prefill, in seats).", true);
 pub const WORKERS: Metric = m("huntlb_workers", Kind::Gauge, "The app's worker count n.", true);
@@ -193,6 +203,7 @@ pub const ALL: &[Metric] = &[
     APP_RESENDS,
     APACHE_POLLS,
     LLM_PREFILL_SEATS,
+    LLM_PREFIX,
     FORWARDS,
     FORWARDS_IN,
     FLEET_PEERS,

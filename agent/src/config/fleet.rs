@@ -74,6 +74,8 @@ pub struct FleetConfig {
     /// try from an IP that is no member's) is passed for its source IP, as a
     /// `hunt-pass` from the front at that IP; only a member's IP may mark one.
     pub pass_plain: bool,
+    /// Prefix affinity (`llm_prefix_bytes`, `llm_prefix_bound`): None when off.
+    pub affinity: Option<huntlb_policy::prefix::Affinity>,
 }
 
 /// At most this many members (addresses `fleet_peers` resolves to): what a
@@ -298,6 +300,7 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 resample,
                 keep,
                 pass_plain: k.fleet_pass_plain.unwrap_or(false),
+                affinity: None,
             })
         }
     })

@@ -94,7 +94,7 @@ impl Raw {
         raw.take_renamed()?;
         flags.take_renamed()?;
         raw.warnings.append(&mut flags.warnings);
-        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat,
+        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat, llm_prefix_bytes, llm_prefix_bound,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
             fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms, fleet_commit_ms, fleet_key_readable_by_others,
@@ -115,7 +115,12 @@ impl Raw {
             .validate("agent")
             .map_err(|e| invalid(e.key, e.reason))?;
         let Settings { policy, workers, id } = shared;
-        let llm_key = [("llm_bytes_per_token", self.llm_bytes_per_token.is_some()), ("llm_prefill_tokens_per_seat", self.llm_prefill_tokens_per_seat.is_some())]
+        let llm_key = [
+            ("llm_bytes_per_token", self.llm_bytes_per_token.is_some()),
+            ("llm_prefill_tokens_per_seat", self.llm_prefill_tokens_per_seat.is_some()),
+            ("llm_prefix_bytes", self.llm_prefix_bytes.is_some()),
+            ("llm_prefix_bound", self.llm_prefix_bound.is_some()),
+        ]
             .into_iter()
             .find_map(|(k, set)| set.then_some(k));
         if let (Some(key), false) = (llm_key, self.load.as_deref() == Some("llm")) {
@@ -211,7 +216,13 @@ impl Raw {
             (None, None, None) => None,
         };
         let listen = addr("listen", self.listen, "127.0.0.1:8080")?;
-        let fleet = fleet::validate(knobs, listen, tls.as_ref(), self.tls_client_ca.as_deref())?;
+        let mut fleet = fleet::validate(knobs, listen, tls.as_ref(), self.tls_client_ca.as_deref())?;
+        if let Some(f) = fleet.as_mut() {
+            f.affinity = affinity(self.llm_prefix_bytes, self.llm_prefix_bound)?;
+        } else if let Some(key) = [("llm_prefix_bytes", self.llm_prefix_bytes.is_some()), ("llm_prefix_bound", self.llm_prefix_bound.is_some())].into_iter().find_map(|(k, set)| set.then_some(k)) {
+            // a home among members needs members
+            return Err(invalid(key, "only meaningful with fleet_listen (the home of a prefix is one of the fleet's members)"));
+        }
         if let Some(f) = &fleet {
             warnings.extend(f.keys.warnings(&f.key_file));
         }
@@ -247,6 +258,26 @@ impl Raw {
             drain_timeout: ms("drain_timeout_ms", self.drain_timeout_ms, 30_000, 0)?,
         })
     }
+}
+
+/// Prefix affinity's knobs (`load = "llm"` and a fleet already checked): None when off.
+fn affinity(bytes: Option<u32>, bound: Option<u32>) -> Result<Option<huntlb_policy::prefix::Affinity>, ConfigError> {
+        use huntlb_policy::prefix::{Affinity, DEFAULT_BOUND, MAX_PREFIX};
+        let bytes = bytes.unwrap_or(0) as usize;
+        if bytes > MAX_PREFIX {
+            return Err(invalid("llm_prefix_bytes", format!("{bytes} is out of range (0, off, to {MAX_PREFIX})")));
+        }
+        if bytes == 0 {
+            if bound.is_some() {
+                return Err(invalid("llm_prefix_bound", "only meaningful with llm_prefix_bytes above 0"));
+            }
+            return Ok(None);
+        }
+        let bound = bound.unwrap_or(DEFAULT_BOUND);
+        if bound > 1_000_000 {
+            return Err(invalid("llm_prefix_bound", format!("{bound} is out of range (0 to 1000000)")));
+        }
+        Ok(Some(Affinity { bytes, bound }))
 }
 
 fn addr(key: &'static str, v: Option<String>, default: &str) -> Result<SocketAddr, ConfigError> {

@@ -62,6 +62,17 @@ pub struct Raw {
     /// one running sequence (docs/llm.md, "The load of a model server") [default: 512].
     #[arg(long)]
     pub llm_prefill_tokens_per_seat: Option<u32>,
+    /// With load=llm and fleet_listen: prefix affinity. An offer's prompt (its
+    /// JSON body, Content-Length at most 1 MiB) is hashed over its first this
+    /// many bytes, and goes to that prefix's home among the members, whose
+    /// prefix cache holds it, while the home is within `llm_prefix_bound` of
+    /// the least loaded (docs/llm.md, "Prefix affinity"); 0 is off [default: 0].
+    #[arg(long)]
+    pub llm_prefix_bytes: Option<u32>,
+    /// With llm_prefix_bytes: the home keeps a prefix while its load is at
+    /// most the least load this agent knows plus this many seats [default: 2].
+    #[arg(long)]
+    pub llm_prefix_bound: Option<u32>,
     /// Path the agent answers itself for health checks [default: /.hunt/health].
     #[arg(long)]
     pub health_path: Option<String>,

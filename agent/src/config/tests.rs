@@ -363,3 +363,32 @@ fn renamed_keys_are_taken_with_a_warning() {
     assert_eq!(c.warnings, ["config key `forward_seen_slack` is deprecated: write `forward_seen_margin` (same meaning)"]);
     std::fs::remove_file(&file).unwrap();
 }
+
+#[test]
+fn prefix_affinity_is_off_by_default_and_only_with_load_llm_and_the_tier() {
+    use huntlb_policy::prefix::{Affinity, DEFAULT_BOUND};
+    let key = std::env::temp_dir().join(format!("huntlb-config-prefix-{}.key", std::process::id()));
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key_path = key.to_string_lossy().into_owned();
+    let tier = |r: &mut Raw| {
+        r.load = Some("llm".into());
+        r.fleet_listen = Some("127.0.0.1:9700".into());
+        r.fleet_peers = Some("127.0.0.2:9700".into());
+        r.fleet_key_file = Some(key_path.clone());
+    };
+    let affinity = |f: &dyn Fn(&mut Raw)| raw(|r| f(r)).unwrap().fleet.unwrap().affinity;
+    assert_eq!(affinity(&tier), None, "off unless asked");
+    assert_eq!(affinity(&|r| { tier(r); r.llm_prefix_bytes = Some(0) }), None, "0 is off");
+    assert_eq!(affinity(&|r| { tier(r); r.llm_prefix_bytes = Some(256) }), Some(Affinity { bytes: 256, bound: DEFAULT_BOUND }));
+    assert_eq!(affinity(&|r| { tier(r); r.llm_prefix_bytes = Some(256); r.llm_prefix_bound = Some(0) }), Some(Affinity { bytes: 256, bound: 0 }));
+    // named, not ignored: out of range, a bound without a prefix, no tier, no load = llm
+    assert_eq!(key_of(raw(|r| { tier(r); r.llm_prefix_bytes = Some(65_537) })), "llm_prefix_bytes");
+    assert_eq!(key_of(raw(|r| { tier(r); r.llm_prefix_bytes = Some(256); r.llm_prefix_bound = Some(1_000_001) })), "llm_prefix_bound");
+    assert_eq!(key_of(raw(|r| { tier(r); r.llm_prefix_bound = Some(1) })), "llm_prefix_bound");
+    assert_eq!(key_of(raw(|r| { r.load = Some("llm".into()); r.llm_prefix_bytes = Some(256) })), "llm_prefix_bytes");
+    assert_eq!(key_of(raw(|r| { r.load = Some("llm".into()); r.llm_prefix_bound = Some(2) })), "llm_prefix_bound");
+    assert_eq!(key_of(raw(|r| { tier(r); r.load = None; r.llm_prefix_bytes = Some(256) })), "llm_prefix_bytes");
+    let parsed: Raw = toml::from_str("llm_prefix_bytes = 512\nllm_prefix_bound = 1").unwrap();
+    assert_eq!((parsed.llm_prefix_bytes, parsed.llm_prefix_bound), (Some(512), Some(1)));
+}

@@ -20,6 +20,11 @@ pub(super) struct Members {
     /// The members' IPs, this agent's own included (`fleet_pass_plain`: only
     /// these may mark a try, and a peer's forward comes from one).
     pub ips: HashSet<IpAddr>,
+    /// Prefix affinity's ranking: every member, this agent first (None), then
+    /// `others`, each with its id (`huntlb_policy::prefix::member_id` of its
+    /// address): every agent ranks the same list, whatever its sample.
+    pub ranked: Vec<Option<SocketAddr>>,
+    pub ids: Vec<u64>,
 }
 
 impl Fleet {
@@ -54,7 +59,9 @@ impl Fleet {
         self.listeners.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
         self.sample.lock().unwrap_or_else(PoisonError::into_inner).retain(|k| set.contains(k));
         let ips = set.iter().map(|a| a.ip().to_canonical()).chain([self.cfg.from.ip().to_canonical()]).collect();
-        *self.members.write().unwrap_or_else(PoisonError::into_inner) = Members { resolved, set, others, ips };
+        let ranked: Vec<Option<SocketAddr>> = std::iter::once(None).chain(others.iter().copied().map(Some)).collect();
+        let ids = ranked.iter().map(|a| huntlb_policy::prefix::member_id(&a.unwrap_or(self.cfg.from).to_string())).collect();
+        *self.members.write().unwrap_or_else(PoisonError::into_inner) = Members { resolved, set, others, ips, ranked, ids };
     }
 
     /// Is `ip` a member's (`fleet_pass_plain`: may it mark a try)?

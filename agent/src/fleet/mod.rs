@@ -382,6 +382,69 @@ impl Fleet {
         }
     }
 
+    /// Where an offer goes when its prompt's prefix hashed to `prefix`
+    /// (prefix affinity, `llm_prefix_bytes`): to the prefix's home among every
+    /// member, when its count is known and within `llm_prefix_bound` of the
+    /// least this agent knows (`huntlb_policy::prefix::home`); else, or with
+    /// no prefix, as [`Fleet::pick`] decides.
+    /// The second value: the offer went to its prefix's home.
+    pub fn pick_for(&self, busy: u32, seen: Option<u32>, prefix: Option<u64>) -> (Pick, bool) {
+        match (prefix, self.cfg.affinity) {
+            (Some(h), Some(a)) => match self.pick_home(busy, h, a.bound) {
+                Some(p) => (p, true),
+                None => (self.pick(busy, seen), false),
+            },
+            _ => (self.pick(busy, seen), false),
+        }
+    }
+
+    /// Is this agent prefix-affine (`llm_prefix_bytes` above 0)? How many bytes of a prompt name its home.
+    pub fn prefix_bytes(&self) -> Option<usize> {
+        self.cfg.affinity.map(|a| a.bytes)
+    }
+
+    /// The home of `prefix`, if its count is known and within `bound` of the
+    /// least: kept here, or forwarded there. None: the ordinary rule decides
+    /// (no peer in view, the home's count unknown, or the home too busy).
+    fn pick_home(&self, busy: u32, prefix: u64, bound: u32) -> Option<Pick> {
+        let now = Instant::now();
+        self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
+        self.fresh();
+        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        // members before peers, never the other way
+        let members = self.members.read().unwrap_or_else(PoisonError::into_inner);
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let dead_after = self.cfg.dead_after;
+        let settle = self.cfg.settle;
+        // What this agent takes a peer to hold, if it is in view.
+        let mut count = |member: &SocketAddr| -> Option<u32> {
+            let p = peers.get_mut(member).filter(|p| p.in_view(now, dead_after))?;
+            while p.sent.front().is_some_and(|t| now.duration_since(*t) > settle) {
+                p.sent.pop_front();
+            }
+            Some(p.count())
+        };
+        // the least count known: this agent's and its sample's view (what `pick` compares with)
+        let view: Vec<u32> = sample.iter().filter_map(&mut count).collect();
+        if view.is_empty() {
+            return None;
+        }
+        let least = view.into_iter().fold(busy, u32::min);
+        // The home's count: its own, or any member heard (its sample's, or one that samples this agent).
+        let i = huntlb_policy::prefix::home(prefix, bound, &members.ids, least, |i| match members.ranked[i] {
+            None => Some(busy),
+            Some(m) => count(&m),
+        })?;
+        let Some(member) = members.ranked[i] else {
+            debug!(busy, least, "offer kept: its prefix's home");
+            return Some(Pick::Keep);
+        };
+        debug!(busy, least, to = %member, "offer forwarded: its prefix's home");
+        let p = peers.get_mut(&member)?;
+        p.sent.push_back(now);
+        Some(Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), self.cfg.peer_port).to_string(), outstanding: p.outstanding.clone() }))
+    }
+
     /// How long a peer has to say it takes a forward (`fleet_commit_ms`).
     pub fn commit(&self) -> Duration {
         self.cfg.commit

@@ -52,6 +52,7 @@ fn cfg(listen: &str, peers: &[&str]) -> FleetConfig {
         resample: Duration::from_secs(60),
         keep: 4,
         pass_plain: false,
+        affinity: None,
     }
 }
 
