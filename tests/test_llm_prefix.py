@@ -1,0 +1,212 @@
+"""Prefix affinity (`llm_prefix_bytes`, docs/llm.md "Prefix affinity"): real
+agents in a forwarding tier beside emulated model servers (`huntlb-llm`). A
+prompt offered at any agent, as several gateways would, is served by its
+prefix's home while the home is within `llm_prefix_bound` of the least loaded
+(counted at the servers, and in the home's prefix cache); past the bound the
+ordinary rule decides; chat bodies have a home too; a body the agent cannot
+read for a prompt goes on as without affinity; a body reaches the server whole
+and once; affinity off is the tier as before; and a client that sends one
+prefix over and over gets its home no more than the bound above the least."""
+
+import http.client
+import json
+import time
+
+from benchlib.llmfleet import llm_metrics
+from harness import OFFER, Backend, binary, request, wait_http, wait_until
+from test_llm import events
+
+SYSTEM = "You are a terse assistant; answer every question in one line. " * 7  # 441 bytes: 6 full KV blocks of 64
+PREFIX = 256  # llm_prefix_bytes: inside SYSTEM, so every question shares it
+BLOCK = 16    # the emulator's KV block, in tokens (4 bytes each)
+JSON = {"content-type": "application/json"}
+
+
+def servers(procs, addrs, n: int = 3, seats: int = 2, prefix: int | None = PREFIX, bound: int | None = None) -> list[Backend]:
+    """n emulated servers (`seats` seats, time scaled by 0.05), each with an
+    agent (load = llm) in one forwarding tier, prefix-affine when `prefix`."""
+    hosts = [addrs.host() for _ in range(n)]
+    peers = ",".join(f"{h}:9700" for h in hosts)
+    out = []
+    for host in hosts:
+        llm = f"{host}:8000"
+        lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--max-num-seqs", str(seats), "--time-scale", "0.05", "--model", "m"])
+        wait_http(llm, "/health", proc=lp)
+        opts = {"load": "llm", "workers": seats, "app_stall_ms": 0, "fleet_listen": f"{host}:9700", "fleet_peers": peers,
+                "fleet_key_file": procs.fleet_key(), "llm_prefix_bytes": prefix, "llm_prefix_bound": bound}
+        ap, agent, admin = procs.agent(host, llm, **{k: v for k, v in opts.items() if v is not None})
+        out.append(Backend(host, llm, agent, admin, lp, ap))
+    wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing the others")
+    return out
+
+
+def offer(b: Backend, body, path: str = "/v1/completions", headers: dict | None = None):
+    """One offer at b's agent, as a gateway sends it: (status, headers, body)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return request(b.agent, "POST", path, headers={**OFFER, **JSON, **(headers or {})}, body=data)
+
+
+def success(bs: list[Backend]) -> list[float]:
+    """Requests each server finished."""
+    return [llm_metrics(b.app)["vllm:request_success_total"] for b in bs]
+
+
+def prefix_outcomes(bs: list[Backend], outcome: str) -> float:
+    return sum(b.metrics().get(f'huntlb_llm_prefix_total{{outcome="{outcome}"}}', 0) for b in bs)
+
+
+def home_of(bs: list[Backend], body: dict) -> Backend:
+    """The agent that serves an offer of `body` made at the first agent."""
+    status, h, _ = offer(bs[0], body)
+    assert status == 200
+    return next(b for b in bs if b.id == h["hunt-served-by"])
+
+
+def hold(b: Backend, n: int) -> list[http.client.HTTPConnection]:
+    """n streams at b's server through its agent (plain tries: kept there), each past its first token."""
+    held = []
+    for i in range(n):
+        host, port = b.agent.rsplit(":", 1)
+        c = http.client.HTTPConnection(host, int(port), timeout=30)
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": f"held {i}", "max_tokens": 100_000, "stream": True}), headers=JSON)
+        r = c.getresponse()
+        assert r.status == 200 and events(r, 1)
+        held.append(c)
+    return held
+
+
+def test_one_prefix_offered_at_every_agent_is_served_by_its_home(procs, addrs):
+    bs = servers(procs, addrs)
+    served = []
+    for i in range(6):
+        status, h, _ = offer(bs[i % 3], {"prompt": SYSTEM + f"question {i}?", "max_tokens": 2})
+        assert status == 200
+        served.append(h["hunt-served-by"])
+    assert len(set(served)) == 1, served
+    home = next(b for b in bs if b.id == served[0])
+    # counted at the servers: every one at the home, once
+    assert success(bs) == [6 if b is home else 0 for b in bs]
+    # the home's prefix cache held the system prompt for the five after the first (6 blocks each)
+    assert llm_metrics(home.app)["vllm:prefix_cache_hits_total"] >= 5 * 6 * BLOCK
+    assert prefix_outcomes(bs, "home") == 6 and prefix_outcomes(bs, "ordinary") == 0
+    # the four offered elsewhere went to the home as forwards, taken there
+    assert sum(b.metrics()['huntlb_forwards_total{outcome="sent"}'] for b in bs) == 4
+    assert home.metrics()['huntlb_forwards_in_total{outcome="taken"}'] == 4
+
+
+def test_a_home_past_the_bound_leaves_its_prefix_to_the_ordinary_rule(procs, addrs):
+    bs = servers(procs, addrs, seats=4, bound=1)
+    body = lambda i: {"prompt": SYSTEM + f"q{i}", "max_tokens": 1}
+    home = home_of(bs, body(0))
+    others = [b for b in bs if b is not home]
+    held = hold(home, 1)
+    try:
+        time.sleep(0.3)  # a few heartbeats (50 ms): every agent has heard the home's count
+        # one above the least (0): within the bound, still the home, wherever offered
+        for i, b in enumerate(bs):
+            status, h, _ = offer(b, body(i + 1))
+            assert (status, h["hunt-served-by"]) == (200, home.id)
+        held += hold(home, 1)
+        time.sleep(0.3)
+        # two above: past the bound; an offer stays where it is offered (the least), and one at the home goes to a least peer
+        before = success(bs)
+        for b in others:
+            status, h, _ = offer(b, body(10))
+            assert (status, h["hunt-served-by"]) == (200, b.id)
+        status, h, _ = offer(home, body(11))
+        assert status == 200 and h["hunt-served-by"] in {b.id for b in others}
+        after = success(bs)
+        assert after[bs.index(home)] == before[bs.index(home)]
+        assert sum(after) - sum(before) == 3  # each once
+        assert prefix_outcomes(bs, "ordinary") == 3
+    finally:
+        for c in held:
+            c.close()
+
+
+def test_a_chat_has_a_home_and_a_body_without_a_prompt_goes_on_as_without_affinity(procs, addrs):
+    bs = servers(procs, addrs)
+    chat = lambda q: {"model": "m", "max_tokens": 2, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]}
+    served = set()
+    for i, b in enumerate(bs):
+        status, h, _ = offer(b, chat(f"question {i}?"), path="/v1/chat/completions")
+        assert status == 200
+        served.add(h["hunt-served-by"])
+    assert len(served) == 1
+    home = next(b for b in bs if b.id in served)
+    assert success(bs) == [3 if b is home else 0 for b in bs]
+    # not JSON: no prompt, decided as without affinity (kept where offered, every server idle); the server says what it got
+    status, h, data = offer(bs[1], b'{"prompt": "unterminated')
+    assert (status, h["hunt-served-by"]) == (400, bs[1].id) and b"not JSON" in data
+    # a token list: JSON, but no prompt the agent hashes
+    status, h, _ = offer(bs[2], {"prompt": [1, 2, 3]})
+    assert h["hunt-served-by"] == bs[2].id
+    assert prefix_outcomes(bs, "none") == 2 and prefix_outcomes(bs, "home") == 3
+
+
+def test_a_body_reaches_the_home_whole_and_once(procs, addrs):
+    bs = servers(procs, addrs)
+    home = home_of(bs, {"prompt": SYSTEM, "max_tokens": 1})
+    elsewhere = next(b for b in bs if b is not home)
+    # 200 kB: several frames, more than a try keeps for a resend (64 KiB); offered away from its home
+    prompt = SYSTEM + "".join(f"line {i:06d}. " for i in range(15_000))
+    tokens0 = [llm_metrics(b.app)["vllm:prompt_tokens_total"] for b in bs]
+    before = success(bs)
+    status, h, _ = offer(elsewhere, {"prompt": prompt, "max_tokens": 1})
+    assert (status, h["hunt-served-by"]) == (200, home.id)
+    tokens = [llm_metrics(b.app)["vllm:prompt_tokens_total"] for b in bs]
+    # the server counts the prompt it parsed: every byte of it (4 a token, rounded up), at the home alone
+    assert [t - t0 for t, t0 in zip(tokens, tokens0)] == [(len(prompt) + 3) // 4 if b is home else 0 for b in bs]
+    assert [a - b0 for a, b0 in zip(success(bs), before)] == [1 if b is home else 0 for b in bs]
+    # a chunked body (no Content-Length) is not read: no affinity, served where offered, whole
+    host, port = elsewhere.agent.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=30)
+    data = json.dumps({"prompt": SYSTEM + "chunked", "max_tokens": 1}).encode()
+    c.request("POST", "/v1/completions", body=iter([data[:100], data[100:]]), headers={**OFFER, **JSON}, encode_chunked=True)
+    r = c.getresponse()
+    assert (r.status, r.getheader("hunt-served-by")) == (200, elsewhere.id)
+    r.read()
+    c.close()
+    assert prefix_outcomes(bs, "home") == 2 and prefix_outcomes(bs, "none") == 0
+
+
+def test_affinity_off_is_the_tier_as_before(procs, addrs):
+    bs = servers(procs, addrs, prefix=None)
+    for i in range(6):
+        status, h, _ = offer(bs[i % 3], {"prompt": SYSTEM + f"question {i}?", "max_tokens": 2})
+        # every agent idle: each keeps what it is offered
+        assert (status, h["hunt-served-by"]) == (200, bs[i % 3].id)
+    assert success(bs) == [2, 2, 2]
+    assert all('huntlb_llm_prefix_total{outcome="home"}' not in b.metrics() for b in bs)
+
+
+def test_a_client_steering_one_prefix_gets_its_home_at_most_the_bound_above_the_least(procs, addrs):
+    """The attacker: every request with one prefix, offered at every agent in
+    turn, each held running. The home takes them only while its count is
+    within the bound of the least: it never holds more than least + bound + 1
+    (the one it took at least + bound), and the rest spread as without affinity."""
+    bound, n = 1, 12
+    bs = servers(procs, addrs, seats=8, bound=bound)
+    held = []
+    try:
+        home = None
+        for i in range(n):
+            b = bs[i % 3]
+            host, port = b.agent.rsplit(":", 1)
+            c = http.client.HTTPConnection(host, int(port), timeout=30)
+            held.append(c)
+            c.request("POST", "/v1/completions", body=json.dumps({"prompt": SYSTEM + f"steer {i}", "max_tokens": 100_000, "stream": True}),
+                      headers={**OFFER, **JSON})
+            r = c.getresponse()
+            assert r.status == 200 and events(r, 1)
+            home = home or next(x for x in bs if x.id == r.getheader("hunt-served-by"))
+            running = [llm_metrics(x.app)["vllm:num_requests_running"] for x in bs]
+            assert sum(running) == i + 1  # each once, and running
+            assert running[bs.index(home)] <= min(running) + bound + 1, running
+            time.sleep(0.1)  # its count reaches every peer before the next offer
+        running = [llm_metrics(x.app)["vllm:num_requests_running"] for x in bs]
+        assert running[bs.index(home)] <= n // 3 + bound + 1, running
+        assert prefix_outcomes(bs, "ordinary") > 0 and prefix_outcomes(bs, "home") >= bound + 1
+    finally:
+        for c in held:
+            c.close()
