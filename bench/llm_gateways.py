@@ -477,7 +477,10 @@ def report(data: dict) -> str:
         p = params(data, w)
         ex = {int(k): v for k, v in (p or {}).get("excluded_reps", {}).items()}
         cal_s = (p or {}).get("calibration", {}).get("seconds")
-        values = {"workload": w, "salting": salting(by_w[w]), **load_values(p), **tables(by_w[w], ex),
+        flags = (p or {}).get("server_flags") or {}
+        servers_note = ("The servers: `huntlb-llm` with " + ", ".join(f"`--{k.replace('_', '-')} {v}`" for k, v in flags.items())
+                        + " (bench/llm_gateways.py, `SERVER_FLAGS`, says why). ") if flags else ""
+        values = {"workload": w, "salting": salting(by_w[w]), "servers_note": servers_note, **load_values(p), **tables(by_w[w], ex),
                   "cal_seconds": "-" if cal_s is None else f"{cal_s:g}"}
         others.append(render(f"{NAME}.workload", values, part=True))
     values = {"machine": data["machine"], "servers": str(SERVERS), "seats": str(SEATS), "time_scale": str(TIME_SCALE), "interval": str(PICKER_INTERVAL_MS),
