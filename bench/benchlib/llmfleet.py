@@ -40,17 +40,19 @@ def served(b: Backend) -> float:
 
 
 def model_fleet(procs: Procs, addrs, n: int, seats: int, time_scale: float, agents: bool = True,
-                policy: str = "dynamic:seen_margin=1") -> list[Backend]:
+                policy: str = "dynamic:seen_margin=1", kv_blocks: int | None = None) -> list[Backend]:
     """n hosts, each an emulated model server with `seats` seats (max_num_seqs)
-    at `time_scale`, and (agents) a huntlb agent beside it, the agents a
-    forwarding tier."""
+    at `time_scale` (and `kv_blocks` KV-cache blocks; None: the emulator's
+    default), and (agents) a huntlb agent beside it, the agents a forwarding
+    tier."""
     hosts = [addrs.host() for _ in range(n)]
     peers = ",".join(f"{h}:9700" for h in hosts)
     out = []
     for host in hosts:
         llm = f"{host}:8000"
+        kv = ["--kv-blocks", str(kv_blocks)] if kv_blocks is not None else []
         lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--time-scale", str(time_scale),
-                                          "--max-num-seqs", str(seats), "--model", "m"])
+                                          "--max-num-seqs", str(seats), "--model", "m", *kv])
         wait_http(llm, "/health", proc=lp)
         if agents:
             ap, agent, admin = procs.agent(host, llm, policy=policy, workers=seats, app_stall_ms=0, fleet_listen=f"{host}:9700",
