@@ -97,7 +97,8 @@ ARMS = {"epp1": ("epp", 1, "envoy"), "epp2": ("epp", 2, "envoy"), "epp4": ("epp"
         "hunt1": ("hunt", 1, "envoy"), "hunt2": ("hunt", 2, "envoy"), "hunt4": ("hunt", 4, "envoy"),
         "ha-lr1": ("lr", 1, "haproxy"), "ha-lr4": ("lr", 4, "haproxy"),
         "ha-hunt1": ("hunt", 1, "haproxy"), "ha-hunt4": ("hunt", 4, "haproxy"),
-        "hunt1t": ("hunt", 1, "envoy"), "hunt2t": ("hunt", 2, "envoy"), "hunt4t": ("hunt", 4, "envoy")}
+        "hunt1t": ("hunt", 1, "envoy"), "hunt2t": ("hunt", 2, "envoy"), "hunt4t": ("hunt", 4, "envoy"),
+        "huntp1": ("hunt", 1, "envoy"), "huntp2": ("hunt", 2, "envoy"), "huntp4": ("hunt", 4, "envoy")}
 BASE = "epp1"
 
 
@@ -106,17 +107,26 @@ BASE = "epp1"
 # second set of agents beside the same servers (benchlib.llmfleet.llm_agents).
 # Run only when --arms names them.
 LLM_LOAD_ARMS = ("hunt1t", "hunt2t", "hunt4t")
+# Hunting arms over agents that weigh prompts and keep a prompt's prefix at
+# its home (`llm_prefix_bytes`: docs/llm.md, "Prefix affinity"), a third set
+# of agents beside the same servers. Run only when --arms names them.
+PREFIX_ARMS = ("huntp1", "huntp2", "huntp4")
+# llm_prefix_bytes: 64 tokens, inside every shared-prefix system prompt (2,048
+# tokens) and past what tells two apart (its group's number, in the first 32
+# bytes); llm_prefix_bound: the agent's default (None)
+PREFIX_BYTES, PREFIX_BOUND = 256, None
 
 
 def one_of_kind(arm: str) -> str:
-    """The 1-gateway arm of an arm's kind and proxy (hunt4 -> hunt1, hunt4t -> hunt1t)."""
+    """The 1-gateway arm of an arm's kind and proxy (hunt4 -> hunt1, hunt4t -> hunt1t, huntp4 -> huntp1)."""
     t = "t" if arm in LLM_LOAD_ARMS else ""
     return arm.removesuffix(t).rstrip("0123456789") + "1" + t
 
 
-def fleet_of(arm: str, fleet, llm_fleet):
-    """The agents an arm's gateways reach: the load = llm ones for LLM_LOAD_ARMS."""
-    return llm_fleet if arm in LLM_LOAD_ARMS else fleet
+def fleet_of(arm: str, fleet, llm_fleet, prefix_fleet=None):
+    """The agents an arm's gateways reach: the load = llm ones for
+    LLM_LOAD_ARMS, the prefix-affine ones for PREFIX_ARMS."""
+    return llm_fleet if arm in LLM_LOAD_ARMS else prefix_fleet if arm in PREFIX_ARMS else fleet
 # GIE's 50-ms scrape interval, on the emulator's clock: at TIME_SCALE every
 # duration of the model is shorter, and so is the picker's wait for news
 PICKER_INTERVAL_MS = round(50 * TIME_SCALE)
@@ -393,9 +403,11 @@ def tables(every: list[dict], excluded: dict[int, str]) -> dict:
     versus = []
     for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and a in have]:
         _, n, proxy = ARMS[arm]
-        # a load = llm arm also against the same gateways over load = inflight agents (hunt4t / hunt4)
+        # a load = llm arm also against the same gateways over load = inflight agents (hunt4t / hunt4),
+        # a prefix-affine one against both (huntp4 / hunt4, huntp4 / hunt4t)
         others = [o for o in ARMS if ARMS[o][0] in ("lr", "epp") and ARMS[o][1] == n and o in have
-                  and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")] + [o for o in [arm.removesuffix("t")] if arm in LLM_LOAD_ARMS and o in have]
+                  and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")] + [o for o in [arm.removesuffix("t")] if arm in LLM_LOAD_ARMS and o in have] \
+            + [o for o in (f"hunt{n}", f"hunt{n}t") if arm in PREFIX_ARMS and o in have]
         for other in others:
             cells = [fmt_ratio(ratios(runs, arm, k, other)) for k in KEYS]
             versus.append(f"| {arm} / {other} | " + " | ".join(cells) + " |")
@@ -497,7 +509,7 @@ def load_data(out: Path = RESULTS) -> dict | None:
     return rundata.read(p) if p.exists() else None
 
 
-def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, out: Path, llm_fleet=None) -> None:
+def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, out: Path, llm_fleet=None, prefix_fleet=None) -> None:
     """One run per arm at each load step, on one workload (the module's
     docstring: the SLO rate, and its bound)."""
     w = a.workload
@@ -511,7 +523,7 @@ def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, o
             # one seed at every step: the same requests, closer together as
             # the rate grows; the salt names the step, so no step finds an
             # earlier step's prompts cached
-            res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
+            res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
                           tag=f"-sweep{k}", salt=f"{arm}-s{k}")
             res["rho"] = rho
             sw["runs"] = [r for r in sw["runs"] if not (r["arm"] == arm and r["rho"] == rho)] + [res]
@@ -533,8 +545,9 @@ def main() -> int:
     ap.add_argument("--first-rep", type=int, default=0)
     ap.add_argument("--rho", type=float, default=0.85, help="load, as a fraction of the fleet's calibrated throughput")
     ap.add_argument("--seconds", type=float, default=None, help="seconds of arrivals a run (40; a sweep's step 20)")
-    ap.add_argument("--arms", default=",".join(a for a in ARMS if a not in LLM_LOAD_ARMS),
-                    help=f"arms to run, comma separated (default: all but {', '.join(LLM_LOAD_ARMS)}, the hunting arms over load = llm agents)")
+    ap.add_argument("--arms", default=",".join(a for a in ARMS if a not in LLM_LOAD_ARMS + PREFIX_ARMS),
+                    help=f"arms to run, comma separated (default: all but {', '.join(LLM_LOAD_ARMS + PREFIX_ARMS)}, "
+                         "the hunting arms over load = llm agents, and over prefix-affine ones)")
     ap.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=list(WORKLOADS), help="huntlb-llmload's workload")
     ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput on the workload again (else the data's); "
                     "the workload's runs at the old rate go")
@@ -561,6 +574,8 @@ def main() -> int:
     try:
         fleet = model_fleet(procs, addrs, SERVERS, SEATS, TIME_SCALE, **SERVER_FLAGS.get(w, {}))
         llm_fleet = llm_agents(procs, fleet, SEATS) if any(x in LLM_LOAD_ARMS for x in arms) else None
+        prefix_fleet = (llm_agents(procs, fleet, SEATS, prefix_bytes=PREFIX_BYTES, prefix_bound=PREFIX_BOUND)
+                        if any(x in PREFIX_ARMS for x in arms) else None)
         if data is None:
             data = {"machine": machine(), "runs": []}
         if params(data, w) is None or a.calibrate:
@@ -574,7 +589,7 @@ def main() -> int:
                 data.setdefault("workloads", {})[w] = {"calibration": cal}
         p = params(data, w)
         if a.sweep:
-            sweep(a, data, work, addrs, fleet, arms, hr, a.out, llm_fleet)
+            sweep(a, data, work, addrs, fleet, arms, hr, a.out, llm_fleet, prefix_fleet)
         else:
             p["rho"], p["seconds"] = a.rho, a.seconds
             if w != DEFAULT_WORKLOAD:
@@ -585,7 +600,7 @@ def main() -> int:
                 # the arms' order turns with the repetition: none always runs first
                 order = arms[rep % len(arms):] + arms[:rep % len(arms)]
                 for arm in order:
-                    res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet), arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
+                    res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet), arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
                     data["runs"] = [r for r in data["runs"] if not (workload_of(r) == w and r["rep"] == rep and r["arm"] == arm)] + [res]
                     rundata.write(data_path(NAME, a.out), data)
     finally:

@@ -210,3 +210,29 @@ def test_a_client_steering_one_prefix_gets_its_home_at_most_the_bound_above_the_
     finally:
         for c in held:
             c.close()
+
+
+def test_the_bench_arms_over_prefix_affine_agents_run_them(procs, addrs):
+    # bench/llm_gateways.py's huntp1/huntp2/huntp4: the tier fronts over a third
+    # set of agents beside the same servers, prefix-affine (benchlib.llmfleet.llm_agents)
+    import llm_gateways as bench
+    from benchlib.llmfleet import gateways, llm_agents, model_fleet
+    assert set(bench.PREFIX_ARMS) <= set(bench.ARMS) and bench.one_of_kind("huntp4") == "huntp1"
+    fleet = model_fleet(procs, addrs, 3, 4, 0.1)
+    llm = llm_agents(procs, fleet, 4)
+    prefix = llm_agents(procs, fleet, 4, prefix_bytes=bench.PREFIX_BYTES, prefix_bound=bench.PREFIX_BOUND)
+    assert bench.fleet_of("huntp2", fleet, llm, prefix) is prefix and bench.fleet_of("hunt2t", fleet, llm, prefix) is llm
+    assert bench.fleet_of("hunt2", fleet, llm, prefix) is fleet
+    assert {a.agent for a in prefix}.isdisjoint(a.agent for a in llm + fleet)
+    kind, n, proxy = bench.ARMS["huntp2"]
+    g0, g1 = gateways(procs, addrs, bench.fleet_of("huntp2", fleet, llm, prefix), kind, n, proxy)  # as run_arm builds them
+    before = success(fleet)
+    for i in range(6):
+        status, _, _ = request((g0, g1)[i % 2].target, "POST", "/v1/completions", headers=JSON,
+                               body=json.dumps({"prompt": SYSTEM + f"question {i}", "max_tokens": 2}).encode())
+        assert status == 200
+    # both gateways' requests, one system prompt: one server served them all, through the prefix-affine agents
+    assert sorted(a - b for a, b in zip(success(fleet), before)) == [0, 0, 6]
+    assert prefix_outcomes(prefix, "home") == 6
+    through = "huntlb_request_duration_seconds_count"
+    assert sum(x.metrics()[through] for x in llm + fleet) == 0

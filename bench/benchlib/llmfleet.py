@@ -69,35 +69,42 @@ def model_fleet(procs: Procs, addrs, n: int, seats: int, time_scale: float, agen
 # The ports of the second set of agents (`llm_agents`): beside the same
 # servers as model_fleet's, on ports of their own, a tier of their own.
 LLM_AGENT_PORTS = {"listen": 8081, "admin": 9911, "fleet": 9701}
+# The third set (`llm_agents(..., prefix_bytes=...)`): prefix-affine, beside
+# the same servers again, on ports and in a tier of their own.
+PREFIX_AGENT_PORTS = {"listen": 8082, "admin": 9912, "fleet": 9702}
 
 
 def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dynamic:seen_margin=1",
-               tokens_per_seat: int | None = None, bytes_per_token: int | None = None) -> list[Backend]:
+               tokens_per_seat: int | None = None, bytes_per_token: int | None = None,
+               prefix_bytes: int | None = None, prefix_bound: int | None = None) -> list[Backend]:
     """A second set of agents beside the same model servers as `fleet`, with
     load = "llm" (requests in flight plus the prompts waiting for prefill, in
     seats: docs/llm.md), on LLM_AGENT_PORTS and in a forwarding tier of their
     own, so a bench's arms over them run on the very servers, and requests,
     of the arms over `fleet`'s agents. `tokens_per_seat` and
-    `bytes_per_token` None: the agent's defaults."""
-    ports = LLM_AGENT_PORTS
+    `bytes_per_token` None: the agent's defaults. With `prefix_bytes`: prefix
+    affinity on (`llm_prefix_bytes`, and `llm_prefix_bound` unless None), a
+    set of its own on PREFIX_AGENT_PORTS."""
+    ports, name = (PREFIX_AGENT_PORTS, "prefix") if prefix_bytes else (LLM_AGENT_PORTS, "llm")
     peers = ",".join(f"{b.host}:{ports['fleet']}" for b in fleet)
     out = []
     for b in fleet:
         listen, admin = f"{b.host}:{ports['listen']}", f"{b.host}:{ports['admin']}"
         opts = {"load": "llm", "workers": seats, "policy": policy, "app_stall_ms": 0, "fleet_listen": f"{b.host}:{ports['fleet']}",
                 "fleet_peers": peers, "fleet_key_file": procs.fleet_key(),
-                "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token}
+                "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
+                "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound}
         argv = [binary("huntlb-agent"), "--listen", listen, "--admin", admin, "--app", b.app]
         for k, v in opts.items():
             if v is not None:
                 argv += [f"--{k.replace('_', '-')}", str(v)]
         # a name of its own: procs.agent's would share model_fleet's agent's log
-        p = procs.start(f"agent-llm-{b.host}", argv)
+        p = procs.start(f"agent-{name}-{b.host}", argv)
         wait_http(admin, "/metrics", proc=p)
         out.append(Backend(b.host, b.app, listen, admin, b.app_proc, p))
     if len(out) > 1:
         wait_until(lambda: all(a.metrics()["huntlb_fleet_peers"] == len(out) - 1 for a in out), timeout=20,
-                   what="every load = llm agent hearing the others")
+                   what=f"every {name} agent hearing the others")
     return out
 
 
