@@ -187,5 +187,14 @@ mod tests {
             }
             println!("{kb} KiB body: {:.1} us an offer", at.elapsed().as_secs_f64() * 1e6 / n as f64);
         }
+        for members in [10usize, 100, 1000] {
+            let ids: Vec<u64> = (0..members).map(|i| huntlb_policy::prefix::member_id(&format!("10.0.{}.{}:9700", i / 250, i % 250))).collect();
+            let n = 2_000_000 / members;
+            let at = std::time::Instant::now();
+            for p in 0..n as u64 {
+                std::hint::black_box(huntlb_policy::prefix::rank(std::hint::black_box(p), &ids));
+            }
+            println!("{members} members: {:.2} us to rank an offer's home", at.elapsed().as_secs_f64() * 1e6 / n as f64);
+        }
     }
 }
