@@ -91,8 +91,8 @@ struct State {
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
 impl State {
-    /// The endpoint to send a request of this body to (None: the prefix
-    /// scorer is off, or the body was not read).
+    /// The endpoint to send a request to; `body` is its body as the check
+    /// carried it (None when not read: the prefix scorer off).
     fn choose(&self, body: Option<&[u8]>) -> Option<&Endpoint> {
         let now = Instant::now();
         let c: Vec<Option<Scrape>> = self
