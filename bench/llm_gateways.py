@@ -17,6 +17,10 @@ For each gateway count N (1, 2 and 4), three arms (issue 43's matrix):
   default scoring, 50 ms scrapes), straight to the servers; epp1 is what
   users run today (GIE's one active EPP), the ideal a fleet of gateways is
   held to;
+* epppN (run only when --arms names them): eppN with GIE's
+  prefix-cache-scorer too (`huntlb-epp --prefix-scorer`, weight 3; Envoy
+  sends it each request's body), each gateway's picker its own prefix index
+  as GIE runs one EPP per gateway: the strongest picker on shared-prefix;
 * huntN: N huntlb tier fronts (envoy-filter/examples/front-tier.yaml:
   Envoy's least-request plus hunt-pass) over the agents;
 
@@ -93,6 +97,7 @@ DEFAULT_WORKLOAD = "sharegpt"
 SLO_P90_MS = 500.0
 # arm -> (kind, gateways, proxy), in the order the report lists them
 ARMS = {"epp1": ("epp", 1, "envoy"), "epp2": ("epp", 2, "envoy"), "epp4": ("epp", 4, "envoy"),
+        "eppp1": ("eppp", 1, "envoy"), "eppp2": ("eppp", 2, "envoy"), "eppp4": ("eppp", 4, "envoy"),
         "lr1": ("lr", 1, "envoy"), "lr2": ("lr", 2, "envoy"), "lr4": ("lr", 4, "envoy"),
         "hunt1": ("hunt", 1, "envoy"), "hunt2": ("hunt", 2, "envoy"), "hunt4": ("hunt", 4, "envoy"),
         "ha-lr1": ("lr", 1, "haproxy"), "ha-lr4": ("lr", 4, "haproxy"),
@@ -115,6 +120,9 @@ PREFIX_ARMS = ("huntp1", "huntp2", "huntp4")
 # tokens) and past what tells two apart (its group's number, in the first 32
 # bytes); llm_prefix_bound: the agent's default (None)
 PREFIX_BYTES, PREFIX_BOUND = 256, None
+# The pickers with GIE's prefix-cache-scorer: run only when --arms names them.
+PREFIX_EPP_ARMS = ("eppp1", "eppp2", "eppp4")
+PICKERS = ("epp", "eppp")
 
 
 def one_of_kind(arm: str) -> str:
@@ -327,8 +335,8 @@ def verdicts(runs: list[dict]) -> list[str]:
             out.append(f"* {arm} / {one}, TTFT {k.split('_')[1]}: {med:.3f}, {which} up to {up:.3f}: {held}")
     for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and a in have]:
         _, n, proxy = ARMS[arm]
-        for other in [o for o in ARMS if ARMS[o][0] in ("lr", "epp") and ARMS[o][1] == n and o in have
-                      and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")]:
+        for other in [o for o in ARMS if ARMS[o][0] in ("lr", *PICKERS) and ARMS[o][1] == n and o in have
+                      and (ARMS[o][2] == proxy or ARMS[o][0] in PICKERS)]:
             cells = []
             for k in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_mean_ms"):
                 xs = ratios(runs, arm, k, other)
@@ -405,8 +413,8 @@ def tables(every: list[dict], excluded: dict[int, str]) -> dict:
         _, n, proxy = ARMS[arm]
         # a load = llm arm also against the same gateways over load = inflight agents (hunt4t / hunt4),
         # a prefix-affine one against both (huntp4 / hunt4, huntp4 / hunt4t)
-        others = [o for o in ARMS if ARMS[o][0] in ("lr", "epp") and ARMS[o][1] == n and o in have
-                  and (ARMS[o][2] == proxy or ARMS[o][0] == "epp")] + [o for o in [arm.removesuffix("t")] if arm in LLM_LOAD_ARMS and o in have] \
+        others = [o for o in ARMS if ARMS[o][0] in ("lr", *PICKERS) and ARMS[o][1] == n and o in have
+                  and (ARMS[o][2] == proxy or ARMS[o][0] in PICKERS)] + [o for o in [arm.removesuffix("t")] if arm in LLM_LOAD_ARMS and o in have] \
             + [o for o in (f"hunt{n}", f"hunt{n}t") if arm in PREFIX_ARMS and o in have]
         for other in others:
             cells = [fmt_ratio(ratios(runs, arm, k, other)) for k in KEYS]
@@ -545,9 +553,10 @@ def main() -> int:
     ap.add_argument("--first-rep", type=int, default=0)
     ap.add_argument("--rho", type=float, default=0.85, help="load, as a fraction of the fleet's calibrated throughput")
     ap.add_argument("--seconds", type=float, default=None, help="seconds of arrivals a run (40; a sweep's step 20)")
-    ap.add_argument("--arms", default=",".join(a for a in ARMS if a not in LLM_LOAD_ARMS + PREFIX_ARMS),
-                    help=f"arms to run, comma separated (default: all but {', '.join(LLM_LOAD_ARMS + PREFIX_ARMS)}, "
-                         "the hunting arms over load = llm agents, and over prefix-affine ones)")
+    ap.add_argument("--arms", default=",".join(a for a in ARMS if a not in LLM_LOAD_ARMS + PREFIX_ARMS + PREFIX_EPP_ARMS),
+                    help=f"arms to run, comma separated (default: all but {', '.join(LLM_LOAD_ARMS)}, the hunting arms over load = llm agents, "
+                         f"{', '.join(PREFIX_ARMS)}, the hunting arms over prefix-affine agents, "
+                         f"and {', '.join(PREFIX_EPP_ARMS)}, the pickers with GIE's prefix-cache-scorer)")
     ap.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=list(WORKLOADS), help="huntlb-llmload's workload")
     ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput on the workload again (else the data's); "
                     "the workload's runs at the old rate go")

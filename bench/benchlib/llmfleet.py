@@ -108,17 +108,28 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
     return out
 
 
-def start_picker(procs: Procs, host: str, servers: list[str], interval_ms: int = 50, seed: int = 1) -> tuple[Proc, str]:
-    """huntlb-epp on host:9002 over the model servers (ip:port each)."""
+def start_picker(procs: Procs, host: str, servers: list[str], interval_ms: int = 50, seed: int = 1,
+                 prefix: bool = False) -> tuple[Proc, str]:
+    """huntlb-epp on host:9002 over the model servers (ip:port each); with
+    GIE's prefix-cache-scorer if `prefix`."""
     addr = f"{host}:9002"
     p = procs.start(f"epp-{host}", [binary("huntlb-epp"), "--listen", addr, "--server", ",".join(servers),
-                                     "--interval-ms", str(interval_ms), "--seed", str(seed)])
+                                     "--interval-ms", str(interval_ms), "--seed", str(seed)] + (["--prefix-scorer"] if prefix else []))
     wait_http(addr, "/.epp/metrics", proc=p)
     return p, addr
 
 
-def epp_gateway_config(listen: str, admin: str, picker: str) -> dict:
-    """bench/configs/epp-gateway.yaml pointed at these addresses."""
+# What Envoy sends the picker of each request's body when it scores prefixes
+# (ext_authz's with_request_body): up to 1 MiB (Envoy's default per-connection
+# buffer), a longer body cut there and still checked (allow_partial_message,
+# no 413), which the picker cannot parse: no prefix score. The shared-prefix
+# workload's bodies are about 9 KB.
+WITH_REQUEST_BODY = {"max_request_bytes": 1 << 20, "allow_partial_message": True}
+
+
+def epp_gateway_config(listen: str, admin: str, picker: str, with_body: bool = False) -> dict:
+    """bench/configs/epp-gateway.yaml pointed at these addresses; the check
+    carrying the request's body if `with_body`."""
     cfg = yaml.safe_load(EPP_GATEWAY.read_text())
     cfg["admin"]["address"] = sock(admin)
     lst = cfg["static_resources"]["listeners"][0]
@@ -126,6 +137,8 @@ def epp_gateway_config(listen: str, admin: str, picker: str) -> dict:
     for f in lst["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]:
         if f["name"] == "envoy.filters.http.ext_authz":
             f["typed_config"]["http_service"]["server_uri"]["uri"] = f"http://{picker}"
+            if with_body:
+                f["typed_config"]["with_request_body"] = dict(WITH_REQUEST_BODY)
     epp = [c for c in cfg["static_resources"]["clusters"] if c["name"] == "epp"][0]
     epp["load_assignment"]["endpoints"][0]["lb_endpoints"] = [{"endpoint": {"address": sock(picker)}}]
     return cfg
@@ -134,11 +147,12 @@ def epp_gateway_config(listen: str, admin: str, picker: str) -> dict:
 class EppGateway:
     """One Envoy and its own picker over the model servers."""
 
-    def __init__(self, procs: Procs, addrs, servers: list[str], interval_ms: int = 50, seed: int = 1, concurrency: int = 1):
+    def __init__(self, procs: Procs, addrs, servers: list[str], interval_ms: int = 50, seed: int = 1, concurrency: int = 1,
+                 prefix: bool = False):
         host = addrs.host()
-        self.picker_proc, self.picker = start_picker(procs, host, servers, interval_ms, seed)
+        self.picker_proc, self.picker = start_picker(procs, host, servers, interval_ms, seed, prefix)
         self.listen, self.admin = f"{host}:10000", f"{host}:9902"
-        self.proc = start_envoy(procs, f"epp-gateway-{host}", epp_gateway_config(self.listen, self.admin, self.picker),
+        self.proc = start_envoy(procs, f"epp-gateway-{host}", epp_gateway_config(self.listen, self.admin, self.picker, prefix),
                                 concurrency=concurrency)
         # the picker has scraped every server once
         wait_until(lambda: self.picker_stats()["huntlb_epp_scrapes_total"] >= 2 * len(servers), what="the picker scraping")
@@ -186,13 +200,16 @@ def gateways(procs: Procs, addrs, fleet: list[Backend], kind: str, n: int, proxy
       straight to the model servers, so no agent is in the path: Envoy's
       FULL_SCAN least-request, or HAProxy's leastconn, health-checking each
       server's /health;
-    * "epp": Envoy with its own picker, straight to the servers (Envoy only).
+    * "epp": Envoy with its own picker, straight to the servers (Envoy only);
+    * "eppp": the same, the picker scoring prefixes too (GIE's
+      prefix-cache-scorer; Envoy sends it the body).
 
     Envoy runs one worker, HAProxy one thread (nbthread 1)."""
-    if kind == "epp":
+    if kind in ("epp", "eppp"):
         if proxy != "envoy":
             raise ValueError("the EPP gateway is Envoy's (ext_authz)")
-        gws = [EppGateway(procs, addrs, [b.app for b in fleet], interval_ms=interval_ms, seed=seed + i) for i in range(n)]
+        gws = [EppGateway(procs, addrs, [b.app for b in fleet], interval_ms=interval_ms, seed=seed + i, prefix=kind == "eppp")
+               for i in range(n)]
         return [Gateway(g.listen, [g.proc.pid, g.picker_proc.pid], g, g.proc) for g in gws]
     if kind not in ("hunt", "lr"):
         raise ValueError(f"no gateway kind {kind!r}")

@@ -8,14 +8,20 @@
 //! `x-gateway-destination-endpoint: ip:port`, the endpoint its scores rank
 //! first; 503 when no server has a fresh scrape (`x-epp-error` says so). GIE's EPP speaks ext_proc
 //! (gRPC) and reads the body too; an HTTP check keeps the same round trip per
-//! request without gRPC's protos. Its own counters: `GET /.epp/metrics`.
+//! request without gRPC's protos. With `--prefix-scorer` it scores GIE's
+//! prefix-cache-scorer too, from the body the check carries (Envoy's
+//! `with_request_body`; at most MAX_BODY read, a longer one not parsed) and
+//! records each pick in its prefix index. Its own counters: `GET /.epp/metrics`.
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use clap::Parser;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Empty, Full};
-use huntlb_instruments::epp::{parse_metrics, pick, Scrape};
+use http_body_util::{BodyExt, Empty, Full, Limited};
+use huntlb_instruments::epp::{
+    hash_prompt, parse_metrics, pick_with, prefix_scores, user_input, PrefixIndex, Scrape, CHARS_PER_TOKEN, DEFAULT_BLOCK_SIZE_TOKENS,
+    MAX_PREFIX_BLOCKS,
+};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -50,7 +56,15 @@ struct Args {
     /// Seed of the random tie-break.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Score GIE's prefix-cache-scorer (weight 3) from the request body the
+    /// check carries, and record each pick in the prefix index.
+    #[arg(long)]
+    prefix_scorer: bool,
 }
+
+/// Largest check body read (the bench's Envoys send at most 1 MiB:
+/// bench/benchlib/llmfleet.py's WITH_REQUEST_BODY): past it, no prefix score.
+const MAX_BODY: usize = 4 << 20;
 
 struct Endpoint {
     addr: SocketAddr,
@@ -67,35 +81,71 @@ struct State {
     scrape_errors: AtomicU64,
     scrape_bytes: AtomicU64,
     no_endpoint: AtomicU64,
+    /// GIE's prefix index, when --prefix-scorer.
+    prefix: Option<Mutex<PrefixIndex>>,
+    prefix_unparsed: AtomicU64,
+    prefix_blocks: AtomicU64,
+    prefix_blocks_matched: AtomicU64,
 }
 
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
 impl State {
-    fn choose(&self) -> Option<&Endpoint> {
+    /// The endpoint to send a request to; `body` is its body as the check
+    /// carried it (None when not read: the prefix scorer off).
+    fn choose(&self, body: Option<&[u8]>) -> Option<&Endpoint> {
         let now = Instant::now();
         let c: Vec<Option<Scrape>> = self
             .eps
             .iter()
             .map(|e| e.last.lock().expect("scrape").filter(|(_, at)| now.duration_since(*at) <= self.stale).map(|(s, _)| s))
             .collect();
-        let i = pick(&c, &mut *self.rng.lock().expect("rng"))?;
+        let Some(ix) = &self.prefix else {
+            let i = pick_with(&c, &[], &mut *self.rng.lock().expect("rng"))?;
+            return Some(&self.eps[i]);
+        };
+        // GIE's AutoTune: the block size the first candidate's server reports
+        let block_tokens = match c.iter().flatten().next() {
+            Some(s) if s.block_size > 0 => s.block_size as usize,
+            _ => DEFAULT_BLOCK_SIZE_TOKENS,
+        };
+        let hashes = match body.and_then(user_input) {
+            Some((model, salt, input)) => hash_prompt(&model, &salt, &input, block_tokens * CHARS_PER_TOKEN, MAX_PREFIX_BLOCKS),
+            None => {
+                self.prefix_unparsed.fetch_add(1, Ordering::Relaxed);
+                Vec::new()
+            }
+        };
+        let mut ix = ix.lock().expect("prefix index");
+        let matched = ix.matched(&hashes);
+        let i = pick_with(&c, &prefix_scores(&matched, hashes.len()), &mut *self.rng.lock().expect("rng"))?;
+        // GIE's PreRequest: the picked server holds these blocks now, its LRU
+        // as large as its KV cache when it says (AutoTune)
+        ix.record(&hashes, i, c[i].map_or(0, |s| s.num_gpu_blocks as usize));
+        self.prefix_blocks.fetch_add(hashes.len() as u64, Ordering::Relaxed);
+        self.prefix_blocks_matched.fetch_add(matched[i] as u64, Ordering::Relaxed);
         Some(&self.eps[i])
     }
 
-    fn answer(&self, path: &str) -> Response<Body> {
+    fn answer(&self, path: &str, body: Option<&[u8]>) -> Response<Body> {
         if path == "/.epp/metrics" {
             let mut s = String::new();
             s.push_str(&format!("huntlb_epp_scrapes_total {}\n", self.scrapes.load(Ordering::Relaxed)));
             s.push_str(&format!("huntlb_epp_scrape_errors_total {}\n", self.scrape_errors.load(Ordering::Relaxed)));
             s.push_str(&format!("huntlb_epp_scrape_bytes_total {}\n", self.scrape_bytes.load(Ordering::Relaxed)));
             s.push_str(&format!("huntlb_epp_no_endpoint_total {}\n", self.no_endpoint.load(Ordering::Relaxed)));
+            if self.prefix.is_some() {
+                // GIE's prefix_indexer_hit_ratio in blocks: matched at the picked server over the prompts'
+                s.push_str(&format!("huntlb_epp_prefix_unparsed_total {}\n", self.prefix_unparsed.load(Ordering::Relaxed)));
+                s.push_str(&format!("huntlb_epp_prefix_blocks_total {}\n", self.prefix_blocks.load(Ordering::Relaxed)));
+                s.push_str(&format!("huntlb_epp_prefix_blocks_matched_total {}\n", self.prefix_blocks_matched.load(Ordering::Relaxed)));
+            }
             for e in &self.eps {
                 s.push_str(&format!("huntlb_epp_picks_total{{endpoint=\"{}\"}} {}\n", e.addr, e.picked.load(Ordering::Relaxed)));
             }
             return Response::new(Full::new(Bytes::from(s)).boxed_unsync());
         }
-        match self.choose() {
+        match self.choose(body) {
             Some(e) => {
                 e.picked.fetch_add(1, Ordering::Relaxed);
                 let mut r = Response::new(Empty::new().boxed_unsync());
@@ -163,12 +213,17 @@ async fn main() -> anyhow::Result<()> {
         scrape_errors: AtomicU64::new(0),
         scrape_bytes: AtomicU64::new(0),
         no_endpoint: AtomicU64::new(0),
+        prefix: a.prefix_scorer.then(|| Mutex::new(PrefixIndex::new(a.servers.len()))),
+        prefix_unparsed: AtomicU64::new(0),
+        prefix_blocks: AtomicU64::new(0),
+        prefix_blocks_matched: AtomicU64::new(0),
     });
     for i in 0..st.eps.len() {
         tokio::spawn(scrape_loop(st.clone(), i, Duration::from_millis(a.interval_ms)));
     }
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("--listen {}", a.listen))?;
-    eprintln!("huntlb-epp listening on {}, {} model servers scraped every {} ms", a.listen, st.eps.len(), a.interval_ms);
+    eprintln!("huntlb-epp listening on {}, {} model servers scraped every {} ms{}", a.listen, st.eps.len(), a.interval_ms,
+              if a.prefix_scorer { ", prefix-cache-scorer on" } else { "" });
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -183,7 +238,16 @@ async fn main() -> anyhow::Result<()> {
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let st = st.clone();
-                async move { Ok::<_, std::convert::Infallible>(st.answer(req.uri().path())) }
+                async move {
+                    let path = req.uri().path().to_string();
+                    if st.prefix.is_none() || path == "/.epp/metrics" {
+                        return Ok::<_, std::convert::Infallible>(st.answer(&path, None));
+                    }
+                    // the client's body as Envoy forwards it: untrusted, bounded; one
+                    // that fails to arrive whole is no prompt (scores 0), still answered
+                    let body = Limited::new(req.into_body(), MAX_BODY).collect().await.ok().map(|b| b.to_bytes());
+                    Ok(st.answer(&path, Some(body.as_deref().unwrap_or(b""))))
+                }
             });
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
         });

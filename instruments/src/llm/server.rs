@@ -57,6 +57,7 @@ pub struct Llm {
     wake: Notify,
     next_id: AtomicU64,
     model: String,
+    kv_blocks: u32,
 }
 
 impl Llm {
@@ -64,6 +65,7 @@ impl Llm {
         let model = cfg.model.clone();
         let cfg = cfg.scaled();
         let overhead = cfg.prefill_overhead;
+        let kv_blocks = cfg.kv_blocks;
         let inner = Inner {
             engine: Engine::new(cfg),
             streams: HashMap::new(),
@@ -73,7 +75,7 @@ impl Llm {
             ttft_n: 0,
             success: 0,
         };
-        Arc::new(Llm { inner: Mutex::new(inner), overhead, wake: Notify::new(), next_id: AtomicU64::new(1), model })
+        Arc::new(Llm { inner: Mutex::new(inner), overhead, wake: Notify::new(), next_id: AtomicU64::new(1), model, kv_blocks })
     }
 
     /// The engine's clock: a step, then its duration, then its tokens out.
@@ -209,6 +211,13 @@ impl Llm {
         put("vllm:request_success_total", "counter", g.success.to_string());
         put("huntlb_llm_refused_total", "counter", c.refused.to_string());
         put("huntlb_llm_aborted_total", "counter", c.aborted.to_string());
+        // vLLM's cache config, as labels of a gauge of 1 (what GIE's AutoTune
+        // sizes its prefix index by: block_size, num_gpu_blocks)
+        s.push_str(&format!(
+            "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\"}} 1.0\n",
+            super::engine::BLOCK_TOKENS,
+            self.kv_blocks
+        ));
         s.push_str("# TYPE vllm:time_to_first_token_seconds histogram\n");
         for (b, n) in TTFT_BUCKETS.iter().zip(g.ttft_counts.iter()) {
             s.push_str(&format!("vllm:time_to_first_token_seconds_bucket{{{m},le=\"{b}\"}} {n}\n"));
