@@ -94,6 +94,14 @@ def test_one_prefix_offered_at_every_agent_is_served_by_its_home(procs, addrs):
     assert home.metrics()['huntlb_forwards_in_total{outcome="taken"}'] == 4
 
 
+def settled(bs: list[Backend], home: Backend, n: int) -> None:
+    """The home's load n and every other's 0 (a finished request's slot goes
+    just after its client has the last byte), then a few heartbeats (50 ms):
+    every agent has heard them."""
+    wait_until(lambda: [b.metrics()["huntlb_busy"] for b in bs] == [n if b is home else 0 for b in bs], what=f"the home at {n}, the others idle")
+    time.sleep(0.3)
+
+
 def test_a_home_past_the_bound_leaves_its_prefix_to_the_ordinary_rule(procs, addrs):
     bs = servers(procs, addrs, seats=4, bound=1)
     body = lambda i: {"prompt": SYSTEM + f"q{i}", "max_tokens": 1}
@@ -101,18 +109,19 @@ def test_a_home_past_the_bound_leaves_its_prefix_to_the_ordinary_rule(procs, add
     others = [b for b in bs if b is not home]
     held = hold(home, 1)
     try:
-        time.sleep(0.3)  # a few heartbeats (50 ms): every agent has heard the home's count
         # one above the least (0): within the bound, still the home, wherever offered
         for i, b in enumerate(bs):
+            settled(bs, home, 1)
             status, h, _ = offer(b, body(i + 1))
             assert (status, h["hunt-served-by"]) == (200, home.id)
         held += hold(home, 1)
-        time.sleep(0.3)
         # two above: past the bound; an offer stays where it is offered (the least), and one at the home goes to a least peer
         before = success(bs)
         for b in others:
+            settled(bs, home, 2)
             status, h, _ = offer(b, body(10))
             assert (status, h["hunt-served-by"]) == (200, b.id)
+        settled(bs, home, 2)
         status, h, _ = offer(home, body(11))
         assert status == 200 and h["hunt-served-by"] in {b.id for b in others}
         after = success(bs)
@@ -135,10 +144,12 @@ def test_a_chat_has_a_home_and_a_body_without_a_prompt_goes_on_as_without_affini
     assert len(served) == 1
     home = next(b for b in bs if b.id in served)
     assert success(bs) == [3 if b is home else 0 for b in bs]
+    settled(bs, home, 0)
     # not JSON: no prompt, decided as without affinity (kept where offered, every server idle); the server says what it got
     status, h, data = offer(bs[1], b'{"prompt": "unterminated')
     assert (status, h["hunt-served-by"]) == (400, bs[1].id) and b"not JSON" in data
     # a token list: JSON, but no prompt the agent hashes
+    settled(bs, home, 0)
     status, h, _ = offer(bs[2], {"prompt": [1, 2, 3]})
     assert h["hunt-served-by"] == bs[2].id
     assert prefix_outcomes(bs, "none") == 2 and prefix_outcomes(bs, "home") == 3
@@ -173,6 +184,7 @@ def test_a_body_reaches_the_home_whole_and_once(procs, addrs):
 def test_affinity_off_is_the_tier_as_before(procs, addrs):
     bs = servers(procs, addrs, prefix=None)
     for i in range(6):
+        settled(bs, bs[0], 0)
         status, h, _ = offer(bs[i % 3], {"prompt": SYSTEM + f"question {i}?", "max_tokens": 2})
         # every agent idle: each keeps what it is offered
         assert (status, h["hunt-served-by"]) == (200, bs[i % 3].id)
