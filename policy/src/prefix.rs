@@ -37,8 +37,8 @@ pub struct Affinity {
     pub bound: u32,
 }
 
-/// `llm_prefix_bound`'s default: two seats (measured on the shared-prefix
-/// workload: docs/llm.md, "Prefix affinity").
+/// `llm_prefix_bound`'s default: two seats, half of the bench's servers' four
+/// (not yet measured against 1: the bench's `huntp` arms, docs/llm.md § 7).
 pub const DEFAULT_BOUND: u32 = 2;
 
 /// FNV-1a, 64 bits: a fixed hash, the same on every host and every build.
