@@ -28,6 +28,8 @@ pub(super) struct Batch {
 thread_local! {
     /// Each thread that sends (the runtime's workers, the reader) keeps its own.
     static BATCH: RefCell<Batch> = RefCell::default();
+    /// And an inbox (the reader, and offers that read what is queued: `Fleet::fresh`).
+    static INBOX_BUF: RefCell<Inbox> = RefCell::default();
     /// And a list of receivers (`Fleet::changed`).
     static SCRATCH: RefCell<Vec<SocketAddr>> = const { RefCell::new(Vec::new()) };
 }
@@ -184,6 +186,14 @@ impl Default for Inbox {
 }
 
 impl Inbox {
+    /// `f` with this thread's inbox (a fresh one if it is in use).
+    pub(super) fn with<R>(f: impl FnOnce(&mut Inbox) -> R) -> R {
+        INBOX_BUF.with(|b| match b.try_borrow_mut() {
+            Ok(mut b) => f(&mut b),
+            Err(_) => f(&mut Inbox::default()),
+        })
+    }
+
     /// Take what is queued, at most `most` (and `INBOX`) datagrams, never
     /// waiting: how many, and whether that was all that was queued.
     /// `WouldBlock` when nothing was.

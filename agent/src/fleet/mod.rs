@@ -27,11 +27,11 @@
 //! The tables are keyed by member, so each holds at most as many entries as
 //! `fleet_peers` resolves to.
 //!
-//! Reports are read by a thread of their own, off the offer path: every 10 ms,
-//! and when an offer about to decide by the counts asks for them fresh (it
-//! waits at most 0.5 ms). An offer reads the table under one short lock and
-//! never touches the socket, so a flood of junk on the fleet port costs the
-//! reader, not the offers.
+//! Reports are read by a thread of their own every 10 ms, and by an offer
+//! about to decide by the counts: it takes what is queued itself, one batch
+//! at most, when no other thread is reading, and otherwise asks the reader
+//! and waits for it at most 0.5 ms (`Fleet::fresh`). So a flood of junk on
+//! the fleet port costs an offer one batch's checks and that wait at most.
 
 use crate::config::FleetConfig;
 use crate::seal::Keys;
@@ -164,6 +164,12 @@ pub struct Fleet {
     report: OnceLock<ReportFn>,
     /// Offers' asks for a fresh view, and the reader's answers (`fresh`).
     asks: Mutex<Asks>,
+    /// Held by whoever reads the socket (the reader, or an offer: `fresh`):
+    /// one at a time, so reports are taken in the order they came.
+    reading: Mutex<()>,
+    /// The reader does nothing while set (tests: a reader that is late).
+    #[cfg(test)]
+    reader_paused: AtomicBool,
     asked: Condvar,
     drained: Condvar,
 }
@@ -323,6 +329,9 @@ impl Fleet {
             told_changes: AtomicBool::new(false),
             report: OnceLock::new(),
             asks: Mutex::new(Asks::default()),
+            reading: Mutex::new(()),
+            #[cfg(test)]
+            reader_paused: AtomicBool::new(false),
             asked: Condvar::new(),
             drained: Condvar::new(),
             cfg,
@@ -343,8 +352,18 @@ impl Fleet {
             return if self.ready_peers() > 0 { Pick::Keep } else { Pick::NoPeers };
         }
         // From now on (for WANT_FOR) this agent wants every change of its
-        // sample's counts; they hear so at once (`changed`).
+        // sample's counts, and they hear so now: not at this agent's next
+        // change of count (`changed`), which a forward does not make, nor at
+        // its next beat, up to `fleet_heartbeat_ms` later, while they send
+        // beats only and the next offers here decide on counts that old
+        // (docs/llm.md § 6).
         self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
+        if !self.told_changes.swap(true, Ordering::Relaxed) {
+            batch::scratch(|to| {
+                to.extend(self.sample.lock().unwrap_or_else(PoisonError::into_inner).iter());
+                self.send(to)
+            });
+        }
         self.fresh();
         let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
@@ -365,7 +384,10 @@ impl Fleet {
             return Pick::NoPeers;
         }
         match route(self.cfg.forwarding, busy, seen, &counts, self.draw()) {
-            Route::Keep => Pick::Keep,
+            Route::Keep => {
+                debug!(busy, ?seen, least = counts.iter().min(), peers = counts.len(), "offer kept: the least of its sample");
+                Pick::Keep
+            }
             Route::Forward(i) => {
                 let member = members[i];
                 // Why this offer was forwarded: its inputs, as `route` saw them.

@@ -479,3 +479,53 @@ async fn a_member_reporting_zero_is_held_to_the_forwards_it_has_not_answered() {
     let Pick::Forward(t) = fa.pick(5, None) else { panic!("forwarded") };
     assert_eq!(t.member, b.parse::<SocketAddr>().unwrap());
 }
+
+/// An offer decides on the reports the kernel already holds, even when the
+/// reader thread is late to wake (docs/llm.md § 6: on a loaded 2-core box it
+/// took up to 0.9 ms, and an offer waiting at most 0.5 ms for it decided on
+/// a count the socket held a newer one of).
+#[tokio::test]
+async fn an_offer_decides_on_what_is_queued_even_with_the_reader_late() {
+    let (a, b) = ("127.77.14.1:9700", "127.77.14.2:9700");
+    let count = Count::default();
+    count.set(1, true);
+    let fa = agent(cfg(a, &[a, b]), &count).await;
+    assert!(fa.redraw());
+    let mut fb = Fake::new(b, a);
+    fb.handshake(1);
+    soon("B in view", || fa.ready_peers() == 1);
+    assert_eq!(fa.pick(1, None), Pick::Keep, "B holds 1, as A does: a tie, kept");
+    fa.reader_paused.store(true, Ordering::Relaxed);
+    // Past any read under way: from here the reader takes nothing.
+    std::thread::sleep(super::READ_EVERY * 3);
+    fb.send(0);
+    assert_eq!(fa.pick(1, None), forward_to(b), "B's 0 was queued before the offer");
+    fb.send(1);
+    assert_eq!(fa.pick(1, None), Pick::Keep, "and B's 1 after it");
+    fa.reader_paused.store(false, Ordering::Relaxed);
+    assert_eq!(fa.reports_bad()[Bad::Replayed as usize], 0, "taken in order");
+}
+
+/// The first offer that decides by the counts asks the sample for every
+/// change there and then: a forward changes no count here, so waiting for a
+/// change (`changed`) or the next beat left the sample sending beats only,
+/// and the next offers deciding on counts a heartbeat old (docs/llm.md § 6).
+#[tokio::test]
+async fn an_offer_deciding_by_the_counts_asks_for_every_change_at_once() {
+    let (a, b) = ("127.77.15.1:9700", "127.77.15.2:9700");
+    let count = Count::default();
+    count.set(1, true);
+    let fa = agent(cfg(a, &[a, b]), &count).await;
+    assert!(fa.redraw());
+    let mut fb = Fake::new(b, a);
+    fb.handshake(0);
+    soon("B in view", || fa.ready_peers() == 1);
+    fb.drain();
+    assert_eq!(fa.pick(1, None), forward_to(b));
+    // No timer runs here (no beat, no draw): this report is the offer's.
+    assert_eq!(fb.hear().sub, Sub::Changes);
+    // Told once: the next offers send nothing more.
+    let sent = fa.gauges().sent;
+    assert_eq!(fa.pick(1, None), forward_to(b));
+    assert_eq!(fa.gauges().sent, sent);
+}
