@@ -351,19 +351,7 @@ impl Fleet {
         if kept_by_seen(self.cfg.forwarding, busy, seen) {
             return if self.ready_peers() > 0 { Pick::Keep } else { Pick::NoPeers };
         }
-        // From now on (for WANT_FOR) this agent wants every change of its
-        // sample's counts, and they hear so now: not at this agent's next
-        // change of count (`changed`), which a forward does not make, nor at
-        // its next beat, up to `fleet_heartbeat_ms` later, while they send
-        // beats only and the next offers here decide on counts that old
-        // (docs/llm.md § 6).
-        self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
-        if !self.told_changes.swap(true, Ordering::Relaxed) {
-            batch::scratch(|to| {
-                to.extend(self.sample.lock().unwrap_or_else(PoisonError::into_inner).iter());
-                self.send(to)
-            });
-        }
+        self.consult();
         self.fresh();
         let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
@@ -430,7 +418,7 @@ impl Fleet {
     /// (no peer in view, the home's count unknown, or the home too busy).
     fn pick_home(&self, busy: u32, prefix: u64, bound: u32) -> Option<Pick> {
         let now = Instant::now();
-        self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
+        self.consult();
         self.fresh();
         let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
         // members before peers, never the other way
@@ -465,6 +453,22 @@ impl Fleet {
         let p = peers.get_mut(&member)?;
         p.sent.push_back(now);
         Some(Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), self.cfg.peer_port).to_string(), outstanding: p.outstanding.clone() }))
+    }
+
+    /// An offer here decides by the counts: from now on (for WANT_FOR) this
+    /// agent wants every change of its sample's counts, and they hear so now:
+    /// not at this agent's next change of count (`changed`), which a forward
+    /// does not make, nor at its next beat, up to `fleet_heartbeat_ms` later,
+    /// while they send beats only and the next offers here decide on counts
+    /// that old (docs/llm.md § 6).
+    fn consult(&self) {
+        self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
+        if !self.told_changes.swap(true, Ordering::Relaxed) {
+            batch::scratch(|to| {
+                to.extend(self.sample.lock().unwrap_or_else(PoisonError::into_inner).iter());
+                self.send(to)
+            });
+        }
     }
 
     /// How long a peer has to say it takes a forward (`fleet_commit_ms`).
