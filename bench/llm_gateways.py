@@ -140,6 +140,13 @@ def fleet_of(arm: str, fleet, llm_fleet, prefix_fleet=None):
 PICKER_INTERVAL_MS = round(50 * TIME_SCALE)
 FORWARD_SENT = 'huntlb_forwards_total{outcome="sent"}'
 REPORTS_SENT = "huntlb_fleet_reports_sent_total"
+# prefix affinity's outcomes at the agents (0 where it is off)
+PREFIX_OUTCOMES = ("home", "ordinary", "none")
+
+
+def prefix_outcomes(fleet) -> list[float]:
+    ms = [b.metrics() for b in fleet]
+    return [sum(m.get(f'huntlb_llm_prefix_total{{outcome="{o}"}}', 0.0) for m in ms) for o in PREFIX_OUTCOMES]
 
 
 def llmload(targets: list[str], rate: float, seconds: float, seed: int, out: Path, workload: str = DEFAULT_WORKLOAD, salt: str = "") -> dict:
@@ -213,6 +220,7 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
         cache0 = prefix_cache(fleet)
         fwd0 = sum(b.metrics()[FORWARD_SENT] for b in fleet)
         dg0 = sum(b.metrics()[REPORTS_SENT] for b in fleet)
+        px0 = prefix_outcomes(fleet)
         scrapes0 = sum(g.picker_stats()["huntlb_epp_scrapes_total"] for g in gws)
         bytes0 = sum(g.picker_stats()["huntlb_epp_scrape_bytes_total"] for g in gws)
         cpu0 = [cpu_s(p) for p in pids]
@@ -239,10 +247,12 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
                "gateways_cpu": cpu, "loadgen_cpu": summary["cpu_s"] / summary["wall_s"],
                "send_late_p99_ms": summary["send_late_p99_ms"],
                # prompt tokens the servers found in their prefix cache, of all they were sent
-               "prefix_hit_share": hits / queries if queries else float("nan")}
+               "prefix_hit_share": hits / queries if queries else float("nan"),
+               # offers placed by their prefix's home, by the ordinary rule, or read without a prefix
+               "prefix_outcomes": dict(zip(PREFIX_OUTCOMES, (x - x0 for x, x0 in zip(prefix_outcomes(fleet), px0))))}
         print(f"  {workload} rep {rep} {arm:6s} rate {rate:.2f}/s: TTFT p50 {res['ttft_p50_ms']:7.1f} p99 {res['ttft_p99_ms']:7.1f} ms, "
               f"e2e mean {res['e2e_mean_ms']:7.1f} ms, errors {flag(res['errors'])}, forwards {res['forwards_per_s']:.2f}/s, "
-              f"prefix hits {100 * res['prefix_hit_share']:.1f}%, gateways {cpu:.2f} cores, loadgen {res['loadgen_cpu']:.2f} cores, late p99 {res['send_late_p99_ms']:.1f} ms", flush=True)
+              f"prefix hits {100 * res['prefix_hit_share']:.1f}% (affinity {res['prefix_outcomes']}), gateways {cpu:.2f} cores, loadgen {res['loadgen_cpu']:.2f} cores, late p99 {res['send_late_p99_ms']:.1f} ms", flush=True)
         return res
     finally:
         procs.stop_all()
