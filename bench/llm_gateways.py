@@ -405,7 +405,7 @@ def tables(every: list[dict], excluded: dict[int, str]) -> dict:
                     f"{ratio['ttft_p99_ms']} | {100 * med('queued_share'):.1f} | {med('e2e_mean_ms'):.1f} | {ratio['e2e_mean_ms']} | "
                     f"{num(med('tpot_p50_ms'), '.2f')} | {num(med('tpot_p90_ms'), '.2f')} | {num(med('out_tokens_per_s'), '.0f')} | {flag(errs)} | "
                     f"{med('forwards_per_s'):.2f} | {med('datagrams_per_s'):.0f} | {med('scrapes_per_s'):.0f} | {med('scrape_bytes_per_s') / 1e3:.0f} | "
-                    f"{med('gateways_cpu'):.2f} | {med('loadgen_cpu'):.2f} |")
+                    f"{med('gateways_cpu'):.2f} | {med('loadgen_cpu'):.2f} | {num(100 * med('prefix_hit_share'))} |")
     per_run = [f"| {r['rep']}{' (left out)' if r['rep'] in excluded else ''} | {r['arm']} | {r['scheduled']} | {r['ttft_p50_ms']:.1f} | {r['ttft_p90_ms']:.1f} | {r['ttft_p99_ms']:.1f} | "
                f"{100 * r['queued_share']:.1f} | {r['e2e_mean_ms']:.1f} | {num(r.get('tpot_p50_ms'), '.2f')} | {num(r.get('out_tokens_per_s'), '.0f')} | "
                f"{flag(r['errors'])} | {max(r['served_per_server']) / max(statistics.fmean(r['served_per_server']), 1e-9):.2f} | "
