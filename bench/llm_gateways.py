@@ -119,7 +119,7 @@ PREFIX_ARMS = ("huntp1", "huntp2", "huntp4")
 # llm_prefix_bytes: 64 tokens, inside every shared-prefix system prompt (2,048
 # tokens) and past what tells two apart (its group's number, in the first 32
 # bytes); llm_prefix_bound: the agent's default (None)
-PREFIX_BYTES, PREFIX_BOUND = 256, None
+PREFIX_BYTES = 256
 # The pickers with GIE's prefix-cache-scorer: run only when --arms names them.
 PREFIX_EPP_ARMS = ("eppp1", "eppp2", "eppp4")
 PICKERS = ("epp", "eppp")
@@ -574,6 +574,8 @@ def main() -> int:
     ap.add_argument("--steps", default="0.6,0.8,1.0,1.1", help="the sweep's loads, fractions of the calibrated capacity")
     ap.add_argument("--out", type=Path, default=RESULTS, help="data and report to this directory (a smoke run), "
                     "not bench/data and docs/results")
+    ap.add_argument("--prefix-bound", type=int, default=None,
+                    help="the prefix-affine agents' llm_prefix_bound (default: the agent's); recorded with their runs")
     ap.add_argument("--report-only", action="store_true")
     a = ap.parse_args()
     if a.seconds is None:
@@ -593,7 +595,7 @@ def main() -> int:
     try:
         fleet = model_fleet(procs, addrs, SERVERS, SEATS, TIME_SCALE, **SERVER_FLAGS.get(w, {}))
         llm_fleet = llm_agents(procs, fleet, SEATS) if any(x in LLM_LOAD_ARMS for x in arms) else None
-        prefix_fleet = (llm_agents(procs, fleet, SEATS, prefix_bytes=PREFIX_BYTES, prefix_bound=PREFIX_BOUND)
+        prefix_fleet = (llm_agents(procs, fleet, SEATS, prefix_bytes=PREFIX_BYTES, prefix_bound=a.prefix_bound)
                         if any(x in PREFIX_ARMS for x in arms) else None)
         if data is None:
             data = {"machine": machine(), "runs": []}
@@ -620,6 +622,8 @@ def main() -> int:
                 order = arms[rep % len(arms):] + arms[:rep % len(arms)]
                 for arm in order:
                     res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet), arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
+                    if arm in PREFIX_ARMS and a.prefix_bound is not None:
+                        res["prefix_bound"] = a.prefix_bound
                     data["runs"] = [r for r in data["runs"] if not (workload_of(r) == w and r["rep"] == rep and r["arm"] == arm)] + [res]
                     rundata.write(data_path(NAME, a.out), data)
     finally:
