@@ -1,12 +1,13 @@
 """Prefix affinity (`llm_prefix_bytes`, docs/llm.md "Prefix affinity"): real
 agents in a forwarding tier beside emulated model servers (`huntlb-llm`). A
 prompt offered at any agent, as several gateways would, is served by its
-prefix's home while the home is within `llm_prefix_bound` of the least loaded
-(counted at the servers, and in the home's prefix cache); past the bound the
-ordinary rule decides; chat bodies have a home too; a body the agent cannot
+prefix's home while an offer would wait there (all seats taken) no longer
+than at the least loaded, plus `llm_prefix_bound` (counted at the servers,
+and in the home's prefix cache); past that the ordinary rule decides; chat bodies have a home too; a body the agent cannot
 read for a prompt goes on as without affinity; a body reaches the server whole
 and once; affinity off is the tier as before; and a client that sends one
-prefix over and over gets its home no more than the bound above the least."""
+prefix over and over gets its home's free seats and no more than the bound
+past the least."""
 
 import http.client
 import json
@@ -103,19 +104,21 @@ def settled(bs: list[Backend], home: Backend, n: int) -> None:
 
 
 def test_a_home_past_the_bound_leaves_its_prefix_to_the_ordinary_rule(procs, addrs):
-    bs = servers(procs, addrs, seats=4, bound=1)
+    # two seats, bound 0: the home keeps its prefix while a seat is free there
+    bs = servers(procs, addrs, seats=2, bound=0)
     body = lambda i: {"prompt": SYSTEM + f"q{i}", "max_tokens": 1}
     home = home_of(bs, body(0))
     others = [b for b in bs if b is not home]
     held = hold(home, 1)
     try:
-        # one above the least (0): within the bound, still the home, wherever offered
+        # one above the least (0), a seat free: no wait there, still the home, wherever offered
         for i, b in enumerate(bs):
             settled(bs, home, 1)
             status, h, _ = offer(b, body(i + 1))
             assert (status, h["hunt-served-by"]) == (200, home.id)
         held += hold(home, 1)
-        # two above: past the bound; an offer stays where it is offered (the least), and one at the home goes to a least peer
+        # both seats taken: an offer would wait there and not at the least; it stays where it is offered
+        # (the least), and one at the home goes to a least peer
         before = success(bs)
         for b in others:
             settled(bs, home, 2)
@@ -192,13 +195,20 @@ def test_affinity_off_is_the_tier_as_before(procs, addrs):
     assert all('huntlb_llm_prefix_total{outcome="home"}' not in b.metrics() for b in bs)
 
 
+def inflight(b: Backend) -> float:
+    """Requests at b's server: running, or waiting for a seat."""
+    m = llm_metrics(b.app)
+    return m["vllm:num_requests_running"] + m["vllm:num_requests_waiting"]
+
+
 def test_a_client_steering_one_prefix_gets_its_home_at_most_the_bound_above_the_least(procs, addrs):
     """The attacker: every request with one prefix, offered at every agent in
-    turn, each held running. The home takes them only while its count is
-    within the bound of the least: it never holds more than least + bound + 1
-    (the one it took at least + bound), and the rest spread as without affinity."""
-    bound, n = 1, 12
-    bs = servers(procs, addrs, seats=8, bound=bound)
+    turn, each held running. The home takes them only while an offer would wait
+    there no longer than at the least, plus the bound: it fills its own free
+    seats (what any client's requests may do) and past them holds at most the
+    bound more than the least + 1, the rest spread as without affinity."""
+    bound, n, seats = 0, 12, 4  # 12 seats in all: every request runs (a queued stream would send no first token)
+    bs = servers(procs, addrs, seats=seats, bound=bound)
     held = []
     try:
         home = None
@@ -212,12 +222,12 @@ def test_a_client_steering_one_prefix_gets_its_home_at_most_the_bound_above_the_
             r = c.getresponse()
             assert r.status == 200 and events(r, 1)
             home = home or next(x for x in bs if x.id == r.getheader("hunt-served-by"))
-            running = [llm_metrics(x.app)["vllm:num_requests_running"] for x in bs]
-            assert sum(running) == i + 1  # each once, and running
-            assert running[bs.index(home)] <= min(running) + bound + 1, running
+            held_at = [inflight(x) for x in bs]
+            assert sum(held_at) == i + 1  # each once
+            assert held_at[bs.index(home)] <= max(seats + bound, min(held_at) + bound + 1), held_at
             time.sleep(0.1)  # its count reaches every peer before the next offer
-        running = [llm_metrics(x.app)["vllm:num_requests_running"] for x in bs]
-        assert running[bs.index(home)] <= n // 3 + bound + 1, running
+        held_at = [inflight(x) for x in bs]
+        assert held_at[bs.index(home)] <= n // 3 + bound + 1, held_at
         assert prefix_outcomes(bs, "ordinary") > 0 and prefix_outcomes(bs, "home") >= bound + 1
     finally:
         for c in held:
@@ -232,7 +242,7 @@ def test_the_bench_arms_over_prefix_affine_agents_run_them(procs, addrs):
     assert set(bench.PREFIX_ARMS) <= set(bench.ARMS) and bench.one_of_kind("huntp4") == "huntp1"
     fleet = model_fleet(procs, addrs, 3, 4, 0.1)
     llm = llm_agents(procs, fleet, 4)
-    prefix = llm_agents(procs, fleet, 4, prefix_bytes=bench.PREFIX_BYTES, prefix_bound=bench.PREFIX_BOUND)
+    prefix = llm_agents(procs, fleet, 4, prefix_bytes=bench.PREFIX_BYTES)
     assert bench.fleet_of("huntp2", fleet, llm, prefix) is prefix and bench.fleet_of("hunt2t", fleet, llm, prefix) is llm
     assert bench.fleet_of("hunt2", fleet, llm, prefix) is fleet
     assert {a.agent for a in prefix}.isdisjoint(a.agent for a in llm + fleet)

@@ -377,7 +377,7 @@ fn llm_vectors() {
 
 #[test]
 fn prefix_vectors() {
-    use huntlb_policy::prefix::{home, member_id, prefix_hash, rank, weight};
+    use huntlb_policy::prefix::{home, member_id, prefix_hash, rank, weight, Affinity};
     let doc = vectors("prefix.json");
     let hex = |v: &Value| u64::from_str_radix(v.as_str().unwrap(), 16).unwrap();
     let text = |v: &Value| v.as_str().unwrap().as_bytes().to_vec();
@@ -402,7 +402,8 @@ fn prefix_vectors() {
     let h = prefix_hash(&text(&d["prompt"]), size(&d["bytes"]));
     for c in d["cases"].as_array().unwrap() {
         let counts: Vec<Option<u32>> = c["counts"].as_array().unwrap().iter().map(|v| v.as_u64().map(|n| n as u32)).collect();
-        let got = home(h, c["bound"].as_u64().unwrap() as u32, &hids, c["least"].as_u64().unwrap() as u32, |i| counts[i]);
+        let a = Affinity { bytes: size(&d["bytes"]), bound: c["bound"].as_u64().unwrap() as u32, seats: c.get("seats").map_or(0, |v| v.as_u64().unwrap() as u32) };
+        let got = home(h, a, &hids, c["least"].as_u64().unwrap() as u32, |i| counts[i]);
         assert_eq!(got, c["expect"].as_u64().map(|n| n as usize), "prefix.json `{}`", c["name"]);
     }
 }

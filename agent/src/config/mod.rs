@@ -218,7 +218,7 @@ impl Raw {
         let listen = addr("listen", self.listen, "127.0.0.1:8080")?;
         let mut fleet = fleet::validate(knobs, listen, tls.as_ref(), self.tls_client_ca.as_deref())?;
         if let Some(f) = fleet.as_mut() {
-            f.affinity = affinity(self.llm_prefix_bytes, self.llm_prefix_bound)?;
+            f.affinity = affinity(self.llm_prefix_bytes, self.llm_prefix_bound, workers)?;
         } else if let Some(key) = [("llm_prefix_bytes", self.llm_prefix_bytes.is_some()), ("llm_prefix_bound", self.llm_prefix_bound.is_some())].into_iter().find_map(|(k, set)| set.then_some(k)) {
             // a home among members needs members
             return Err(invalid(key, "only meaningful with fleet_listen (the home of a prefix is one of the fleet's members)"));
@@ -261,7 +261,8 @@ impl Raw {
 }
 
 /// Prefix affinity's knobs (`load = "llm"` and a fleet already checked): None when off.
-fn affinity(bytes: Option<u32>, bound: Option<u32>) -> Result<Option<huntlb_policy::prefix::Affinity>, ConfigError> {
+/// `seats`: the agent's `workers`, its server's seats (a free one means no wait).
+fn affinity(bytes: Option<u32>, bound: Option<u32>, seats: u32) -> Result<Option<huntlb_policy::prefix::Affinity>, ConfigError> {
         use huntlb_policy::prefix::{Affinity, DEFAULT_BOUND, MAX_PREFIX};
         let bytes = bytes.unwrap_or(0) as usize;
         if bytes > MAX_PREFIX {
@@ -277,7 +278,7 @@ fn affinity(bytes: Option<u32>, bound: Option<u32>) -> Result<Option<huntlb_poli
         if bound > 1_000_000 {
             return Err(invalid("llm_prefix_bound", format!("{bound} is out of range (0 to 1000000)")));
         }
-        Ok(Some(Affinity { bytes, bound }))
+        Ok(Some(Affinity { bytes, bound, seats }))
 }
 
 fn addr(key: &'static str, v: Option<String>, default: &str) -> Result<SocketAddr, ConfigError> {

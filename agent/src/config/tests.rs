@@ -373,6 +373,7 @@ fn prefix_affinity_is_off_by_default_and_only_with_load_llm_and_the_tier() {
     let key_path = key.to_string_lossy().into_owned();
     let tier = |r: &mut Raw| {
         r.load = Some("llm".into());
+        r.workers = Some(4);
         r.fleet_listen = Some("127.0.0.1:9700".into());
         r.fleet_peers = Some("127.0.0.2:9700".into());
         r.fleet_key_file = Some(key_path.clone());
@@ -380,8 +381,8 @@ fn prefix_affinity_is_off_by_default_and_only_with_load_llm_and_the_tier() {
     let affinity = |f: &dyn Fn(&mut Raw)| raw(|r| f(r)).unwrap().fleet.unwrap().affinity;
     assert_eq!(affinity(&tier), None, "off unless asked");
     assert_eq!(affinity(&|r| { tier(r); r.llm_prefix_bytes = Some(0) }), None, "0 is off");
-    assert_eq!(affinity(&|r| { tier(r); r.llm_prefix_bytes = Some(256) }), Some(Affinity { bytes: 256, bound: DEFAULT_BOUND }));
-    assert_eq!(affinity(&|r| { tier(r); r.llm_prefix_bytes = Some(256); r.llm_prefix_bound = Some(0) }), Some(Affinity { bytes: 256, bound: 0 }));
+    assert_eq!(affinity(&|r| { tier(r); r.llm_prefix_bytes = Some(256) }), Some(Affinity { bytes: 256, bound: DEFAULT_BOUND, seats: 4 }), "the seats: the agent's workers");
+    assert_eq!(affinity(&|r| { tier(r); r.llm_prefix_bytes = Some(256); r.llm_prefix_bound = Some(0) }), Some(Affinity { bytes: 256, bound: 0, seats: 4 }));
     // named, not ignored: out of range, a bound without a prefix, no tier, no load = llm
     assert_eq!(key_of(raw(|r| { tier(r); r.llm_prefix_bytes = Some(65_537) })), "llm_prefix_bytes");
     assert_eq!(key_of(raw(|r| { tier(r); r.llm_prefix_bytes = Some(256); r.llm_prefix_bound = Some(1_000_001) })), "llm_prefix_bound");

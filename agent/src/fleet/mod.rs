@@ -400,7 +400,7 @@ impl Fleet {
     /// The second value: the offer went to its prefix's home.
     pub fn pick_for(&self, busy: u32, seen: Option<u32>, prefix: Option<u64>) -> (Pick, bool) {
         match (prefix, self.cfg.affinity) {
-            (Some(h), Some(a)) => match self.pick_home(busy, h, a.bound) {
+            (Some(h), Some(a)) => match self.pick_home(busy, h, a) {
                 Some(p) => (p, true),
                 None => (self.pick(busy, seen), false),
             },
@@ -413,10 +413,11 @@ impl Fleet {
         self.cfg.affinity.map(|a| a.bytes)
     }
 
-    /// The home of `prefix`, if its count is known and within `bound` of the
-    /// least: kept here, or forwarded there. None: the ordinary rule decides
+    /// The home of `prefix`, if its count is known and the wait there within
+    /// `a.bound` of the wait at the least (`huntlb_policy::prefix::home`):
+    /// kept here, or forwarded there. None: the ordinary rule decides
     /// (no peer in view, the home's count unknown, or the home too busy).
-    fn pick_home(&self, busy: u32, prefix: u64, bound: u32) -> Option<Pick> {
+    fn pick_home(&self, busy: u32, prefix: u64, a: huntlb_policy::prefix::Affinity) -> Option<Pick> {
         let now = Instant::now();
         self.consult();
         self.fresh();
@@ -441,7 +442,7 @@ impl Fleet {
         }
         let least = view.into_iter().fold(busy, u32::min);
         // The home's count: its own, or any member heard (its sample's, or one that samples this agent).
-        let i = huntlb_policy::prefix::home(prefix, bound, &members.ids, least, |i| match members.ranked[i] {
+        let i = huntlb_policy::prefix::home(prefix, a, &members.ids, least, |i| match members.ranked[i] {
             None => Some(busy),
             Some(m) => count(&m),
         })?;
