@@ -65,12 +65,15 @@ pub struct Raw {
     /// With load=llm and fleet_listen: prefix affinity. An offer's prompt (its
     /// JSON body, Content-Length at most 1 MiB) is hashed over its first this
     /// many bytes, and goes to that prefix's home among the members, whose
-    /// prefix cache holds it, while the home is within `llm_prefix_bound` of
-    /// the least loaded (docs/llm.md, "Prefix affinity"); 0 is off [default: 0].
+    /// prefix cache holds it, while an offer would wait there no longer than
+    /// at the least loaded, plus `llm_prefix_bound` (docs/llm.md, "Prefix
+    /// affinity"); 0 is off [default: 0].
     #[arg(long)]
     pub llm_prefix_bytes: Option<u32>,
-    /// With llm_prefix_bytes: the home keeps a prefix while its load is at
-    /// most the least load this agent knows plus this many seats [default: 2].
+    /// With llm_prefix_bytes: the home keeps a prefix while the requests an
+    /// offer would wait behind there (its load past its `workers` seats) are
+    /// at most those at the least loaded this agent knows plus this [default: 0:
+    /// while a seat is free at the home].
     #[arg(long)]
     pub llm_prefix_bound: Option<u32>,
     /// Path the agent answers itself for health checks [default: /.hunt/health].
