@@ -155,9 +155,9 @@ bench-llm-emulator: setup release
 	$(BENCH) bench/llm_emulator.py
 
 # Issue 43: 1, 2 and 4 gateways of each kind (Envoy's own least-request, an
-# endpoint picker each, hunting tier fronts; HAProxy leastconn and tier fronts
-# at 1 and 4) over 8 emulated model servers, 6 paired repetitions (a
-# repetition an invocation: 13 arms, about 10 minutes each), then the report.
+# endpoint picker each, hunting tier fronts; HAProxy leastconn and tier fronts)
+# over 8 emulated model servers, 6 paired repetitions (a repetition an
+# invocation: 15 arms, about 12 minutes each), then the report.
 # LLM_WORKLOAD: one of huntlb-llmload's workloads (sharegpt by default; the
 # first one on a workload calibrates it, ~1-3 minutes more).
 LLM_WORKLOAD ?= sharegpt
@@ -165,10 +165,10 @@ bench-llm-gateways: setup release
 	for k in 0 1 2 3 4 5; do $(BENCH) bench/llm_gateways.py --workload $(LLM_WORKLOAD) --reps 1 --first-rep $$k || exit 1; done
 
 # Issue 43 item 4: bench-llm-gateways on each workload shaped after
-# inference-perf's (about 65-75 minutes each: 6 repetitions of 13 arms; the
+# inference-perf's (about 75-85 minutes each: 6 repetitions of 15 arms; the
 # long-output one's longer requests take longest to drain), then each
 # workload's SLO rate (--sweep: 5 loads from rho 0.7 to 1.2, one 20-s run per
-# arm at 1 and 4 gateways, about 20 minutes each): about 6 hours in all.
+# arm at 1 and 4 gateways, about 20 minutes each): about 7 hours in all.
 LLM_WORKLOADS := sharegpt shared-prefix long-prompt long-output
 LLM_SWEEP_ARMS := epp1,lr1,hunt1,epp4,lr4,hunt4
 bench-llm: setup release

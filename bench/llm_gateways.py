@@ -24,7 +24,7 @@ For each gateway count N (1, 2 and 4), three arms (issue 43's matrix):
 * huntN: N huntlb tier fronts (envoy-filter/examples/front-tier.yaml:
   Envoy's least-request plus hunt-pass) over the agents;
 
-and the same on HAProxy at 1 and 4 (ha-lrN: leastconn straight to the
+and the same on HAProxy at 1, 2 and 4 (ha-lrN: leastconn straight to the
 servers; ha-huntN: haproxy-lua/examples/front-tier.cfg over the agents).
 With N gateways the load is split among them (request i to gateway i mod N).
 
@@ -100,8 +100,8 @@ ARMS = {"epp1": ("epp", 1, "envoy"), "epp2": ("epp", 2, "envoy"), "epp4": ("epp"
         "eppp1": ("eppp", 1, "envoy"), "eppp2": ("eppp", 2, "envoy"), "eppp4": ("eppp", 4, "envoy"),
         "lr1": ("lr", 1, "envoy"), "lr2": ("lr", 2, "envoy"), "lr4": ("lr", 4, "envoy"),
         "hunt1": ("hunt", 1, "envoy"), "hunt2": ("hunt", 2, "envoy"), "hunt4": ("hunt", 4, "envoy"),
-        "ha-lr1": ("lr", 1, "haproxy"), "ha-lr4": ("lr", 4, "haproxy"),
-        "ha-hunt1": ("hunt", 1, "haproxy"), "ha-hunt4": ("hunt", 4, "haproxy"),
+        "ha-lr1": ("lr", 1, "haproxy"), "ha-lr2": ("lr", 2, "haproxy"), "ha-lr4": ("lr", 4, "haproxy"),
+        "ha-hunt1": ("hunt", 1, "haproxy"), "ha-hunt2": ("hunt", 2, "haproxy"), "ha-hunt4": ("hunt", 4, "haproxy"),
         "hunt1t": ("hunt", 1, "envoy"), "hunt2t": ("hunt", 2, "envoy"), "hunt4t": ("hunt", 4, "envoy"),
         "huntp1": ("hunt", 1, "envoy"), "huntp2": ("hunt", 2, "envoy"), "huntp4": ("hunt", 4, "envoy")}
 BASE = "epp1"
