@@ -539,10 +539,10 @@ def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, o
         order = arms[k % len(arms):] + arms[:k % len(arms)]
         for arm in order:
             # one seed at every step: the same requests, closer together as
-            # the rate grows; the salt names the step, so no step finds an
-            # earlier step's prompts cached
+            # the rate grows; the salt names the step's load, so no step finds
+            # another step's prompts cached, whichever invocation ran it
             res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
-                          tag=f"-sweep{k}", salt=f"{arm}-s{k}")
+                          tag=f"-sweep{rho:g}", salt=f"{arm}-rho{rho:g}")
             res["rho"] = rho
             sw["runs"] = [r for r in sw["runs"] if not (r["arm"] == arm and r["rho"] == rho)] + [res]
             rundata.write(data_path(NAME, out), data)
