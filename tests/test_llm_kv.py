@@ -236,3 +236,31 @@ def test_config_errors_name_the_key(procs, addrs, opts, key):
     assert p.wait(10) == 2
     log = p.log()
     assert f"config key `{key}`" in log, log
+
+
+def test_the_bench_arms_over_agents_with_the_kv_rule_run_them(procs, addrs):
+    # bench/llm_gateways.py's huntk1/huntk2/huntk4: the tier fronts over a
+    # fourth set of agents beside the same servers, reading each server's KV use
+    import llm_gateways as bench
+    from benchlib.llmfleet import gateways, llm_agents, model_fleet
+    assert set(bench.KV_ARMS) <= set(bench.ARMS) and bench.one_of_kind("huntk4") == "huntk1"
+    assert not set(bench.KV_ARMS) & set(bench.LLM_LOAD_ARMS + bench.PREFIX_ARMS)
+    fleet = model_fleet(procs, addrs, 2, 2, 0.1)
+    llm = llm_agents(procs, fleet, 2)
+    kv = llm_agents(procs, fleet, 2, kv_busy_at=bench.KV_BUSY_AT)
+    assert bench.fleet_of("huntk2", fleet, llm, None, kv) is kv and bench.fleet_of("hunt2t", fleet, llm, None, kv) is llm
+    assert {a.agent for a in kv}.isdisjoint(a.agent for a in llm + fleet)
+    # each reads its own server's page
+    wait_until(lambda: all(a.metrics()[POLLS % "ok"] >= 2 for a in kv), what="the kv agents reading their servers")
+    assert all(a.metrics()[FULL] == 0 and a.metrics()[POLLS % "failed"] == a.metrics()[POLLS % "rejected"] == 0 for a in kv)
+    assert FULL not in llm[0].metrics()
+    kind, n, proxy = bench.ARMS["huntk2"]
+    g0, g1 = gateways(procs, addrs, bench.fleet_of("huntk2", fleet, llm, None, kv), kind, n, proxy)  # as run_arm builds them
+    before = served(fleet)
+    for i in range(4):
+        status, _, _ = request((g0, g1)[i % 2].target, "POST", "/v1/completions", headers={"content-type": "application/json"},
+                               body=json.dumps({"prompt": f"q {i}", "max_tokens": 2}).encode())
+        assert status == 200
+    assert sum(served(fleet)) - sum(before) == 4
+    through = "huntlb_request_duration_seconds_count"
+    assert sum(x.metrics()[through] for x in kv) == 4 and sum(x.metrics()[through] for x in llm + fleet) == 0
