@@ -196,6 +196,82 @@ mod tests {
         assert!(age < 60_000);
     }
 
+    /// A loopback server answering every GET with `page` as it is then; its URL.
+    async fn serve(page: Arc<std::sync::Mutex<Bytes>>) -> http::Uri {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/metrics", l.local_addr().unwrap()).parse().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else { return };
+                let page = page.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    // one request a read (a GET with no body fits), until the client hangs up
+                    while !matches!(s.read(&mut buf).await, Ok(0) | Err(_)) {
+                        let body = page.lock().unwrap().clone();
+                        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                        if s.write_all(head.as_bytes()).await.is_err() || s.write_all(&body).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn the_poll_tells_peers_when_the_verdict_flips_and_not_on_every_read() {
+        use huntlb_policy::llm::KvBound;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let page = Arc::new(std::sync::Mutex::new(Bytes::from_static(b"vllm:kv_cache_usage_perc 0.5\n")));
+            let url = serve(page.clone()).await;
+            let inflight = Arc::new(Inflight::default());
+            let told = Arc::new(AtomicU64::new(0));
+            let t = told.clone();
+            inflight.on_change(Box::new(move || {
+                t.fetch_add(1, Ordering::Relaxed);
+            }));
+            let read = Arc::new(KvRead::default());
+            let kv = LlmKv { url, poll: std::time::Duration::from_millis(10), bound: KvBound { busy_at: 9000, stale_ms: 60_000 } };
+            tokio::spawn(poll(read.clone(), kv, inflight));
+            // wait (at most 10 s) until `n` more good reads have happened, each at `v`
+            let reads = |n: u64, v: u32| {
+                let read = read.clone();
+                async move {
+                    let start = read.polls[0].load(Ordering::Relaxed);
+                    for _ in 0..1000 {
+                        if read.polls[0].load(Ordering::Relaxed) >= start + n && read.read().map(|r| r.0) == Some(v) {
+                            return;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                    panic!("no {n} reads of {v}");
+                }
+            };
+            reads(3, 5000).await;
+            assert_eq!(told.load(Ordering::Relaxed), 0); // below the bound: b unchanged, nothing to tell
+            *page.lock().unwrap() = Bytes::from_static(b"vllm:kv_cache_usage_perc{model_name=\"m\"} 0.93\n");
+            reads(3, 9300).await;
+            assert_eq!(told.load(Ordering::Relaxed), 1); // crossed: told once, not per read
+            *page.lock().unwrap() = Bytes::from_static(b"vllm:kv_cache_usage_perc 2.0\n"); // rejected: changes nothing
+            let rejected = read.polls[2].load(Ordering::Relaxed);
+            for _ in 0..1000 {
+                if read.polls[2].load(Ordering::Relaxed) >= rejected + 3 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert!(read.polls[2].load(Ordering::Relaxed) >= rejected + 3);
+            assert_eq!((read.read().map(|r| r.0), told.load(Ordering::Relaxed)), (Some(9300), 1));
+            *page.lock().unwrap() = Bytes::from_static(b"vllm:kv_cache_usage_perc 0.1\n");
+            reads(3, 1000).await;
+            assert_eq!(told.load(Ordering::Relaxed), 2); // back below: told again
+        });
+    }
+
     /// The cost quoted in docs/llm.md: one parse of a vLLM-sized page (~120 KB:
     /// histograms of 2 models). `cargo test -p huntlb-agent --release kv_parse_cost -- --ignored --nocapture`
     #[test]
@@ -220,29 +296,7 @@ mod tests {
         // and a whole poll: a GET of it from a loopback server, then the parse
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         rt.block_on(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url: http::Uri = format!("http://{}/metrics", l.local_addr().unwrap()).parse().unwrap();
-            let page = Bytes::from(page);
-            tokio::spawn(async move {
-                loop {
-                    let (mut s, _) = l.accept().await.unwrap();
-                    let page = page.clone();
-                    tokio::spawn(async move {
-                        let mut buf = [0u8; 4096];
-                        loop {
-                            // one request a read (a GET with no body fits)
-                            if matches!(s.read(&mut buf).await, Ok(0) | Err(_)) {
-                                return;
-                            }
-                            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", page.len());
-                            if s.write_all(head.as_bytes()).await.is_err() || s.write_all(&page).await.is_err() {
-                                return;
-                            }
-                        }
-                    });
-                }
-            });
+            let url = serve(Arc::new(std::sync::Mutex::new(Bytes::from(page)))).await;
             let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1).build_http();
             let n = 200;
             let t = Instant::now();
