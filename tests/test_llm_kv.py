@@ -88,6 +88,21 @@ def test_a_server_whose_kv_cache_is_full_forwards_an_offer_its_counts_would_keep
         assert a.metrics()['huntlb_forwards_total{outcome="sent"}'] == (1 if kv else 0)
         if not kv:
             return
+        # peers see a full too: b holds SEATS - 1 by count, less than a's SEATS by KV (more than a's
+        # 1 by count), so an offer at b stays at b, the least its agent hears of
+        more = [stream(b.agent, {"prompt": f"short {i}", "max_tokens": HOG_TOKENS}) for i in range(SEATS - 2)]
+        try:
+            assert all(r.status == 200 and events(r, 1) for _, r in more)
+            wait_until(lambda: b.metrics()["huntlb_busy"] == SEATS - 1, what="b's count")
+            assert a.metrics()["huntlb_busy"] == SEATS and a.metrics()["huntlb_inflight"] == 1
+            done0 = served(bs)
+            status, h = offer(b)
+            assert status == 200 and h.get("hunt-served-by") == f"agent-{b.host}"
+            assert [x - y for x, y in zip(served(bs), done0)] == [0, 1]
+            assert b.metrics()['huntlb_forwards_total{outcome="sent"}'] == 0
+        finally:
+            for c, _ in more:
+                c.close()
         # (b) the hog leaves: a's cache empties, the next read says so, and offers are kept at a again
         hog.close()
         wait_until(lambda: metrics(a.app)["vllm:kv_cache_usage_perc"] == 0, what="a's cache freed")
