@@ -103,7 +103,8 @@ ARMS = {"epp1": ("epp", 1, "envoy"), "epp2": ("epp", 2, "envoy"), "epp4": ("epp"
         "ha-lr1": ("lr", 1, "haproxy"), "ha-lr2": ("lr", 2, "haproxy"), "ha-lr4": ("lr", 4, "haproxy"),
         "ha-hunt1": ("hunt", 1, "haproxy"), "ha-hunt2": ("hunt", 2, "haproxy"), "ha-hunt4": ("hunt", 4, "haproxy"),
         "hunt1t": ("hunt", 1, "envoy"), "hunt2t": ("hunt", 2, "envoy"), "hunt4t": ("hunt", 4, "envoy"),
-        "huntp1": ("hunt", 1, "envoy"), "huntp2": ("hunt", 2, "envoy"), "huntp4": ("hunt", 4, "envoy")}
+        "huntp1": ("hunt", 1, "envoy"), "huntp2": ("hunt", 2, "envoy"), "huntp4": ("hunt", 4, "envoy"),
+        "huntk1": ("hunt", 1, "envoy"), "huntk2": ("hunt", 2, "envoy"), "huntk4": ("hunt", 4, "envoy")}
 BASE = "epp1"
 
 
@@ -120,6 +121,13 @@ PREFIX_ARMS = ("huntp1", "huntp2", "huntp4")
 # tokens) and past what tells two apart (its group's number, in the first 32
 # bytes); llm_prefix_bound: the agent's default (None)
 PREFIX_BYTES = 256
+# Hunting arms over agents with load = "llm" and the KV-cache rule
+# (`llm_metrics_url`: a server at or past KV_BUSY_AT of its cache counts as
+# full; docs/llm.md § 5), a fourth set of agents beside the same servers.
+# Run only when --arms names them; each against hunt{n}t (the same agents
+# without the rule).
+KV_ARMS = ("huntk1", "huntk2", "huntk4")
+KV_BUSY_AT = 0.95  # the agent's default
 # The pickers with GIE's prefix-cache-scorer: run only when --arms names them.
 PREFIX_EPP_ARMS = ("eppp1", "eppp2", "eppp4")
 PICKERS = ("epp", "eppp")
@@ -131,10 +139,11 @@ def one_of_kind(arm: str) -> str:
     return arm.removesuffix(t).rstrip("0123456789") + "1" + t
 
 
-def fleet_of(arm: str, fleet, llm_fleet, prefix_fleet=None):
+def fleet_of(arm: str, fleet, llm_fleet, prefix_fleet=None, kv_fleet=None):
     """The agents an arm's gateways reach: the load = llm ones for
-    LLM_LOAD_ARMS, the prefix-affine ones for PREFIX_ARMS."""
-    return llm_fleet if arm in LLM_LOAD_ARMS else prefix_fleet if arm in PREFIX_ARMS else fleet
+    LLM_LOAD_ARMS, the prefix-affine ones for PREFIX_ARMS, the ones with the
+    KV-cache rule for KV_ARMS."""
+    return llm_fleet if arm in LLM_LOAD_ARMS else prefix_fleet if arm in PREFIX_ARMS else kv_fleet if arm in KV_ARMS else fleet
 # GIE's 50-ms scrape interval, on the emulator's clock: at TIME_SCALE every
 # duration of the model is shorter, and so is the picker's wait for news
 PICKER_INTERVAL_MS = round(50 * TIME_SCALE)
@@ -425,7 +434,7 @@ def tables(every: list[dict], excluded: dict[int, str]) -> dict:
         # a prefix-affine one against both (huntp4 / hunt4, huntp4 / hunt4t)
         others = [o for o in ARMS if ARMS[o][0] in ("lr", *PICKERS) and ARMS[o][1] == n and o in have
                   and (ARMS[o][2] == proxy or ARMS[o][0] in PICKERS)] + [o for o in [arm.removesuffix("t")] if arm in LLM_LOAD_ARMS and o in have] \
-            + [o for o in (f"hunt{n}", f"hunt{n}t") if arm in PREFIX_ARMS and o in have]
+            + [o for o in (f"hunt{n}", f"hunt{n}t") if arm in PREFIX_ARMS + KV_ARMS and o in have]
         for other in others:
             cells = [fmt_ratio(ratios(runs, arm, k, other)) for k in KEYS]
             versus.append(f"| {arm} / {other} | " + " | ".join(cells) + " |")
@@ -527,7 +536,8 @@ def load_data(out: Path = RESULTS) -> dict | None:
     return rundata.read(p) if p.exists() else None
 
 
-def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, out: Path, llm_fleet=None, prefix_fleet=None) -> None:
+def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, out: Path, llm_fleet=None, prefix_fleet=None,
+          kv_fleet=None) -> None:
     """One run per arm at each load step, on one workload (the module's
     docstring: the SLO rate, and its bound)."""
     w = a.workload
@@ -541,7 +551,7 @@ def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, o
             # one seed at every step: the same requests, closer together as
             # the rate grows; the salt names the step's load, so no step finds
             # another step's prompts cached, whichever invocation ran it
-            res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
+            res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet, kv_fleet), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
                           tag=f"-sweep{rho:g}", salt=f"{arm}-rho{rho:g}")
             res["rho"] = rho
             sw["runs"] = [r for r in sw["runs"] if not (r["arm"] == arm and r["rho"] == rho)] + [res]
@@ -563,9 +573,10 @@ def main() -> int:
     ap.add_argument("--first-rep", type=int, default=0)
     ap.add_argument("--rho", type=float, default=0.85, help="load, as a fraction of the fleet's calibrated throughput")
     ap.add_argument("--seconds", type=float, default=None, help="seconds of arrivals a run (40; a sweep's step 20)")
-    ap.add_argument("--arms", default=",".join(a for a in ARMS if a not in LLM_LOAD_ARMS + PREFIX_ARMS + PREFIX_EPP_ARMS),
+    ap.add_argument("--arms", default=",".join(a for a in ARMS if a not in LLM_LOAD_ARMS + PREFIX_ARMS + PREFIX_EPP_ARMS + KV_ARMS),
                     help=f"arms to run, comma separated (default: all but {', '.join(LLM_LOAD_ARMS)}, the hunting arms over load = llm agents, "
                          f"{', '.join(PREFIX_ARMS)}, the hunting arms over prefix-affine agents, "
+                         f"{', '.join(KV_ARMS)}, the hunting arms over load = llm agents with the KV-cache rule, "
                          f"and {', '.join(PREFIX_EPP_ARMS)}, the pickers with GIE's prefix-cache-scorer)")
     ap.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=list(WORKLOADS), help="huntlb-llmload's workload")
     ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput on the workload again (else the data's); "
@@ -597,6 +608,7 @@ def main() -> int:
         llm_fleet = llm_agents(procs, fleet, SEATS) if any(x in LLM_LOAD_ARMS for x in arms) else None
         prefix_fleet = (llm_agents(procs, fleet, SEATS, prefix_bytes=PREFIX_BYTES, prefix_bound=a.prefix_bound)
                         if any(x in PREFIX_ARMS for x in arms) else None)
+        kv_fleet = llm_agents(procs, fleet, SEATS, kv_busy_at=KV_BUSY_AT) if any(x in KV_ARMS for x in arms) else None
         if data is None:
             data = {"machine": machine(), "runs": []}
         if params(data, w) is None or a.calibrate:
@@ -610,7 +622,7 @@ def main() -> int:
                 data.setdefault("workloads", {})[w] = {"calibration": cal}
         p = params(data, w)
         if a.sweep:
-            sweep(a, data, work, addrs, fleet, arms, hr, a.out, llm_fleet, prefix_fleet)
+            sweep(a, data, work, addrs, fleet, arms, hr, a.out, llm_fleet, prefix_fleet, kv_fleet)
         else:
             p["rho"], p["seconds"] = a.rho, a.seconds
             if w != DEFAULT_WORKLOAD:
@@ -621,7 +633,7 @@ def main() -> int:
                 # the arms' order turns with the repetition: none always runs first
                 order = arms[rep % len(arms):] + arms[:rep % len(arms)]
                 for arm in order:
-                    res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet), arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
+                    res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet, kv_fleet), arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
                     if arm in PREFIX_ARMS and a.prefix_bound is not None:
                         res["prefix_bound"] = a.prefix_bound
                     data["runs"] = [r for r in data["runs"] if not (workload_of(r) == w and r["rep"] == rep and r["arm"] == arm)] + [res]

@@ -39,6 +39,8 @@ pub struct Agent {
     pub(crate) inflight: Arc<Inflight>,
     pub(crate) per_front: Arc<PerFront>,
     pub scoreboard: Option<Arc<Scoreboard>>,
+    /// With `llm_metrics_url`: the server's KV-cache use, as last read.
+    pub kv: Option<Arc<crate::load::kv::KvRead>>,
     pub metrics: Metrics,
     pub(crate) client: Client<Watched, Lent>,
     /// No pool: a request whose pooled connection the app had closed before
@@ -109,6 +111,7 @@ impl Agent {
             inflight: Arc::new(Inflight::default()),
             per_front: Arc::new(PerFront::default()),
             scoreboard,
+            kv: cfg.llm_kv.as_ref().map(|_| Arc::default()),
             metrics: Metrics::default(),
             client,
             fresh_client,
@@ -131,7 +134,13 @@ impl Agent {
     pub(crate) fn busy(&self) -> u32 {
         match (&self.scoreboard, &self.cfg.load) {
             (Some(board), _) => board.busy.load(Ordering::Acquire),
-            (None, LoadSource::Llm(w)) => w.load(self.inflight.get(), self.inflight.prefill_tokens()),
+            (None, LoadSource::Llm(w)) => {
+                let b = w.load(self.inflight.get(), self.inflight.prefill_tokens());
+                match (&self.cfg.llm_kv, &self.kv) {
+                    (Some(k), Some(read)) => k.bound.load(b, w.workers, read.read()),
+                    _ => b,
+                }
+            }
             (None, _) => self.inflight.get(),
         }
     }
@@ -220,6 +229,17 @@ impl Agent {
             draining: self.draining.load(Ordering::Acquire),
             llm_prefill_seats: match &self.cfg.load {
                 LoadSource::Llm(w) => Some(u64::from(w.prefill_seats(self.inflight.prefill_tokens()))),
+                _ => None,
+            },
+            llm_kv: match (&self.cfg.llm_kv, &self.kv) {
+                (Some(k), Some(read)) => {
+                    let last = read.read();
+                    Some(crate::metrics::KvGauges {
+                        usage: last.map_or(0, |(v, _)| v),
+                        full: k.bound.full(last),
+                        polls: read.polls.each_ref().map(|a| a.load(Ordering::Relaxed)),
+                    })
+                }
                 _ => None,
             },
             apache_polls: self.scoreboard.as_ref().map(|b| (b.polls.load(Ordering::Relaxed), b.errors.load(Ordering::Relaxed))),

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+pub mod kv;
 pub mod scoreboard;
 
 /// Requests in flight to the app, with a guard that counts one down on drop.

@@ -69,6 +69,8 @@ pub struct Gauges {
     pub apache_polls: Option<(u64, u64)>,
     /// With load = llm: the prefill backlog in seats.
     pub llm_prefill_seats: Option<u64>,
+    /// With llm_metrics_url: the KV-cache read.
+    pub llm_kv: Option<KvGauges>,
     /// With fleet_listen: the tier's gauges and counters.
     pub fleet: Option<crate::fleet::Gauges>,
     /// With llm_prefix_bytes: prefix affinity is on.
@@ -123,6 +125,11 @@ impl Metrics {
         }
         if let Some(seats) = g.llm_prefill_seats {
             single(&mut o, &M::LLM_PREFILL_SEATS, seats as f64);
+        }
+        if let Some(kv) = &g.llm_kv {
+            single(&mut o, &M::LLM_KV_USAGE, f64::from(kv.usage) / f64::from(huntlb_policy::llm::KV_SCALE));
+            single(&mut o, &M::LLM_KV_FULL, f64::from(u8::from(kv.full)));
+            labelled(&mut o, &M::LLM_KV_POLLS, &kv.polls.map(|n| n as f64));
         }
         if g.prefix {
             labelled(&mut o, &M::LLM_PREFIX, &self.prefix.each_ref().map(|a| v(a) as f64));
@@ -183,4 +190,15 @@ fn labelled(o: &mut String, m: &Metric, vals: &[f64]) {
     for (n, val) in names.iter().zip(vals) {
         let _ = writeln!(o, "{}{{{key}=\"{n}\"}} {val}", m.name);
     }
+}
+
+/// The KV-cache read's gauges (`llm_metrics_url`).
+#[derive(Debug, Clone, Copy)]
+pub struct KvGauges {
+    /// The last good read, parts per `KV_SCALE` (0 before one).
+    pub usage: u32,
+    /// The rule makes the server full now.
+    pub full: bool,
+    /// Polls: ok, failed, rejected.
+    pub polls: [u64; 3],
 }

@@ -59,6 +59,9 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
     if let (LoadSource::Scoreboard { file, poll }, Some(counters)) = (&c.load, &agent.scoreboard) {
         tokio::spawn(load::scoreboard::poll(counters.clone(), board, file.clone(), *poll));
     }
+    if let (Some(kv), Some(read)) = (&c.llm_kv, &agent.kv) {
+        tokio::spawn(load::kv::poll(read.clone(), kv.clone(), agent.inflight.clone()));
+    }
     tokio::spawn(watch_app(agent.clone()));
     if let Some(addr) = c.agent_check {
         let l = TcpListener::bind(addr).await.with_context(|| format!("config key `agent_check`: bind {addr}"))?;

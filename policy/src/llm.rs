@@ -54,11 +54,84 @@ impl LlmWeights {
     }
 }
 
+/// KV-cache use in parts per `KV_SCALE`: vLLM's `vllm:kv_cache_usage_perc`
+/// (a fraction, 0 to 1) × 10 000, rounded to the nearest. Fixed point, so the
+/// rule below compares integers and every host decides alike; 1/10 000 is
+/// finer than any block count a server has a use for (27 500 blocks: 0.36 each).
+pub const KV_SCALE: u32 = 10_000;
+
+/// A sample's value as parts per `KV_SCALE`, or None for a value no KV use
+/// can be: NaN, infinite, below 0 or above 1 (a broken or hostile page).
+pub fn kv_fixed(v: f64) -> Option<u32> {
+    (v.is_finite() && (0.0..=1.0).contains(&v)).then(|| (v * f64::from(KV_SCALE)).round() as u32)
+}
+
+/// The KV-cache rule (`llm_metrics_url`, `llm_kv_busy_at`): a server whose KV
+/// cache is at or past `busy_at` counts as full, whatever its counts say.
+///
+/// ```text
+///  b' = max(b, workers)   while the last read is at most stale_ms old and its use ≥ busy_at
+///  b' = b                 otherwise (no read yet, a read too old, or use below the bound)
+/// ```
+///
+/// Why: the counts see requests, not their lengths. A few long generations
+/// can hold a server's whole KV cache with seats to spare by count; a new
+/// request there waits for blocks (vLLM admits a prompt only when its blocks
+/// fit) or makes the server preempt one that runs (recomputed from scratch).
+/// Full, not a weight: `workers` is the load at which the policy refuses and
+/// peers see no room, so offers go elsewhere while the cache is full, and the
+/// count-based load takes over the moment it is not (or the read is stale: a
+/// page that stops answering says nothing about the cache now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvBound {
+    /// KV use (parts per `KV_SCALE`, 1 to `KV_SCALE`) at and above which the server is full.
+    pub busy_at: u32,
+    /// A read older than this (ms) is ignored.
+    pub stale_ms: u64,
+}
+
+impl KvBound {
+    /// Is the server full by its KV cache? `read`: the last good read (parts
+    /// per `KV_SCALE`) and its age in ms; None: no good read yet.
+    pub fn full(&self, read: Option<(u32, u64)>) -> bool {
+        read.is_some_and(|(use_, age_ms)| age_ms <= self.stale_ms && use_ >= self.busy_at)
+    }
+
+    /// The load with the KV rule: `b`, or at least `workers` while full.
+    pub fn load(&self, b: u32, workers: u32, read: Option<(u32, u64)>) -> u32 {
+        if self.full(read) {
+            b.max(workers)
+        } else {
+            b
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const W: LlmWeights = LlmWeights { bytes_per_token: 4, tokens_per_seat: 512, workers: 4 };
+
+    const K: KvBound = KvBound { busy_at: 9500, stale_ms: 1750 };
+
+    #[test]
+    fn kv_values_are_fixed_point_and_impossible_ones_rejected() {
+        assert_eq!([0.0, 0.95, 0.123449, 0.12345, 1.0].map(kv_fixed), [Some(0), Some(9500), Some(1234), Some(1235), Some(10_000)]);
+        for bad in [f64::NAN, f64::INFINITY, -0.0001, 1.0001, 2.0, -1.0] {
+            assert_eq!(kv_fixed(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_fresh_read_at_the_bound_makes_the_server_full_and_a_stale_one_is_ignored() {
+        assert_eq!(K.load(1, 4, Some((9500, 0))), 4);
+        assert_eq!(K.load(1, 4, Some((10_000, 1750))), 4);
+        assert_eq!(K.load(6, 4, Some((9999, 10))), 6); // never lowers b
+        assert_eq!(K.load(1, 4, Some((9499, 0))), 1);
+        assert_eq!(K.load(1, 4, Some((10_000, 1751))), 1); // stale: the counts alone
+        assert_eq!(K.load(1, 4, None), 1);
+    }
 
     #[test]
     fn a_prompt_weighs_its_tokens_rounded_up_and_capped_at_the_servers_seats() {

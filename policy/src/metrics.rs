@@ -177,6 +177,29 @@ pub const LLM_PREFIX: Metric = Metric {
     label: Some(("outcome", &["home", "ordinary", "none"])),
     sidecar: false,
 };
+pub const LLM_KV_USAGE: Metric = m(
+    "huntlb_llm_kv_usage",
+    Kind::Gauge,
+    "With llm_metrics_url: the model server's KV-cache use (0 to 1) at the last good read of its vllm:kv_cache_usage_perc \
+     (0 before one).",
+    false,
+);
+pub const LLM_KV_FULL: Metric = m(
+    "huntlb_llm_kv_full",
+    Kind::Gauge,
+    "With llm_metrics_url: 1 while the last good read is fresh and at or past llm_kv_busy_at, so the load b is at least \
+     workers (the server counts as full).",
+    false,
+);
+pub const LLM_KV_POLLS: Metric = Metric {
+    name: "huntlb_llm_kv_polls_total",
+    kind: Kind::Counter,
+    help: "With llm_metrics_url: reads of the model server's metrics page, by result: ok, failed (no whole page within \
+           1 s and 2 MiB, or not status 200), rejected (read, but no vllm:kv_cache_usage_perc sample, or one that is not \
+           a number from 0 to 1).",
+    label: Some(("result", &["ok", "failed", "rejected"])),
+    sidecar: false,
+};
 pub const INFLIGHT: Metric = m("huntlb_inflight", Kind::Gauge, "Requests in flight to the app.", false);
 pub const BUSY: Metric = m("huntlb_busy", Kind::Gauge, "The load b the policy sees (requests in flight, Apache BusyWorkers, or with load = llm requests plus the prompts waiting for prefill, in seats).", true);
 pub const WORKERS: Metric = m("huntlb_workers", Kind::Gauge, "The app's worker count n.", true);
@@ -204,6 +227,9 @@ pub const ALL: &[Metric] = &[
     APACHE_POLLS,
     LLM_PREFILL_SEATS,
     LLM_PREFIX,
+    LLM_KV_USAGE,
+    LLM_KV_FULL,
+    LLM_KV_POLLS,
     FORWARDS,
     FORWARDS_IN,
     FLEET_PEERS,

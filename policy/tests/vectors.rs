@@ -373,6 +373,20 @@ fn llm_vectors() {
         let w = LlmWeights { bytes_per_token: 4, tokens_per_seat: n(c, "tokens_per_seat") as u32, workers: 1 };
         assert_eq!(u64::from(w.load(n(c, "inflight") as u32, n(c, "pending_tokens"))), n(c, "load"), "llm.json `{}`", c["name"]);
     }
+    use huntlb_policy::llm::{kv_fixed, KvBound};
+    let kv_fixed_cases = doc["kv_fixed"].as_array().unwrap();
+    for c in kv_fixed_cases {
+        // a number, or the text of a Prometheus sample's value (NaN, +Inf)
+        let v = c["value"].as_f64().unwrap_or_else(|| c["value"].as_str().unwrap().parse().unwrap());
+        assert_eq!(kv_fixed(v).map(u64::from), c["fixed"].as_u64(), "llm.json `{}`", c["name"]);
+    }
+    let kv_load_cases = doc["kv_load"].as_array().unwrap();
+    for c in kv_load_cases {
+        let k = KvBound { busy_at: n(c, "busy_at") as u32, stale_ms: n(c, "stale_ms") };
+        let read = c["read"].as_array().map(|r| (r[0].as_u64().unwrap() as u32, r[1].as_u64().unwrap()));
+        assert_eq!(u64::from(k.load(n(c, "b") as u32, n(c, "workers") as u32, read)), n(c, "load"), "llm.json `{}`", c["name"]);
+    }
+    assert!(kv_fixed_cases.len() >= 8 && kv_load_cases.len() >= 6);
 }
 
 #[test]

@@ -29,6 +29,19 @@ pub enum LoadSource {
     Llm(huntlb_policy::llm::LlmWeights),
 }
 
+/// The KV-cache rule's knobs (`llm_metrics_url` set, with `load = "llm"`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmKv {
+    /// The model server's Prometheus text page, on the app's host.
+    pub url: http::Uri,
+    pub poll: Duration,
+    pub bound: huntlb_policy::llm::KvBound,
+}
+
+/// A read of the metrics page gets this long: a page that never ends is cut
+/// here (counted failed), as Apache's status page is.
+pub const KV_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The validated configuration the agent runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -48,6 +61,8 @@ pub struct Config {
     pub policy: Policy,
     pub workers: u32,
     pub load: LoadSource,
+    /// With `llm_metrics_url`: the server's KV-cache use counts (None: off).
+    pub llm_kv: Option<LlmKv>,
     pub health_path: String,
     pub drain_limit: usize,
     pub max_connections: usize,
@@ -94,7 +109,7 @@ impl Raw {
         raw.take_renamed()?;
         flags.take_renamed()?;
         raw.warnings.append(&mut flags.warnings);
-        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat, llm_prefix_bytes, llm_prefix_bound,
+        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat, llm_prefix_bytes, llm_prefix_bound, llm_metrics_url, llm_metrics_poll_ms, llm_kv_busy_at,
             health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
             fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms, fleet_commit_ms, fleet_key_readable_by_others,
@@ -120,6 +135,9 @@ impl Raw {
             ("llm_prefill_tokens_per_seat", self.llm_prefill_tokens_per_seat.is_some()),
             ("llm_prefix_bytes", self.llm_prefix_bytes.is_some()),
             ("llm_prefix_bound", self.llm_prefix_bound.is_some()),
+            ("llm_metrics_url", self.llm_metrics_url.is_some()),
+            ("llm_metrics_poll_ms", self.llm_metrics_poll_ms.is_some()),
+            ("llm_kv_busy_at", self.llm_kv_busy_at.is_some()),
         ]
             .into_iter()
             .find_map(|(k, set)| set.then_some(k));
@@ -179,6 +197,8 @@ impl Raw {
             }
             other => return Err(invalid("load", format!("`{other}` is not a load source (expected inflight, apache or llm)"))),
         };
+        let app = addr("app", self.app, "127.0.0.1:9000")?;
+        let llm_kv = kv(self.llm_metrics_url.as_deref(), self.llm_metrics_poll_ms, self.llm_kv_busy_at, app)?;
         let health_path = self.health_path.unwrap_or_else(|| huntlb_policy::protocol::HEALTH_PATH.into());
         if !health_path.starts_with('/') || health_path.contains(char::is_whitespace) {
             return Err(invalid("health_path", format!("`{health_path}` must be a path starting with /")));
@@ -233,7 +253,8 @@ impl Raw {
             app_h2,
             listen,
             admin: addr("admin", self.admin, "127.0.0.1:9901")?,
-            app: addr("app", self.app, "127.0.0.1:9000")?,
+            app,
+            llm_kv,
             agent_check: match self.agent_check {
                 Some(v) => Some(addr("agent_check", Some(v), "")?),
                 None => None,
@@ -279,6 +300,39 @@ fn affinity(bytes: Option<u32>, bound: Option<u32>, seats: u32) -> Result<Option
             return Err(invalid("llm_prefix_bound", format!("{bound} is out of range (0 to 1000000)")));
         }
         Ok(Some(Affinity { bytes, bound, seats }))
+}
+
+/// The KV-cache rule's keys (already known to come with `load = "llm"`): None without a URL.
+fn kv(url: Option<&str>, poll_ms: Option<u64>, busy_at: Option<f64>, app: SocketAddr) -> Result<Option<LlmKv>, ConfigError> {
+    let Some(url) = url else {
+        if let Some(key) = [("llm_metrics_poll_ms", poll_ms.is_some()), ("llm_kv_busy_at", busy_at.is_some())].into_iter().find_map(|(k, set)| set.then_some(k)) {
+            return Err(invalid(key, "only meaningful with llm_metrics_url"));
+        }
+        return Ok(None);
+    };
+    let parsed: http::Uri = url.parse().map_err(|_| invalid("llm_metrics_url", format!("`{url}` is not a URL")))?;
+    if parsed.scheme_str() != Some("http") || parsed.authority().is_none() {
+        return Err(invalid("llm_metrics_url", format!("`{url}` must be an http:// URL")));
+    }
+    // The page is trusted as the app is, and only the app's: an agent sent
+    // to another host would let that host set this server's load (and poll
+    // it from every agent). An IP, the app's: no name to resolve, nor to
+    // point elsewhere later.
+    let host = parsed.host().unwrap_or("").trim_start_matches('[').trim_end_matches(']');
+    if host.parse::<std::net::IpAddr>().ok() != Some(app.ip()) {
+        return Err(invalid("llm_metrics_url", format!("`{url}` must be on the app's host, {} (an IP, not a name)", app.ip())));
+    }
+    // 10 ms at least: a poll is a GET and a parse of a page of up to 2 MiB
+    let poll = ms("llm_metrics_poll_ms", poll_ms, 250, 10)?;
+    let busy_at = busy_at.unwrap_or(0.95);
+    let fixed = huntlb_policy::llm::kv_fixed(busy_at).filter(|&f| f > 0);
+    let Some(busy_at_fixed) = fixed else {
+        return Err(invalid("llm_kv_busy_at", format!("{busy_at} is out of range (above 0, at most 1: a fraction of the KV cache)")));
+    };
+    // Stale after three polls missed, plus a read's whole time: one slow or
+    // failed read keeps the last value, a page that stopped answering does not.
+    let stale_ms = 3 * poll.as_millis() as u64 + KV_READ_TIMEOUT.as_millis() as u64;
+    Ok(Some(LlmKv { url: parsed, poll, bound: huntlb_policy::llm::KvBound { busy_at: busy_at_fixed, stale_ms } }))
 }
 
 fn addr(key: &'static str, v: Option<String>, default: &str) -> Result<SocketAddr, ConfigError> {

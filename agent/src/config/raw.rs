@@ -76,6 +76,19 @@ pub struct Raw {
     /// while a seat is free at the home].
     #[arg(long)]
     pub llm_prefix_bound: Option<u32>,
+    /// With load=llm: the model server's Prometheus page, e.g.
+    /// http://127.0.0.1:8000/metrics, on the app's own host; its
+    /// `vllm:kv_cache_usage_perc` is polled and a server whose KV cache is at
+    /// or past `llm_kv_busy_at` counts as full (docs/llm.md, "KV-cache use").
+    #[arg(long)]
+    pub llm_metrics_url: Option<String>,
+    /// With llm_metrics_url: poll period in ms [default: 250].
+    #[arg(long)]
+    pub llm_metrics_poll_ms: Option<u64>,
+    /// With llm_metrics_url: the KV-cache use (above 0, at most 1) at and past
+    /// which the server counts as full [default: 0.95].
+    #[arg(long)]
+    pub llm_kv_busy_at: Option<f64>,
     /// Path the agent answers itself for health checks [default: /.hunt/health].
     #[arg(long)]
     pub health_path: Option<String>,

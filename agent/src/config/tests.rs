@@ -393,3 +393,62 @@ fn prefix_affinity_is_off_by_default_and_only_with_load_llm_and_the_tier() {
     let parsed: Raw = toml::from_str("llm_prefix_bytes = 512\nllm_prefix_bound = 1").unwrap();
     assert_eq!((parsed.llm_prefix_bytes, parsed.llm_prefix_bound), (Some(512), Some(1)));
 }
+
+#[test]
+fn kv_keys_only_with_load_llm_and_a_url_on_the_apps_host() {
+    use huntlb_policy::llm::KvBound;
+    let llm = |r: &mut Raw| {
+        r.load = Some("llm".into());
+        r.app = Some("127.0.0.5:8000".into());
+    };
+    let c = raw(|r| llm(r)).unwrap();
+    assert_eq!(c.llm_kv, None); // no url: off, the counts alone
+    let c = raw(|r| {
+        llm(r);
+        r.llm_metrics_url = Some("http://127.0.0.5:8000/metrics".into());
+    })
+    .unwrap();
+    let kv = c.llm_kv.unwrap();
+    assert_eq!((kv.poll, kv.bound), (Duration::from_millis(250), KvBound { busy_at: 9500, stale_ms: 1750 }));
+    let c = raw(|r| {
+        llm(r);
+        r.llm_metrics_url = Some("http://127.0.0.5:9090/metrics".into());
+        r.llm_metrics_poll_ms = Some(50);
+        r.llm_kv_busy_at = Some(0.8);
+    })
+    .unwrap();
+    assert_eq!(c.llm_kv.unwrap().bound, KvBound { busy_at: 8000, stale_ms: 1150 });
+    // meaningless without load = llm, or (poll, bound) without the url
+    assert_eq!(key_of(raw(|r| r.llm_metrics_url = Some("http://127.0.0.1:8000/metrics".into()))), "llm_metrics_url");
+    assert_eq!(key_of(raw(|r| { r.load = Some("inflight".into()); r.llm_kv_busy_at = Some(0.9) })), "llm_kv_busy_at");
+    assert_eq!(key_of(raw(|r| { llm(r); r.llm_metrics_poll_ms = Some(100) })), "llm_metrics_poll_ms");
+    assert_eq!(key_of(raw(|r| { llm(r); r.llm_kv_busy_at = Some(0.9) })), "llm_kv_busy_at");
+    let url = |u: &str| {
+        let u = u.to_string();
+        move |r: &mut Raw| {
+            llm(r);
+            r.llm_metrics_url = Some(u.clone());
+        }
+    };
+    // not the app's host: another IP, a name, another scheme, no URL at all
+    for bad in ["http://127.0.0.6:8000/metrics", "http://localhost:8000/metrics", "https://127.0.0.5:8000/metrics", "127.0.0.5:8000", "http://[::1]:8000/metrics", "not a url"] {
+        let set = url(bad);
+        assert_eq!(key_of(raw(|r| set(r))), "llm_metrics_url", "{bad}");
+    }
+    for bad in [0.0, -0.5, 1.01, f64::NAN, 0.00001] {
+        let set = url("http://127.0.0.5:8000/metrics");
+        assert_eq!(key_of(raw(|r| { set(r); r.llm_kv_busy_at = Some(bad) })), "llm_kv_busy_at", "{bad}");
+    }
+    for bad in [0, 9] {
+        let set = url("http://127.0.0.5:8000/metrics");
+        assert_eq!(key_of(raw(|r| { set(r); r.llm_metrics_poll_ms = Some(bad) })), "llm_metrics_poll_ms", "{bad}");
+    }
+    // an IPv6 app: its metrics on the same IP
+    let c = raw(|r| {
+        r.load = Some("llm".into());
+        r.app = Some("[::1]:8000".into());
+        r.llm_metrics_url = Some("http://[::1]:8000/metrics".into());
+    })
+    .unwrap();
+    assert!(c.llm_kv.is_some());
+}
