@@ -551,8 +551,9 @@ def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, o
             # one seed at every step: the same requests, closer together as
             # the rate grows; the salt names the step's load, so no step finds
             # another step's prompts cached, whichever invocation ran it
+            # (in thousandths: a salt is letters, digits and -)
             res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet, kv_fleet), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
-                          tag=f"-sweep{rho:g}", salt=f"{arm}-rho{rho:g}")
+                          tag=f"-sweep{rho:g}", salt=f"{arm}-rho{round(rho * 1000)}")
             res["rho"] = rho
             sw["runs"] = [r for r in sw["runs"] if not (r["arm"] == arm and r["rho"] == rho)] + [res]
             rundata.write(data_path(NAME, out), data)
