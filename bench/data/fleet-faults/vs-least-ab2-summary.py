@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-# Run from the repository root: the summary in vs-least-haproxy-ab2-summary.txt,
-# over vs-least-haproxy-ab2-{pre,now}-r*.jsonl, which vs-least-haproxy-ab2.sh wrote.
+# Run from the repository root with envoy or haproxy: the summary in
+# vs-least-PROXY-ab2-summary.txt, over vs-least-PROXY-ab2-{pre,now}-r*.jsonl,
+# which vs-least-ab2.sh wrote.
 import json, glob, statistics, sys
 sys.path.insert(0, "bench")
 from benchlib.stats import median_ci95, ci95
+proxy = sys.argv[1]
+BASE, TIER = {"envoy": ("LR/full", "FWD/full"), "haproxy": ("leastconn", "FWD/least")}[proxy]
 ARMS = ("pre", "now")
 runs = {}
 for arm in ARMS:
-    for f in sorted(glob.glob(f"bench/data/fleet-faults/vs-least-haproxy-ab2-{arm}-r*.jsonl")):
+    for f in sorted(glob.glob(f"bench/data/fleet-faults/vs-least-{proxy}-ab2-{arm}-r*.jsonl")):
         r = int(f.split("-r")[-1].split(".")[0])
         for line in open(f):
             d = json.loads(line)
@@ -15,7 +18,7 @@ for arm in ARMS:
 
 
 def good(a: dict) -> bool:
-    return all(p in a and a[p]["valid"] and not a[p]["errors"] for p in ("leastconn", "FWD/least"))
+    return all(p in a and a[p]["valid"] and not a[p]["errors"] for p in (BASE, TIER))
 
 
 def show(xs: list[float]) -> str:
@@ -29,12 +32,12 @@ print(f"runs flagged (generator late or client errors), left out with their pair
 for arm in ARMS:
     ok = [v[arm] for k, v in sorted(runs.items()) if arm in v and good(v[arm])]
     for key in ("mean_ms", "p99_ms"):
-        print(f"{arm}: FWD/least over leastconn, {key.removesuffix('_ms')}: " + show([a["FWD/least"][key] / a["leastconn"][key] for a in ok]))
-    cpu = [v[arm]["FWD/least"]["agents_cpu"] for v in runs.values() if arm in v and "FWD/least" in v[arm]]
-    print(f"{arm}: the 12 agents' CPU under FWD/least, median {statistics.median(cpu):.3f} cores (n={len(cpu)})")
+        print(f"{arm}: {TIER} over {BASE}, {key.removesuffix('_ms')}: " + show([a[TIER][key] / a[BASE][key] for a in ok]))
+    cpu = [v[arm][TIER]["agents_cpu"] for v in runs.values() if arm in v and TIER in v[arm]]
+    print(f"{arm}: the 12 agents' CPU under {TIER}, median {statistics.median(cpu):.3f} cores (n={len(cpu)})")
 # today's over the pre-handshake tree, paired by round and repetition (same seeds)
 for key in ("mean_ms", "p99_ms"):
-    pr = [(v["now"]["FWD/least"][key] / v["now"]["leastconn"][key]) / (v["pre"]["FWD/least"][key] / v["pre"]["leastconn"][key])
+    pr = [(v["now"][TIER][key] / v["now"][BASE][key]) / (v["pre"][TIER][key] / v["pre"][BASE][key])
           for k, v in sorted(runs.items()) if all(arm in v and good(v[arm]) for arm in ARMS)]
     if pr:
-        print(f"today's tree over the pre-handshake one, FWD/least over leastconn ({key.removesuffix('_ms')}) paired: {show(pr)}: {', '.join(f'{x:.3f}' for x in pr)}")
+        print(f"today's tree over the pre-handshake one, {TIER} over {BASE} ({key.removesuffix('_ms')}) paired: {show(pr)}: {', '.join(f'{x:.3f}' for x in pr)}")
