@@ -81,7 +81,7 @@ KV_AGENT_PORTS = {"listen": 8083, "admin": 9913, "fleet": 9703}
 def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dynamic:seen_margin=1",
                tokens_per_seat: int | None = None, bytes_per_token: int | None = None,
                prefix_bytes: int | None = None, prefix_bound: int | None = None,
-               kv_busy_at: float | None = None) -> list[Backend]:
+               kv_busy_at: float | None = None, kv_poll_ms: int | None = None) -> list[Backend]:
     """A second set of agents beside the same model servers as `fleet`, with
     load = "llm" (requests in flight plus the prompts waiting for prefill, in
     seats: docs/llm.md), on LLM_AGENT_PORTS and in a forwarding tier of their
@@ -90,8 +90,9 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
     `bytes_per_token` None: the agent's defaults. With `prefix_bytes`: prefix
     affinity on (`llm_prefix_bytes`, and `llm_prefix_bound` unless None), a
     set of its own on PREFIX_AGENT_PORTS. With `kv_busy_at`: the KV-cache
-    rule on (`llm_metrics_url` = the server's /metrics, `llm_kv_busy_at`), a
-    set of its own on KV_AGENT_PORTS."""
+    rule on (`llm_metrics_url` = the server's /metrics, `llm_kv_busy_at`, and
+    `llm_metrics_poll_ms` unless `kv_poll_ms` is None), a set of its own on
+    KV_AGENT_PORTS."""
     ports, name = ((PREFIX_AGENT_PORTS, "prefix") if prefix_bytes else (KV_AGENT_PORTS, "kv") if kv_busy_at is not None
                    else (LLM_AGENT_PORTS, "llm"))
     peers = ",".join(f"{b.host}:{ports['fleet']}" for b in fleet)
@@ -102,7 +103,8 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
                 "fleet_peers": peers, "fleet_key_file": procs.fleet_key(),
                 "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
                 "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound,
-                "llm_metrics_url": f"http://{b.app}/metrics" if kv_busy_at is not None else None, "llm_kv_busy_at": kv_busy_at}
+                "llm_metrics_url": f"http://{b.app}/metrics" if kv_busy_at is not None else None, "llm_kv_busy_at": kv_busy_at,
+                "llm_metrics_poll_ms": kv_poll_ms}
         argv = [binary("huntlb-agent"), "--listen", listen, "--admin", admin, "--app", b.app]
         for k, v in opts.items():
             if v is not None:
