@@ -144,6 +144,7 @@ impl Raw {
         if let (Some(key), false) = (llm_key, self.load.as_deref() == Some("llm")) {
             return Err(invalid(key, "only meaningful with load = \"llm\""));
         }
+        let app = addr("app", self.app, "127.0.0.1:9000")?;
         let load = match self.load.as_deref().unwrap_or("inflight") {
             "inflight" => {
                 if self.apache_status_url.is_some() {
@@ -168,13 +169,7 @@ impl Raw {
                         }
                         LoadSource::Scoreboard { file: file.into(), poll }
                     }
-                    (None, Some(url)) => {
-                        let status_url: http::Uri = url.parse().map_err(|_| invalid("apache_status_url", format!("`{url}` is not a URL")))?;
-                        if status_url.scheme_str() != Some("http") || status_url.authority().is_none() {
-                            return Err(invalid("apache_status_url", format!("`{url}` must be an http:// URL")));
-                        }
-                        LoadSource::Apache { status_url, poll }
-                    }
+                    (None, Some(url)) => LoadSource::Apache { status_url: app_page("apache_status_url", &url, app)?, poll },
                 }
             }
             "llm" => {
@@ -197,7 +192,6 @@ impl Raw {
             }
             other => return Err(invalid("load", format!("`{other}` is not a load source (expected inflight, apache or llm)"))),
         };
-        let app = addr("app", self.app, "127.0.0.1:9000")?;
         let llm_kv = kv(self.llm_metrics_url.as_deref(), self.llm_metrics_poll_ms, self.llm_kv_busy_at, app)?;
         let health_path = self.health_path.unwrap_or_else(|| huntlb_policy::protocol::HEALTH_PATH.into());
         if !health_path.starts_with('/') || health_path.contains(char::is_whitespace) {
@@ -302,6 +296,23 @@ fn affinity(bytes: Option<u32>, bound: Option<u32>, seats: u32) -> Result<Option
         Ok(Some(Affinity { bytes, bound, seats }))
 }
 
+/// A page the agent polls for its server's load (`apache_status_url`,
+/// `llm_metrics_url`): an http:// URL on the app's own IP. The page is
+/// trusted as the app is, and only the app's: an agent sent to another host
+/// would let that host set this server's load (and poll it from every
+/// agent). An IP, the app's: no name to resolve, nor to point elsewhere later.
+fn app_page(key: &'static str, url: &str, app: SocketAddr) -> Result<http::Uri, ConfigError> {
+    let parsed: http::Uri = url.parse().map_err(|_| invalid(key, format!("`{url}` is not a URL")))?;
+    if parsed.scheme_str() != Some("http") || parsed.authority().is_none() {
+        return Err(invalid(key, format!("`{url}` must be an http:// URL")));
+    }
+    let host = parsed.host().unwrap_or("").trim_start_matches('[').trim_end_matches(']');
+    if host.parse::<std::net::IpAddr>().ok() != Some(app.ip()) {
+        return Err(invalid(key, format!("`{url}` must be on the app's host, {} (an IP, not a name)", app.ip())));
+    }
+    Ok(parsed)
+}
+
 /// The KV-cache rule's keys (already known to come with `load = "llm"`): None without a URL.
 fn kv(url: Option<&str>, poll_ms: Option<u64>, busy_at: Option<f64>, app: SocketAddr) -> Result<Option<LlmKv>, ConfigError> {
     let Some(url) = url else {
@@ -310,18 +321,7 @@ fn kv(url: Option<&str>, poll_ms: Option<u64>, busy_at: Option<f64>, app: Socket
         }
         return Ok(None);
     };
-    let parsed: http::Uri = url.parse().map_err(|_| invalid("llm_metrics_url", format!("`{url}` is not a URL")))?;
-    if parsed.scheme_str() != Some("http") || parsed.authority().is_none() {
-        return Err(invalid("llm_metrics_url", format!("`{url}` must be an http:// URL")));
-    }
-    // The page is trusted as the app is, and only the app's: an agent sent
-    // to another host would let that host set this server's load (and poll
-    // it from every agent). An IP, the app's: no name to resolve, nor to
-    // point elsewhere later.
-    let host = parsed.host().unwrap_or("").trim_start_matches('[').trim_end_matches(']');
-    if host.parse::<std::net::IpAddr>().ok() != Some(app.ip()) {
-        return Err(invalid("llm_metrics_url", format!("`{url}` must be on the app's host, {} (an IP, not a name)", app.ip())));
-    }
+    let parsed = app_page("llm_metrics_url", url, app)?;
     // 10 ms at least: a poll is a GET and a parse of a page of up to 2 MiB
     let poll = ms("llm_metrics_poll_ms", poll_ms, 250, 10)?;
     let busy_at = busy_at.unwrap_or(0.95);

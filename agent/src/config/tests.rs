@@ -452,3 +452,27 @@ fn kv_keys_only_with_load_llm_and_a_url_on_the_apps_host() {
     .unwrap();
     assert!(c.llm_kv.is_some());
 }
+
+#[test]
+fn apache_status_url_is_the_apps_own_page() {
+    // The same rule as llm_metrics_url's: the page sets this server's load,
+    // so only the app's own IP may serve it (an attacker's host named here
+    // would decide where the front's offers are accepted).
+    let apache = |u: &str| {
+        let u = u.to_string();
+        move |r: &mut Raw| {
+            r.load = Some("apache".into());
+            r.app = Some("127.0.0.7:8080".into());
+            r.apache_status_url = Some(u.clone());
+        }
+    };
+    let set = apache("http://127.0.0.7:8080/server-status?auto");
+    assert!(matches!(raw(|r| set(r)).unwrap().load, LoadSource::Apache { .. }));
+    // mod_status on another port of the same host is the app's too
+    let set = apache("http://127.0.0.7:81/server-status?auto");
+    assert!(raw(|r| set(r)).is_ok());
+    for bad in ["http://127.0.0.8:8080/server-status?auto", "http://localhost:8080/server-status?auto", "https://127.0.0.7/server-status?auto", "not a url"] {
+        let set = apache(bad);
+        assert_eq!(key_of(raw(|r| set(r))), "apache_status_url", "{bad}");
+    }
+}
