@@ -159,26 +159,33 @@ def test_dead_app_behind_a_live_agent_costs_no_client_errors(procs, addrs, front
     import signal
     import time
 
-    bs = start_backends(procs, addrs, 3, "static:0")
-    f = front(bs)
-    bs[0].app_proc.signal(signal.SIGKILL)
-    # Let the agent's idle pooled connections to the app see their close: a
-    # request written into one in that instant cannot be told from one the app
-    # took, and gets a 502 (correctly: it may have reached the app).
-    time.sleep(0.3)
-    statuses, paths = [], []
-    for i in range(40):
-        path = f"/dead/{uuid.uuid4()}"
-        paths.append(path)
-        statuses.append(request(f.listen, "POST", path, body=b"x" * 100)[0])
-        time.sleep(0.01)
-    # HAProxy cannot re-send: the first final to meet the dead app is a 503, and
-    # marks the server down at once (lua.huntlb-unreachable), so it stays one
-    errors = len(statuses) - statuses.count(200)
-    assert set(statuses) <= {200, 503} and errors <= (0 if f.kind == "envoy" else 1), {s: statuses.count(s) for s in set(statuses)}
-    assert all(path_count(bs, p) == (1 if s == 200 else 0) for p, s in zip(paths, statuses))
-    unreachable = bs[0].metrics()['huntlb_app_errors_total{kind="connect"}']
-    assert unreachable >= 1, "no final met the dead app before health took it out: the run proves nothing"
+    # Health can take the dead backend out before any final lands on it (about
+    # 2 runs in 90): then the run proves nothing, and the scenario runs again
+    # on a new set (at most 3 sets); every set's clients are held to the rule.
+    met = []
+    for _ in range(3):
+        bs = start_backends(procs, addrs, 3, "static:0")
+        f = front(bs)
+        bs[0].app_proc.signal(signal.SIGKILL)
+        # Let the agent's idle pooled connections to the app see their close: a
+        # request written into one in that instant cannot be told from one the app
+        # took, and gets a 502 (correctly: it may have reached the app).
+        time.sleep(0.3)
+        statuses, paths = [], []
+        for i in range(40):
+            path = f"/dead/{uuid.uuid4()}"
+            paths.append(path)
+            statuses.append(request(f.listen, "POST", path, body=b"x" * 100)[0])
+            time.sleep(0.01)
+        # HAProxy cannot re-send: the first final to meet the dead app is a 503, and
+        # marks the server down at once (lua.huntlb-unreachable), so it stays one
+        errors = len(statuses) - statuses.count(200)
+        assert set(statuses) <= {200, 503} and errors <= (0 if f.kind == "envoy" else 1), {s: statuses.count(s) for s in set(statuses)}
+        assert all(path_count(bs, p) == (1 if s == 200 else 0) for p, s in zip(paths, statuses))
+        met.append(bs[0].metrics()['huntlb_app_errors_total{kind="connect"}'])
+        if met[-1] >= 1:
+            break
+    assert met[-1] >= 1, f"no final met the dead app before health took it out, in {len(met)} sets: the runs prove nothing"
 
 
 def test_offer_accepted_for_a_dead_app_is_refused_not_failed(procs, addrs, front):
