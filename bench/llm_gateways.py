@@ -496,11 +496,14 @@ def sweep_text(data: dict) -> str:
             at, how = slo_rate([(r["rate"], r["ttft_p90_ms"]) for r in rs.values() if not r["errors"]], thr)
             cells = [f"{rs[x]['ttft_p90_ms']:.1f}{'' if not rs[x]['errors'] else ' (errors)'}" if x in rs else "-" for x in steps]
             where = f"{at:.2f}/s (rho {at / cap:.3f})" if at is not None else how
-            rows.append(f"| {arm} | " + " | ".join(cells) + f" | {where} |")
-        head = "| arm | " + " | ".join(f"p90 ms at rho {x:g} ({x * cap:.2f}/s)" for x in steps) + " | TTFT p90 passes SLO at |"
+            # when the arm's steps ran: arms swept in different sessions compare across machine states
+            ran = [r["started"] for r in rs.values() if "started" in r]
+            when = "-" if not ran else time.strftime("%Y-%m-%d %H:%M", time.gmtime(min(ran))) + time.strftime("-%H:%M", time.gmtime(max(ran)))
+            rows.append(f"| {arm} | " + " | ".join(cells) + f" | {where} | {when} |")
+        head = "| arm | " + " | ".join(f"p90 ms at rho {x:g} ({x * cap:.2f}/s)" for x in steps) + " | TTFT p90 passes SLO at | ran (UTC) |"
         values = {"workload": w, "seconds": f"{sw['seconds']:g}", "capacity": f"{cap:.2f}", "slo_ms": f"{SLO_P90_MS:g}",
                   "threshold_ms": f"{thr:g}", "time_scale": str(TIME_SCALE),
-                  "table": "\n".join([head, "|-----|" + "------:|" * len(steps) + "------|", *rows])}
+                  "table": "\n".join([head, "|-----|" + "------:|" * len(steps) + "------|------|", *rows])}
         parts.append(render(f"{NAME}.slo", values, part=True))
     return "".join("\n\n" + p for p in parts)
 
