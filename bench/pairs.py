@@ -42,6 +42,10 @@ def main() -> int:
                     "network namespaces, DNS discovery; needs root): FWD/pass against the proxy's own least only")
     ap.add_argument("--fleet-loss", type=float, default=0.0, metavar="P",
                     help="with --cluster: drop each datagram arriving at a backend's fleet port with probability P")
+    ap.add_argument("--idle", type=float, default=0, metavar="S",
+                    help="first, each strategy ready and no request for S seconds: each agent's CPU (the fixed part)")
+    ap.add_argument("--agent-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting every agent gets, whatever the strategy (e.g. threads=2); repeatable")
     ap.add_argument("--json", type=Path, help="write every run here (one JSON object per line)")
     ap.add_argument("--from", dest="runs_from", type=Path, metavar="JSONL",
                     help="measure nothing: the ratios of runs an earlier --json wrote, against this baseline")
@@ -61,9 +65,15 @@ def main() -> int:
     elif a.fleet_loss:
         raise SystemExit("--fleet-loss needs --cluster (loss is a kernel rule inside the cluster's hosts)")
     else:
-        b = testbed.Bench(work, [a.proxy], False, servers=a.servers, mean_ms=mean_ms, demand=a.demand)
+        opts = dict(o.split("=", 1) for o in a.agent_opt)
+        b = testbed.Bench(work, [a.proxy], False, servers=a.servers, mean_ms=mean_ms, demand=a.demand, agent_opts=opts)
     runs = []
     try:
+        for name in ([a.baseline, *a.candidate] if a.idle else []):
+            policy, _, fronts = name.partition("@")
+            per, fronts_cpu = b.idle_cpu(a.proxy, policy, a.idle, int(fronts or a.fronts))
+            print(f"{name}: idle {a.idle:g} s, each agent's CPU, % of a core: median {100 * statistics.median(per):.2f} "
+                  f"(max {100 * max(per):.2f}); the fronts' {100 * fronts_cpu:.2f}", flush=True)
         for rep in range(a.reps):
             names = [a.baseline, *a.candidate] if rep % 2 == 0 else [*reversed(a.candidate), a.baseline]
             for name in names:
@@ -104,12 +114,27 @@ def summarize(a, runs) -> int:
         cpu = [r.agents_cpu for r in runs if r.policy == name and r.agents_cpu is not None]
         if cpu:
             print(f"{name}: the {a.servers} agents' CPU, cores: median {statistics.median(cpu):.3f} (range {min(cpu):.3f}-{max(cpu):.3f})")
+        fcpu = [(r.agents_cpu, r.fronts_cpu) for r in runs if r.policy == name and r.fronts_cpu and r.agents_cpu is not None]
+        if fcpu:
+            ratio = [ag / fr for ag, fr in fcpu]
+            print(f"{name}: the fronts' CPU, cores: median {statistics.median(f for _, f in fcpu):.3f}; agents / fronts: "
+                  f"median {statistics.median(ratio):.2f} (range {min(ratio):.2f}-{max(ratio):.2f})")
         fair = [r.fairness for r in runs if r.policy == name and r.fairness is not None]
         if fair:
             print(f"{name}: Jain's index of the apps' load: median {statistics.median(fair):.3f} (range {min(fair):.3f}-{max(fair):.3f})")
         dg = [r.datagrams / r.achieved_rate for r in runs if r.policy == name and r.datagrams is not None and r.achieved_rate]
         if dg:
             print(f"{name}: the tier's datagrams per request: median {statistics.median(dg):.2f} (range {min(dg):.2f}-{max(dg):.2f})")
+    # The tier's own CPU a request: the agents' CPU over the baseline's in the same repetition, over the rate.
+    for cand in a.candidate:
+        us = []
+        for rep in range(a.reps):
+            pair = {r.policy: r for r in runs if r.rep == rep}
+            if a.baseline in pair and cand in pair and pair[cand].agents_cpu is not None and pair[a.baseline].agents_cpu is not None:
+                us.append((pair[cand].agents_cpu - pair[a.baseline].agents_cpu) / pair[cand].achieved_rate * 1e6)
+        if us:
+            print(f"{cand}: the agents' CPU a request over {a.baseline}'s, us: median {statistics.median(us):.0f} "
+                  f"(range {min(us):.0f}-{max(us):.0f}, {len(us)} pairs)")
     return 0
 
 

@@ -23,7 +23,14 @@ fn main() -> std::process::ExitCode {
     for w in &cfg.warnings {
         tracing::warn!("{w}");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    // One thread by default: at a sidecar's load (a hundred requests a second)
+    // every hop found a multi-thread runtime's workers parked, and the wake-ups
+    // between them cost more than the requests (docs/agent.md, "Cost").
+    let rt = match cfg.threads {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build(),
+    }
+    .expect("tokio runtime");
     match rt.block_on(huntlb_agent::server::run(cfg)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

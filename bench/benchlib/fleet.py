@@ -66,20 +66,23 @@ HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "
                  "SR_slack": "dynamic:seen_margin=1", "SR_slack2": "dynamic:seen_margin=2",
                  "SR_gate": "dynamic:c0=0,c_max=0,seen_margin=1",
                  "FWD": "dynamic:seen_margin=1", "FWDall": "dynamic:seen_margin=1", "FWDm1": "dynamic:seen_margin=1",
-                 "FWD4": "dynamic:seen_margin=1", "FWDp": "dynamic:seen_margin=1"}
+                 "FWD4": "dynamic:seen_margin=1", "FWDp": "dynamic:seen_margin=1",
+                 "FWDnone": "dynamic:seen_margin=1"}
 # Strategies whose agents form a forwarding tier (agent `fleet_listen`, every
 # agent a member): an offer not the least of what its agent hears goes on to
 # the least peer heard; the policy decides only while no peer is heard. The
 # value is each agent's `fleet_sample`, the peers it hears: FWD as shipped (the
 # agent's default, FLEET_SAMPLE), FWDall every member (the tier before sampling).
-FORWARDING = {"FWD": FLEET_SAMPLE, "FWDall": 0, "FWDm1": FLEET_SAMPLE, "FWD4": 4, "FWDp": FLEET_SAMPLE}
+FORWARDING = {"FWD": FLEET_SAMPLE, "FWDall": 0, "FWDm1": FLEET_SAMPLE, "FWD4": 4, "FWDp": FLEET_SAMPLE, "FWDnone": FLEET_SAMPLE}
 # Agent settings a forwarding strategy changes from the defaults: FWDm1 keeps an
 # offer while its backend holds at most one more than the least peer (a forward
 # only for a gap of two), fewer forwards for a coarser balance. FWD4: each agent
 # hears a sample of 4 (about half the datagrams of the default 8). FWDp: the
 # agents pass on the plain fronts' tries (`FWDp/plain`), fronts told apart by
-# their source address.
-FORWARD_OPTS = {"FWDm1": {"forward_peer_margin": 1}, "FWDp": {"fleet_pass_plain": "true"}}
+# their source address. FWDnone: the tier's messages without its forwards (a
+# margin no count reaches), to tell what each costs (bench/pairs.py's CPU).
+FORWARD_OPTS = {"FWDm1": {"forward_peer_margin": 1}, "FWDp": {"fleet_pass_plain": "true"},
+                "FWDnone": {"forward_peer_margin": 100000}}
 FLEET_PORT = 9700
 
 
@@ -103,6 +106,8 @@ class Fleet:
     # with forward: each agent's fleet_sample (0: every member)
     sample: int = FLEET_SAMPLE
     backends: list[Backend] = field(default_factory=list)
+    # settings every agent of this fleet gets, whatever the strategy (e.g. threads)
+    agent_opts: dict = field(default_factory=dict)
 
     def start(self) -> "Fleet":
         for i, k in enumerate(self.cores):
@@ -110,7 +115,7 @@ class Fleet:
             app_proc, app = self.procs.workload(host, workers=self.workers, cores=k, backlog=self.backlog,
                                                 demand=f"exp:{self.mean_ms}", seed=1000 + i)
             agent_proc, agent, admin = self.procs.agent(host, app, policy=self.policy, workers=self.workers,
-                                                        drain_grace_ms=0)
+                                                        drain_grace_ms=0, **self.agent_opts)
             self.backends.append(Backend(host, app, agent, admin, app_proc, agent_proc))
         return self
 
@@ -149,7 +154,7 @@ class Fleet:
                  "fleet_peers": ",".join(f"{o.host}:{FLEET_PORT}" for o in self.backends),
                  "fleet_sample": self.sample, **self.opts} if self.forward else {}
         b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=self.policy.format(cores=math.ceil(self.cores[i])),
-                                              workers=self.workers, drain_grace_ms=0, **fleet)
+                                              workers=self.workers, drain_grace_ms=0, **self.agent_opts, **fleet)
 
     def kill(self, i: int) -> None:
         """SIGKILL backend i's agent and app: a host that dies, with no drain."""

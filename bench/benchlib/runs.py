@@ -18,7 +18,7 @@ from benchlib import data as rundata
 
 # Written only when present: the CDF is kept for the runs the CDF plots draw,
 # samples for the load-over-time plot, attempts by runs since repeats began.
-_OPTIONAL = ("cdf", "samples", "attempts", "agents_cpu", "datagrams")
+_OPTIONAL = ("cdf", "samples", "attempts", "agents_cpu", "datagrams", "fronts_cpu", "idle_fronts_cpu")
 
 
 @dataclass(kw_only=True)
@@ -57,6 +57,10 @@ class Run:
     attempts: int | None = None
     # every agent's CPU over the run, in cores summed over the fleet
     agents_cpu: float | None = None
+    # the CPU of the fronts this run went through, in cores summed over them,
+    # and of every other front the bench holds up (idle, health-checking)
+    fronts_cpu: float | None = None
+    idle_fronts_cpu: float | None = None
     # the tier's reports sent per second, summed over the fleet (forwarding only)
     datagrams: float | None = None
     # where it sits in the experiment

@@ -31,6 +31,12 @@ def last_lambda0(out: Path = RESULTS) -> float:
     return read_data("srlb-poisson", out)["probe"]["lambda0"]
 
 
+def fronts_cpu_seconds(fronts) -> float:
+    """CPU time the running fronts have used (utime + stime)."""
+    from benchlib.tools import proc_cpu_seconds
+    return sum(proc_cpu_seconds(f.pid) for f in fronts if f.proc.alive())
+
+
 def common_seed(rate: float, rep: int, instances: int) -> int:
     """The generator's seed, the same for every strategy at one rate, repetition
     and number of fronts: paired runs meet the same arrivals and the same job
@@ -45,7 +51,7 @@ def seconds_for(rate: float, max_s: float) -> float:
 
 class Bench:
     def __init__(self, work: Path, proxies: list[str], quick: bool, servers: int = SERVERS, mean_ms: float = MEAN_MS,
-                 demand: str = "exp"):
+                 demand: str = "exp", agent_opts: dict | None = None):
         """servers, mean_ms: a bigger fleet with jobs as much longer keeps the
         capacity, so the same rates (and λ0) hold. demand: the jobs' sizes,
         `exp` or `lognormal:SIGMA` (heavy-tailed), of mean mean_ms."""
@@ -60,7 +66,8 @@ class Bench:
             raise ValueError(f"demand `{demand}`: expected exp or lognormal:SIGMA")
         self.procs, self.addrs = Procs(work), Addrs()
         self.hr = HaproxyRoot("2.6") if "haproxy" in proxies else None
-        self.fleet = Fleet(self.procs, self.addrs, [CORES] * servers, WORKERS, BACKLOG, mean_ms).start()
+        self.fleet = Fleet(self.procs, self.addrs, [CORES] * servers, WORKERS, BACKLOG, mean_ms,
+                           agent_opts=agent_opts or {}).start()
         self.fronts: dict[tuple[str, str, int], Front] = {}  # (proxy, strategy, instance) -> Front
         self.seq = 0
 
@@ -101,8 +108,8 @@ class Bench:
             res.cdf = None
         return res
 
-    def _run_once(self, proxy: str, name: str, rate: float, seconds: float, instances: int, sample: bool,
-                  rho: float, rep: int, seed: int | None = None) -> Run:
+    def _ready(self, proxy: str, name: str, instances: int) -> tuple[list[Front], bool]:
+        """The agents as strategy `name` has them and its fronts up: (fronts, whether the agents form a tier)."""
         strategy, policy = self.policy_for(name)
         forward = name.partition("/")[0] in FORWARDING
         # Only offers meet the policy. A hunting run starts from fresh agents (SR_dyn
@@ -113,15 +120,40 @@ class Bench:
         fronts = [self.front(proxy, strategy, i) for i in range(instances)]
         for f in fronts:
             wait_all_up(f, self.servers)
+        return fronts, forward
+
+    def idle_cpu(self, proxy: str, name: str, seconds: float, instances: int = 1) -> tuple[list[float], float]:
+        """Strategy `name` ready and no request sent for `seconds`: each agent's
+        CPU (cores), and the fronts' (summed), over that time: the fixed part
+        (beats, timers, health checks) a fleet pays whatever its load."""
+        import time
+        from benchlib.tools import proc_cpu_seconds
+        fronts, _ = self._ready(proxy, name, instances)
+        time.sleep(2.0)  # past the start's handshakes and first health checks
+        pids = [b.agent_proc.pid for b in self.fleet.backends]
+        a0, f0, t0 = [proc_cpu_seconds(p) for p in pids], fronts_cpu_seconds(fronts), time.monotonic()
+        time.sleep(seconds)
+        dt = time.monotonic() - t0
+        return [(proc_cpu_seconds(p) - c) / dt for p, c in zip(pids, a0)], (fronts_cpu_seconds(fronts) - f0) / dt
+
+    def _run_once(self, proxy: str, name: str, rate: float, seconds: float, instances: int, sample: bool,
+                  rho: float, rep: int, seed: int | None = None) -> Run:
+        strategy, _ = self.policy_for(name)
+        fronts, forward = self._ready(proxy, name, instances)
         before = self.fleet.stats()
         refused0, forwarded0, datagrams0 = self.fleet.refused(), self.fleet.forwarded(), self.fleet.datagrams()
         self.seq += 1
         out = self.work / f"run-{self.seq}.json"
         cpu0 = self.fleet.agents_cpu_seconds()
+        used = set(id(f) for f in fronts)
+        idle = [f for f in self.fronts.values() if id(f) not in used]
+        fcpu0, icpu0 = fronts_cpu_seconds(fronts), fronts_cpu_seconds(idle)
         with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
             report = drive([f.url for f in fronts], rate, seconds, out, seed=seed if seed is not None else common_seed(rate, rep, instances),
                            max_lateness_us=int(self.mean_ms * 1000 / 4), work=self.demand)
         agents_cpu = (self.fleet.agents_cpu_seconds() - cpu0) / seconds
+        fronts_cpu = (fronts_cpu_seconds(fronts) - fcpu0) / seconds
+        idle_fronts_cpu = (fronts_cpu_seconds(idle) - icpu0) / seconds
         datagrams = (self.fleet.datagrams() - datagrams0) / seconds if forward else None
         after = self.fleet.stats()
         refused = self.fleet.refused() - refused0
@@ -132,11 +164,12 @@ class Bench:
                   backlog_rejected=sum(a["backlog_rejected"] - b["backlog_rejected"] for a, b in zip(after, before)),
                   load_per_server=[(a["busy_integral_s"] - b["busy_integral_s"]) / seconds for a, b in zip(after, before)],
                   fairness=s.fairness(), cdf=cdf(report), samples=[(t, busy) for t, busy, _ in s.rows] if sample else None,
-                  rho=rho, rep=rep, agents_cpu=agents_cpu, datagrams=datagrams)
+                  rho=rho, rep=rep, agents_cpu=agents_cpu, datagrams=datagrams,
+                  fronts_cpu=fronts_cpu, idle_fronts_cpu=idle_fronts_cpu)
         invalid = "" if res.valid else f"  INVALID: {res.invalid_reason}"
         acc = f" acc {res.acceptance:.2f}" if res.acceptance is not None else ""
         print(f"  {proxy:7s} {name:13s} x{instances} rate {rate:7.1f}: mean {res.mean_ms:7.1f} ms p99 {res.p99_ms:8.1f} ms"
-              f" errors {flag(res.errors)}{acc} agents {agents_cpu:.2f} cores"
+              f" errors {flag(res.errors)}{acc} agents {agents_cpu:.2f} fronts {fronts_cpu:.2f} cores"
               f"{f' {datagrams:.0f} datagrams/s' if datagrams is not None else ''}{invalid}", flush=True)
         return res
 

@@ -66,6 +66,8 @@ pub struct Config {
     pub health_path: String,
     pub drain_limit: usize,
     pub max_connections: usize,
+    /// The runtime's worker threads (`threads`): 1 is a current-thread runtime.
+    pub threads: usize,
     pub max_inflight: u32,
     pub max_header_bytes: usize,
     pub max_headers: usize,
@@ -110,7 +112,7 @@ impl Raw {
         flags.take_renamed()?;
         raw.warnings.append(&mut flags.warnings);
         overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat, llm_prefix_bytes, llm_prefix_bound, llm_metrics_url, llm_metrics_poll_ms, llm_kv_busy_at,
-            health_path, drain_limit, max_connections, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
+            health_path, drain_limit, max_connections, threads, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
             fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms, fleet_commit_ms, fleet_key_readable_by_others,
             fleet_settle_ms, fleet_resolve_ms, fleet_sample, fleet_resample_ms, fleet_sample_keep, fleet_pass_plain);
@@ -201,6 +203,10 @@ impl Raw {
         if max_connections == 0 {
             return Err(invalid("max_connections", "must be at least 1"));
         }
+        let threads = self.threads.unwrap_or(1);
+        if !(1..=64).contains(&threads) {
+            return Err(invalid("threads", format!("{threads} is out of range (1 to 64)")));
+        }
         let max_inflight = self.max_inflight.unwrap_or(4096);
         if max_inflight == 0 {
             return Err(invalid("max_inflight", "must be at least 1"));
@@ -261,6 +267,7 @@ impl Raw {
             health_path,
             drain_limit,
             max_connections,
+            threads,
             max_inflight,
             max_header_bytes,
             max_headers,

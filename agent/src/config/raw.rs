@@ -99,6 +99,11 @@ pub struct Raw {
     /// Client connections held at once [default: 10000].
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Threads that run the agent's requests: 1 runs them all on one thread (no
+    /// wake-ups between threads: the cheapest per request at a sidecar's load);
+    /// more for an agent that must carry more than a core's worth, 1 to 64 [default: 1].
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Requests in flight to the app at once; past it offers are refused, others get 503 [default: 4096].
     #[arg(long)]
     pub max_inflight: Option<u32>,

@@ -476,3 +476,12 @@ fn apache_status_url_is_the_apps_own_page() {
         assert_eq!(key_of(raw(|r| set(r))), "apache_status_url", "{bad}");
     }
 }
+
+/// `threads`: one by default (a current-thread runtime), up to 64; 0 and more refused naming the key.
+#[test]
+fn threads_default_to_one_and_out_of_range_names_the_key() {
+    assert_eq!(raw(|_| {}).unwrap().threads, 1);
+    assert_eq!(raw(|r| r.threads = Some(4)).unwrap().threads, 4);
+    assert_eq!(key_of(raw(|r| r.threads = Some(0))), "threads");
+    assert_eq!(key_of(raw(|r| r.threads = Some(65))), "threads");
+}

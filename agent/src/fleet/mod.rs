@@ -195,6 +195,8 @@ const MIN_RCVBUF: usize = 1 << 20;
 /// heard within this of its arrival (liveness), and the socket's buffer holds
 /// what comes in between.
 const READ_EVERY: Duration = Duration::from_millis(10);
+/// Quiet (`Fleet::quiet`), the reader takes what is queued at least this often.
+const READ_QUIET_MAX: Duration = Duration::from_millis(50);
 /// An offer waits this long at most for the reader (`Fleet::fresh`).
 const ASK_WAIT: Duration = Duration::from_micros(500);
 /// At most this many datagrams per pass: a flood cannot keep the reader from
@@ -562,6 +564,21 @@ impl Fleet {
 
     fn micros(&self) -> u64 {
         self.born.elapsed().as_micros() as u64
+    }
+
+    /// Nothing decides by counts: no offer here within `WANT_FOR`, and no
+    /// member that samples this agent wants our every change.
+    fn quiet(&self) -> bool {
+        !self.wants() && self.peers_wanting() == 0
+    }
+
+    /// How long a listener that asked for beats only waits for one, and how
+    /// often a quiet agent draws (so renews) its sample: half of
+    /// `fleet_dead_after_ms`, heard with room to spare (a tick and a read
+    /// late, at most 0.72 of it: `run`, `read_forever`). Wire-compatible: a
+    /// listener of any version takes a member for alive within its dead_after.
+    fn quiet_beat(&self) -> Duration {
+        (self.cfg.dead_after / 2).max(self.cfg.heartbeat)
     }
 
     /// Did an offer here decide by the peers' counts within `WANT_FOR`?

@@ -5,7 +5,7 @@
 //! than the last.
 
 use super::batch::{Inbox, INBOX};
-use super::{nonce, Bad, Fleet, Link, Peer, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY};
+use super::{nonce, Bad, Fleet, Link, Peer, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY, READ_QUIET_MAX};
 use huntlb_policy::forward::{open_ref, Rejected};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -23,9 +23,13 @@ impl Fleet {
     /// to 0.57 of a core on the 2-core bench and cost 2.5% of the mean; reading
     /// every 2 ms instead left counts up to 2 ms old and cost 6%.
     pub(super) fn read_forever(&self) {
+        // Quiet, only liveness rides on reading: a tenth of dead_after will
+        // do, within 50 ms (a first contact's handshake waits for a read).
+        let read_quiet = (self.cfg.dead_after / 10).clamp(READ_EVERY, READ_QUIET_MAX);
         let mut asks = self.asks.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            asks = self.asked.wait_timeout_while(asks, READ_EVERY, |a| a.asked == a.done).unwrap_or_else(PoisonError::into_inner).0;
+            let every = if self.quiet() { read_quiet } else { READ_EVERY };
+            asks = self.asked.wait_timeout_while(asks, every, |a| a.asked == a.done).unwrap_or_else(PoisonError::into_inner).0;
             #[cfg(test)]
             if self.reader_paused.load(Ordering::Relaxed) {
                 drop(asks);

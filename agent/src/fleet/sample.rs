@@ -14,7 +14,7 @@ use huntlb_policy::forward::{append_tag, ReportRef, Sub};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::{error, info};
 
 impl Fleet {
@@ -27,9 +27,15 @@ impl Fleet {
             return;
         }
         let every = self.cfg.heartbeat.min(self.cfg.resample) / 2;
+        // Quiet (nothing decides by counts, here or at a listener): a tick, a
+        // draw and a beat to each listener as liveness needs them, no more
+        // (`quiet_beat`): the fixed part a fleet pays at idle, or behind one front.
+        let quiet_every = (self.cfg.dead_after / 8).clamp(every, Duration::from_millis(500).max(every));
         let (mut drawn, mut keys_at): (Option<Instant>, Instant) = (None, Instant::now());
         loop {
-            if drawn.is_none_or(|t| t.elapsed() >= self.cfg.resample) {
+            let quiet = self.quiet();
+            let resample = if quiet { self.cfg.resample.max(self.quiet_beat()) } else { self.cfg.resample };
+            if drawn.is_none_or(|t| t.elapsed() >= resample) {
                 drawn = Some(Instant::now());
                 if !self.redraw() {
                     return;
@@ -42,7 +48,7 @@ impl Fleet {
                 keys_at = Instant::now();
                 self.reload_keys();
             }
-            tokio::time::sleep(every).await;
+            tokio::time::sleep(if quiet { quiet_every } else { every }).await;
         }
     }
 
@@ -120,12 +126,16 @@ impl Fleet {
     /// Our count to each listener it has not gone to for a beat (peers take
     /// silence for death); listeners that stopped renewing are forgotten.
     /// False once the agent is gone.
-    fn beat(&self) -> bool {
+    pub(super) fn beat(&self) -> bool {
         let now = Instant::now();
+        let (heartbeat, quiet) = (self.cfg.heartbeat, self.quiet_beat());
         let to: Vec<SocketAddr> = {
             let mut l = self.listeners.lock().unwrap_or_else(PoisonError::into_inner);
             l.retain(|_, x| now.duration_since(x.renewed) <= self.cfg.dead_after);
-            l.iter().filter(|(_, x)| now.duration_since(x.told) >= self.cfg.heartbeat).map(|(a, _)| *a).collect()
+            // A listener that wants every change decides by our count: a beat
+            // each heartbeat. One that asked for beats only decides by no
+            // count: it needs to hear us within its dead_after, no sooner.
+            l.iter().filter(|(_, x)| now.duration_since(x.told) >= if x.changes { heartbeat } else { quiet }).map(|(a, _)| *a).collect()
         };
         if to.is_empty() {
             return self.report.get().is_some_and(|r| r().is_some());

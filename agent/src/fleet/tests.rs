@@ -529,3 +529,55 @@ async fn an_offer_deciding_by_the_counts_asks_for_every_change_at_once() {
     assert_eq!(fa.pick(1, None), forward_to(b));
     assert_eq!(fa.gauges().sent, sent);
 }
+
+/// Quiet, a listener that asked for beats only (it decides by no count)
+/// hears us each half dead_after, not each heartbeat: the fixed cost of a
+/// fleet at idle or behind one front. One that wants every change gets its
+/// beat each heartbeat, as before.
+#[tokio::test]
+async fn a_listener_of_beats_only_hears_us_each_half_dead_after() {
+    let (a, b) = ("127.77.9.16:9700", "127.77.9.17:9700");
+    let timed = |l| FleetConfig {
+        heartbeat: Duration::from_millis(20),
+        dead_after: Duration::from_millis(600),
+        forwarding: huntlb_policy::forward::Forwarding { peer_margin: 0, seen_margin: Some(1) },
+        ..cfg(l, &[a, b])
+    };
+    let (ca, cb) = (Count::default(), Count::default());
+    ca.set(7, true);
+    cb.set(3, true);
+    let fa = agent(timed(a), &ca).await;
+    let fb = agent(timed(b), &cb).await;
+    assert!(fa.redraw() && fb.redraw());
+    soon("both heard", || fa.ready_peers() == 1 && fb.ready_peers() == 1);
+    let mut last = (0, 0);
+    soon("the handshakes settled", || {
+        std::thread::sleep(Duration::from_millis(30));
+        let now = (fa.gauges().sent, fb.gauges().sent);
+        std::mem::replace(&mut last, now) == now
+    });
+    assert!(fa.quiet(), "no offer decided by counts anywhere");
+    assert_eq!(fa.quiet_beat(), Duration::from_millis(300));
+    // Well past a heartbeat, well before half dead_after (the last report went
+    // at most 30 ms before the settling ended): no beat to B.
+    std::thread::sleep(Duration::from_millis(60));
+    let sent = fa.gauges().sent;
+    assert!(fa.beat());
+    assert_eq!(fa.gauges().sent, sent, "a beats-only listener waits half dead_after");
+    soon("a beat at half dead_after", || {
+        std::thread::sleep(Duration::from_millis(10));
+        fa.beat() && fa.gauges().sent == sent + 1
+    });
+    // B decides by the counts: it wants every change, and A is no longer quiet.
+    assert_eq!(fb.pick(5, None), Pick::Keep, "B holds 5, A 7: kept");
+    let to_a = [a.parse().unwrap()];
+    soon("A knows B wants", || {
+        std::thread::sleep(super::ANSWER_EVERY);
+        fa.peers_wanting() == 1 || !fb.send(&to_a)
+    });
+    assert!(!fa.quiet());
+    let sent = fa.gauges().sent;
+    std::thread::sleep(Duration::from_millis(40));
+    assert!(fa.beat());
+    assert_eq!(fa.gauges().sent, sent + 1, "a listener of changes hears us each heartbeat");
+}
