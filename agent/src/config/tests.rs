@@ -590,8 +590,9 @@ fn the_documented_ranges_are_the_codes() {
     };
     type Set = fn(&mut Raw, u64);
     type Get = fn(&Config) -> u64;
+    type Ranged<'a> = (&'a str, &'a dyn Fn(&mut Raw), Set, Get);
     // (key, what it needs besides, set it, read what the agent runs with)
-    let ranged: Vec<(&str, &dyn Fn(&mut Raw), Set, Get)> = vec![
+    let ranged: Vec<Ranged> = vec![
         ("workers", &none, |r, v| r.workers = Some(v as u32), |c| c.workers.into()),
         ("max_connections", &none, |r, v| r.max_connections = Some(v as usize), |c| c.max_connections as u64),
         ("max_inflight", &none, |r, v| r.max_inflight = Some(v as u32), |c| c.max_inflight.into()),
@@ -650,7 +651,8 @@ fn the_documented_ranges_are_the_codes() {
     }
 
     // Rules between keys: written in the key's row, and refused naming the key.
-    let rules: Vec<(&str, &str, &dyn Fn(&mut Raw))> = vec![
+    type Rule<'a> = (&'a str, &'a str, &'a dyn Fn(&mut Raw));
+    let rules: Vec<Rule> = vec![
         ("fleet_dead_after_ms", "longer than `fleet_heartbeat_ms`", &|r| {
             r.fleet_heartbeat_ms = Some(100);
             r.fleet_dead_after_ms = Some(100);
@@ -669,7 +671,8 @@ fn the_documented_ranges_are_the_codes() {
         })), *k);
     }
     // Every tier key needs `fleet_listen`: said in its row, named when alone.
-    let alone: Vec<(&str, &dyn Fn(&mut Raw))> = vec![
+    type Alone<'a> = (&'a str, &'a dyn Fn(&mut Raw));
+    let alone: Vec<Alone> = vec![
         ("fleet_peers", &|r| r.fleet_peers = Some("127.0.0.2:9700".into())),
         ("fleet_advertise", &|r| r.fleet_advertise = Some("127.0.0.1:8080".into())),
         ("fleet_key_file", &|r| r.fleet_key_file = Some("/etc/huntlb/fleet.key".into())),
