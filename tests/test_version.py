@@ -41,3 +41,18 @@ def test_the_changelog_names_the_version_and_the_license_is_the_declared_one():
     license_text = (ROOT / "LICENSE").read_text()
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
     assert "END OF TERMS AND CONDITIONS" in license_text
+
+
+def test_the_upgrade_page_names_the_wire_and_the_metric_the_code_has():
+    """docs/upgrading.md says what an operator sees in a roll across tier
+    versions: the wire version and the counter are the code's own."""
+    page = (ROOT / "docs" / "upgrading.md").read_text()
+    magic = re.search(r'const MAGIC: &str = "([^"]+)";', (ROOT / "policy" / "src" / "forward.rs").read_text())[1]
+    assert f"`{magic}`" in page, magic
+    metrics = (ROOT / "policy" / "src" / "metrics.rs").read_text()
+    assert '"huntlb_fleet_reports_bad_total"' in metrics and '"version"' in metrics
+    assert 'huntlb_fleet_reports_bad_total{reason="version"}' in page
+    read = (ROOT / "agent" / "src" / "fleet" / "read.rs").read_text()
+    said = re.search(r'Bad::Version, from, &format!\("\{v\}: ([^"]+)"\)', read)[1]
+    assert said in page, said
+    assert "(docs/upgrading.md)" in (ROOT / "README.md").read_text()
