@@ -29,7 +29,7 @@ def blocks() -> dict[str, str]:
 
 def test_the_page_has_every_step_and_its_fronts_are_the_shipped_snippets():
     b = blocks()
-    assert sorted(b) == ["agent.toml", "check", "envoy", "haproxy", "key"]
+    assert sorted(b) == ["agent.toml", "check", "check-front", "envoy", "haproxy", "key"]
     # the files users are also pointed at, and that the other tests paste, say the same
     assert b["haproxy"] == "\n".join(l for l in (HAPROXY_EXAMPLES / "tier-snippet.cfg").read_text().splitlines()
                                      if not l.startswith("#")) + "\n"
@@ -96,6 +96,16 @@ def the_check_shows_forwards(bs: list[Backend]):
     assert re.search(r"^huntlb_fleet_peers 2$", out, re.M), out
 
 
+def the_front_check_says(listen: str) -> str:
+    """Step 4's front check as written, asked of the front at `listen`."""
+    if not shutil.which("curl"):
+        pytest.skip("curl not installed: the page's check uses it")
+    cmd = blocks()["check-front"].replace("10.0.0.1:80", listen)
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out
+    return out.stdout.strip()
+
+
 def test_haproxy_fronts_from_the_page_pass_tries_on(procs, addrs, fleet):
     hr = HaproxyRoot("2.6")
     procs.cleanups.append(hr.cleanup)
@@ -113,6 +123,20 @@ def test_haproxy_fronts_from_the_page_pass_tries_on(procs, addrs, fleet):
         listens.append(listen)
     through_four_fronts(listens, fleet)
     the_check_shows_forwards(fleet)
+    # Step 4's front check tells a front with its line from one without (a
+    # stock leastconn front over the same agents), whatever the forwards say;
+    # the probe reached the app through the first and nothing through the second.
+    before = sum(app_stats(b.app)["paths"].get("/", 0) for b in fleet)
+    assert the_front_check_says(listens[0]) == f"front {listens[0]}: hunt-pass line in"
+    assert sum(app_stats(b.app)["paths"].get("/", 0) for b in fleet) == before + 1
+    bare = f"{addrs.host()}:10000"
+    cfg = hr.dir / "front-bare.cfg"
+    cfg.write_text(HAPROXY_STOCK.format(listen=bare, snippet="    balance leastconn", servers=servers))
+    wait_tcp(bare, procs.start("haproxy-front-bare", hr.argv(cfg)))
+    wait_until(lambda: request(bare, "GET", "/warm")[0] == 200, what="the bare front serving")
+    before = sum(app_stats(b.app)["paths"].get("/", 0) for b in fleet)
+    assert the_front_check_says(bare) == f"front {bare}: no hunt-pass line"
+    assert sum(app_stats(b.app)["paths"].get("/", 0) for b in fleet) == before
 
 
 def test_envoy_fronts_from_the_page_pass_tries_on(procs, addrs, tmp_path, fleet):
@@ -126,3 +150,4 @@ def test_envoy_fronts_from_the_page_pass_tries_on(procs, addrs, tmp_path, fleet)
         listens.append(run_stock(procs, addrs, tmp_path, cfg, fleet, f"envoy-front-{i}"))
     through_four_fronts(listens, fleet)
     the_check_shows_forwards(fleet)
+    assert the_front_check_says(listens[0]) == f"front {listens[0]}: hunt-pass line in"

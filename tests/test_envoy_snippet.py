@@ -3,11 +3,12 @@ Envoy config that is not ours (the shape of Envoy's own front-proxy example),
 as a user would, then validated by Envoy and run against real agents."""
 
 import copy
+import re
 import subprocess
 import uuid
 
 import yaml
-from harness import EXAMPLES, envoy_binary, path_count, request, sock, start_backends, start_envoy, wait_envoy_hosts_healthy
+from harness import EXAMPLES, ROOT, envoy_binary, path_count, request, sock, start_backends, start_envoy, wait_envoy_hosts_healthy
 
 STOCK = """
 static_resources:
@@ -80,7 +81,7 @@ def run_stock(procs, addrs, tmp_path, cfg: dict, backends: list, name: str) -> s
 
 def test_snippet_is_short_and_pasted_into_a_stock_config_hunts(procs, addrs, tmp_path):
     text = (EXAMPLES / "hunt-snippet.yaml").read_text()
-    assert len(text.splitlines()) <= 26
+    assert len(text.splitlines()) <= 27   # 26, and the idle timeout under the agents'
     cfg = with_snippet(yaml.safe_load(STOCK), yaml.safe_load(text))
     bs = start_backends(procs, addrs, 2, "static:0")
     listen = run_stock(procs, addrs, tmp_path, cfg, bs, "envoy-stock")
@@ -97,3 +98,64 @@ def test_snippet_is_short_and_pasted_into_a_stock_config_hunts(procs, addrs, tmp
     p = f"/s/{uuid.uuid4()}"
     assert request(listen, "POST", f"{p}?status=503", body=b"x")[0] == 503 and path_count(bs, p) == 1
     assert sum(b.refused() for b in bs) - refused0 == 12
+
+
+def seconds(d: str) -> float:
+    """An Envoy duration as YAML writes it: `60s`, `0.25s`."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(d))
+    assert m, d
+    return float(m[1])
+
+
+def shipped_envoy_clusters() -> dict[str, dict]:
+    """Every cluster towards agents (one health-checking `/.hunt/health`) in
+    the Envoy configs we ship and the YAML blocks of the docs: the examples'
+    `static_resources.clusters` and the snippets' `cluster:` pieces; by where
+    it is written."""
+    found = {}
+    sources = [(p.relative_to(ROOT), p.read_text()) for p in sorted(EXAMPLES.glob("*.yaml"))]
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)):
+            sources.append((f"{page.relative_to(ROOT)} block {i + 1}", block))
+    for where, text in sources:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue   # a fragment in prose, not a config
+        if not isinstance(doc, dict):
+            continue
+        clusters = [doc["cluster"]] if isinstance(doc.get("cluster"), dict) else []
+        clusters += (doc.get("static_resources") or {}).get("clusters") or []
+        for c in clusters:
+            paths = [h.get("http_health_check", {}).get("path") for h in c.get("health_checks", [])]
+            if "/.hunt/health" in paths:
+                found[f"{where} {c.get('name', 'cluster')}"] = c
+    return found
+
+
+def agent_idle_timeout_s() -> float:
+    """The agent's `idle_timeout_ms` default, from docs/agent.md's table
+    (which the agent's own tests hold to the code)."""
+    row = re.search(r"^\| `idle_timeout_ms` \| (\d+) \|", (ROOT / "docs" / "agent.md").read_text(), re.M)
+    return int(row[1]) / 1000
+
+
+def test_every_shipped_envoy_cluster_closes_idle_connections_before_the_agent():
+    """Envoy's upstream idle timeout defaults to 1 h, the agent's to 120 s:
+    left at the default, the agent closes an idle connection while Envoy may
+    be writing a request on it (docs/agent.md § Timeouts). Every cluster to
+    agents that we ship sets Envoy's under the agent's."""
+    clusters = shipped_envoy_clusters()
+    where = {k.split(" ")[0] for k in clusters}
+    # the files and pages a user pastes from are all here (none skipped unseen)
+    for must in ["envoy-filter/examples/front.yaml", "envoy-filter/examples/front-tier.yaml",
+                 "envoy-filter/examples/hunt-snippet.yaml", "envoy-filter/examples/tier-snippet.yaml",
+                 "envoy-filter/examples/plain-snippet.yaml", "docs/drop-in.md", "docs/envoy.md"]:
+        assert must in where, (must, sorted(clusters))
+    agent = agent_idle_timeout_s()
+    assert agent == 120
+    for name, c in clusters.items():
+        opts = (c.get("typed_extension_protocol_options") or {}).get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+        assert opts, f"{name}: no HttpProtocolOptions, so Envoy's 1 h idle timeout"
+        idle = opts.get("common_http_protocol_options", {}).get("idle_timeout")
+        assert idle and seconds(idle) < agent, f"{name}: idle_timeout {idle} is not under the agent's {agent} s"

@@ -234,4 +234,21 @@ mod tests {
         assert_eq!(log.admit(later), (true, 5));
         assert_eq!(log.admit(later), (true, 0));
     }
+
+    /// docs/agent.md's TLS section says what [`watch`] does: the listen
+    /// port's files looked at every [`RELOAD_EVERY`], a change taken with no
+    /// restart; and no sentence there says they are read once, as one did
+    /// a few lines after the first.
+    #[test]
+    fn the_docs_say_the_files_are_watched_as_they_are() {
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/agent.md")).unwrap();
+        let start = docs.find("## TLS from the fronts").unwrap();
+        let section = &docs[start..start + docs[start..].find("\n## ").unwrap_or(docs.len() - start)];
+        let text = section.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(text.contains(&format!("The files are looked at every {} s.", RELOAD_EVERY.as_secs())), "{text}");
+        for sentence in text.split(". ") {
+            let once = sentence.contains("read once") || sentence.contains("To change certificates, restart");
+            assert!(!once, "docs/agent.md's TLS section: \"{sentence}\" (the listen port's files are watched)");
+        }
+    }
 }

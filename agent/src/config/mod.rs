@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 mod fleet;
+mod locate;
 mod raw;
 pub use fleet::{FleetConfig, Peer, MAX_MEMBERS};
 pub use raw::Raw;
@@ -91,32 +92,57 @@ pub struct Config {
 
 
 macro_rules! overlay {
-    ($into:ident, $from:ident, $($f:ident),*) => { $( if $from.$f.is_some() { $into.$f = $from.$f; } )* };
+    ($into:ident, $from:ident, $given:ident, $($f:ident),*) => {
+        $( if $from.$f.is_some() { $into.$f = $from.$f; $given.push(stringify!($f)); } )*
+    };
+}
+
+/// A key's error, placed in the config file it came from: at the key's line
+/// and column when the file holds it (under its name or an old one), else
+/// naming the file (a key the file lacks but another of its keys needs). A
+/// key given as a flag keeps the flag's error.
+fn in_file(e: ConfigError, source: Option<&locate::Source>, from_flags: &[&str]) -> ConfigError {
+    let (Some(source), ConfigError::Invalid { key, reason }) = (source, &e) else { return e };
+    if from_flags.contains(key) {
+        return e;
+    }
+    let names: Vec<&str> = std::iter::once(*key).chain(raw::old_names(key)).collect();
+    source.at_key(&names, reason).unwrap_or_else(|| ConfigError::File {
+        path: source.path().to_string(),
+        key: Some(key.to_string()),
+        reason: format!("{reason} (not in the file)"),
+    })
 }
 
 impl Raw {
     /// Flags over file over defaults.
     pub fn load(mut flags: Raw) -> Result<Config, ConfigError> {
-        let mut raw = match &flags.config {
+        let (mut raw, source) = match &flags.config {
             Some(path) => {
+                let shown = path.display().to_string();
                 let text = std::fs::read_to_string(path)
-                    .map_err(|e| ConfigError::File { path: path.display().to_string(), reason: e.to_string() })?;
-                toml::from_str::<Raw>(&text)
-                    .map_err(|e| ConfigError::File { path: path.display().to_string(), reason: e.message().to_string() })?
+                    .map_err(|e| ConfigError::File { path: shown.clone(), key: None, reason: e.to_string() })?;
+                let source = locate::Source::new(shown, text);
+                let raw = toml::from_str::<Raw>(source.text()).map_err(|e| source.parse_error(&e))?;
+                (raw, Some(source))
             }
-            None => Raw::default(),
+            None => (Raw::default(), None),
         };
         // old key names become new ones in each source first: a flag's new
         // name then overrides a file's old one, as any flag overrides the file
-        raw.take_renamed()?;
+        if let Err(e) = raw.take_renamed() {
+            return Err(in_file(e, source.as_ref(), &[]));
+        }
         flags.take_renamed()?;
         raw.warnings.append(&mut flags.warnings);
-        overlay!(raw, flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat, llm_prefix_bytes, llm_prefix_bound, llm_metrics_url, llm_metrics_poll_ms, llm_kv_busy_at,
+        // the keys given as flags: an error in one of them is the flag's, not the file's
+        let mut from_flags: Vec<&'static str> = Vec::new();
+        overlay!(raw, flags, from_flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat, llm_prefix_bytes, llm_prefix_bound, llm_metrics_url, llm_metrics_poll_ms, llm_kv_busy_at,
             health_path, drain_limit, max_connections, threads, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
             fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms, fleet_commit_ms, fleet_key_readable_by_others,
             fleet_settle_ms, fleet_resolve_ms, fleet_sample, fleet_resample_ms, fleet_sample_keep, fleet_pass_plain);
-        raw.validate()
+        raw.validate().map_err(|e| in_file(e, source.as_ref(), &from_flags))
     }
 
     fn validate(mut self) -> Result<Config, ConfigError> {

@@ -242,6 +242,11 @@ pub struct Raw {
 /// flags) is an error naming the new key.
 const RENAMED: [(&str, &str); 2] = [("forward_slack", "forward_peer_margin"), ("forward_seen_slack", "forward_seen_margin")];
 
+/// The old names of `key`, if it was renamed.
+pub(super) fn old_names(key: &str) -> impl Iterator<Item = &'static str> + '_ {
+    RENAMED.iter().filter(move |(_, new)| *new == key).map(|(old, _)| *old)
+}
+
 impl Raw {
     /// Move what was given under an old key name to its new one, noting a
     /// warning; run on the file and on the flags each before one is laid over

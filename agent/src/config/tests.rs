@@ -8,7 +8,7 @@ fn raw(f: impl FnOnce(&mut Raw)) -> Result<Config, ConfigError> {
 
 fn key_of(r: Result<Config, ConfigError>) -> String {
     match r {
-        Err(ConfigError::Invalid { key, .. }) => key.to_string(),
+        Err(e) if e.key().is_some() => e.key().unwrap().to_string(),
         other => panic!("expected an invalid key, got {other:?}"),
     }
 }
@@ -484,4 +484,235 @@ fn threads_default_to_one_and_out_of_range_names_the_key() {
     assert_eq!(raw(|r| r.threads = Some(4)).unwrap().threads, 4);
     assert_eq!(key_of(raw(|r| r.threads = Some(0))), "threads");
     assert_eq!(key_of(raw(|r| r.threads = Some(65))), "threads");
+}
+
+/// Every error from the config file names the file, the line and column, and
+/// the key: a wrong type, a syntax error, an unknown key, a value out of range,
+/// a key under its old name. A key given as a flag is the flag's error; a key
+/// the file lacks but needs names the file.
+#[test]
+fn file_errors_name_the_file_line_column_and_key() {
+    let dir = std::env::temp_dir().join(format!("huntlb-config-places-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("agent.toml");
+    let path = file.display().to_string();
+    let load = |text: &str, flags: &[&str]| {
+        std::fs::write(&file, text).unwrap();
+        let argv = ["huntlb-agent", "--config", path.as_str()].into_iter().chain(flags.iter().copied());
+        Raw::load(<Raw as clap::Parser>::try_parse_from(argv).unwrap()).unwrap_err().to_string()
+    };
+    let cases = [
+        // the type error serde gives alone: `invalid type: string "32", expected u32`
+        ("policy = \"static:4\"\n\nworkers = \"32\"\n", ":3:11: config key `workers`: invalid type: string \"32\", expected u32"),
+        ("id = \"caf\u{e9}\"\nfleet_pass_plain = \"yes\"\n", ":2:20: config key `fleet_pass_plain`: invalid type: string \"yes\", expected a boolean"),
+        ("workers = 32\nlisten = \n", ":2:10: config key `listen`: "),
+        ("workers = 32\npolicy \"static:4\"\n", ":2:8: config key `policy`: "),
+        ("# the app\n polcy = \"static:4\"\n", ":2:2: config key `polcy`: unknown key `polcy` (every key: `huntlb-agent --help`, docs/agent.md)"),
+        ("workers = 0\n", ":1:1: config key `workers`: "),
+        ("app = \"127.0.0.1:9000\"\n  max_headers = 4\n", ":2:3: config key `max_headers`: 4 is out of range (16 to 10000)"),
+        ("forward_slack = 1\n", ":1:1: config key `forward_peer_margin`: only meaningful with fleet_listen (written as `forward_slack`)"),
+        ("forward_slack = 1\nforward_peer_margin = 2\n", ":2:1: config key `forward_peer_margin`: given twice"),
+    ];
+    for (text, want) in cases {
+        let e = load(text, &[]);
+        assert!(e.starts_with(&format!("{path}{want}")), "{text:?}:\n got  {e}\n want {path}{want}");
+    }
+    // A flag's error is the flag's: no place in a file that does not hold it.
+    assert_eq!(load("workers = 4\n", &["--workers", "0"]), "config key `workers`: 0 is out of range (1 to 65535)");
+    // Required by a key the file has, absent from it: the file and the key.
+    let e = load("fleet_listen = \"127.0.0.1:9700\"\nfleet_peers = \"127.0.0.2:9700\"\n", &[]);
+    assert!(e.starts_with(&format!("config file {path}: config key `fleet_key_file`: required with fleet_listen")), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// docs/agent.md's table, by key: (default, meaning).
+fn documented_keys() -> std::collections::BTreeMap<String, (String, String)> {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/agent.md")).unwrap();
+    let start = docs.find("| key | default | meaning |").expect("docs/agent.md's key table");
+    docs[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_start_matches('|').splitn(3, '|').map(str::trim).collect();
+            let key = cells[0].trim_matches('`');
+            (key.to_string(), (cells[1].to_string(), cells[2].trim_end_matches('|').trim_end().to_string()))
+        })
+        .collect()
+}
+
+/// The documented keys are the agent's, one for one (every flag but
+/// `--config` and the old names, which the table names in the new key's row).
+#[test]
+fn the_documented_keys_are_the_agents() {
+    let cmd = <Raw as clap::CommandFactory>::command();
+    let flags: std::collections::BTreeSet<String> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !["config", "help", "version"].contains(&a.get_id().as_str()))
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let documented: std::collections::BTreeSet<String> = documented_keys().into_keys().collect();
+    assert_eq!(documented, flags);
+}
+
+/// A key's range, as its row in docs/agent.md writes it: `(LO to HI` or
+/// `(at least LO`, the first in the row's meaning.
+fn documented_range(meaning: &str) -> Option<(u64, Option<u64>)> {
+    let num = |s: &str| s.chars().take_while(char::is_ascii_digit).collect::<String>().parse::<u64>().ok();
+    meaning.match_indices('(').find_map(|(i, _)| {
+        let rest = &meaning[i + 1..];
+        if let Some(r) = rest.strip_prefix("at least ") {
+            return Some((num(r)?, None));
+        }
+        let lo = num(rest)?;
+        let hi = rest[lo.to_string().len()..].strip_prefix(" to ")?;
+        Some((lo, Some(num(hi)?)))
+    })
+}
+
+/// Every range the code enforces is in docs/agent.md's table, as the code
+/// has it: each key's documented bounds are taken and the values just past
+/// them refused naming the key; its documented default is what the agent
+/// runs with when the key is not given; and each rule between keys (a peer's
+/// death after its heartbeat, a tier key without `fleet_listen`) is written in
+/// the key's row and refused naming the key.
+#[test]
+fn the_documented_ranges_are_the_codes() {
+    let key = std::env::temp_dir().join(format!("huntlb-config-ranges-{}.key", std::process::id()));
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key_path = key.to_string_lossy().into_owned();
+    let tier = move |r: &mut Raw| {
+        r.fleet_listen = Some("127.0.0.1:9700".into());
+        r.fleet_peers = Some("127.0.0.2:9700,backends:9700".into());
+        r.fleet_key_file = Some(key_path.clone());
+    };
+    let none = |_: &mut Raw| {};
+    let apache = |r: &mut Raw| {
+        r.load = Some("apache".into());
+        r.apache_scoreboard = Some("/run/apache2/scoreboard".into());
+    };
+    let llm = |r: &mut Raw| r.load = Some("llm".into());
+    let kv = |r: &mut Raw| {
+        r.load = Some("llm".into());
+        r.llm_metrics_url = Some("http://127.0.0.1:9000/metrics".into());
+    };
+    type Set = fn(&mut Raw, u64);
+    type Get = fn(&Config) -> u64;
+    type Ranged<'a> = (&'a str, &'a dyn Fn(&mut Raw), Set, Get);
+    // (key, what it needs besides, set it, read what the agent runs with)
+    let ranged: Vec<Ranged> = vec![
+        ("workers", &none, |r, v| r.workers = Some(v as u32), |c| c.workers.into()),
+        ("max_connections", &none, |r, v| r.max_connections = Some(v as usize), |c| c.max_connections as u64),
+        ("max_inflight", &none, |r, v| r.max_inflight = Some(v as u32), |c| c.max_inflight.into()),
+        ("max_header_bytes", &none, |r, v| r.max_header_bytes = Some(v as usize), |c| c.max_header_bytes as u64),
+        ("max_headers", &none, |r, v| r.max_headers = Some(v as usize), |c| c.max_headers as u64),
+        ("drain_limit", &none, |r, v| r.drain_limit = Some(v as usize), |c| c.drain_limit as u64),
+        ("app_timeout_ms", &none, |r, v| r.app_timeout_ms = Some(v), |c| c.app_timeout.as_millis() as u64),
+        ("app_stall_ms", &none, |r, v| r.app_stall_ms = Some(v), |c| c.app_stall.as_millis() as u64),
+        ("app_probe_ms", &none, |r, v| r.app_probe_ms = Some(v), |c| c.app_probe.as_millis() as u64),
+        ("idle_timeout_ms", &none, |r, v| r.idle_timeout_ms = Some(v), |c| c.idle_timeout.as_millis() as u64),
+        ("pool_idle_ms", &none, |r, v| r.pool_idle_ms = Some(v), |c| c.pool_idle.as_millis() as u64),
+        ("drain_grace_ms", &none, |r, v| r.drain_grace_ms = Some(v), |c| c.drain_grace.as_millis() as u64),
+        ("drain_timeout_ms", &none, |r, v| r.drain_timeout_ms = Some(v), |c| c.drain_timeout.as_millis() as u64),
+        ("apache_poll_ms", &apache, |r, v| r.apache_poll_ms = Some(v), |c| match &c.load {
+            LoadSource::Scoreboard { poll, .. } => poll.as_millis() as u64,
+            other => panic!("{other:?}"),
+        }),
+        ("llm_bytes_per_token", &llm, |r, v| r.llm_bytes_per_token = Some(v as u32), |c| match &c.load {
+            LoadSource::Llm(w) => w.bytes_per_token.into(),
+            other => panic!("{other:?}"),
+        }),
+        ("llm_prefill_tokens_per_seat", &llm, |r, v| r.llm_prefill_tokens_per_seat = Some(v as u32), |c| match &c.load {
+            LoadSource::Llm(w) => w.tokens_per_seat.into(),
+            other => panic!("{other:?}"),
+        }),
+        ("llm_metrics_poll_ms", &kv, |r, v| r.llm_metrics_poll_ms = Some(v), |c| c.llm_kv.as_ref().unwrap().poll.as_millis() as u64),
+        ("fleet_peer_port", &tier, |r, v| r.fleet_peer_port = Some(v as u16), |c| c.fleet.as_ref().unwrap().peer_port.into()),
+        ("fleet_resolve_ms", &tier, |r, v| r.fleet_resolve_ms = Some(v), |c| c.fleet.as_ref().unwrap().resolve.as_millis() as u64),
+        ("fleet_sample", &tier, |r, v| {
+            r.fleet_sample = Some(v as u32);
+            r.fleet_sample_keep = (v > 0).then_some(0);
+        }, |c| c.fleet.as_ref().unwrap().sample as u64),
+    ];
+    let docs = documented_keys();
+    for (k, base, set, get) in &ranged {
+        let (default, meaning) = docs.get(*k).unwrap_or_else(|| panic!("docs/agent.md has no row for `{k}`"));
+        let (lo, hi) = documented_range(meaning).unwrap_or_else(|| panic!("docs/agent.md's `{k}` row states no range: {meaning}"));
+        let with = |v: u64| raw(|r| {
+            base(r);
+            set(r, v);
+        });
+        for v in [Some(lo), hi].into_iter().flatten() {
+            let c = with(v).unwrap_or_else(|e| panic!("`{k}` = {v}, documented in range, refused: {e}"));
+            assert_eq!(get(&c), v, "`{k}`");
+        }
+        if lo > 0 {
+            assert_eq!(key_of(with(lo - 1)), *k, "`{k}` = {} is below the documented range", lo - 1);
+        }
+        if let Some(hi) = hi {
+            assert_eq!(key_of(with(hi + 1)), *k, "`{k}` = {} is above the documented range", hi + 1);
+        }
+        // a default that is a number is the agent's (others, such as `listen`'s port, are words)
+        if let Ok(d) = default.parse::<u64>() {
+            assert_eq!(d, get(&raw(|r| base(r)).unwrap()), "`{k}`: documented default");
+        }
+    }
+
+    // Rules between keys: written in the key's row, and refused naming the key.
+    type Rule<'a> = (&'a str, &'a str, &'a dyn Fn(&mut Raw));
+    let rules: Vec<Rule> = vec![
+        ("fleet_dead_after_ms", "longer than `fleet_heartbeat_ms`", &|r| {
+            r.fleet_heartbeat_ms = Some(100);
+            r.fleet_dead_after_ms = Some(100);
+        }),
+        ("fleet_commit_ms", "below `fleet_dead_after_ms`", &|r| r.fleet_commit_ms = Some(250)),
+        ("fleet_settle_ms", "at most `fleet_dead_after_ms`", &|r| r.fleet_settle_ms = Some(251)),
+        ("fleet_resample_ms", "at most half of `fleet_dead_after_ms`", &|r| r.fleet_resample_ms = Some(126)),
+        ("fleet_sample_keep", "below `fleet_sample`", &|r| r.fleet_sample_keep = Some(8)),
+    ];
+    for (k, phrase, break_it) in &rules {
+        let (_, meaning) = &docs[*k];
+        assert!(meaning.to_lowercase().contains(phrase), "docs/agent.md's `{k}` row does not say \"{phrase}\": {meaning}");
+        assert_eq!(key_of(raw(|r| {
+            tier(r);
+            break_it(r);
+        })), *k);
+    }
+    // Every tier key needs `fleet_listen`: said in its row, named when alone.
+    type Alone<'a> = (&'a str, &'a dyn Fn(&mut Raw));
+    let alone: Vec<Alone> = vec![
+        ("fleet_peers", &|r| r.fleet_peers = Some("127.0.0.2:9700".into())),
+        ("fleet_advertise", &|r| r.fleet_advertise = Some("127.0.0.1:8080".into())),
+        ("fleet_key_file", &|r| r.fleet_key_file = Some("/etc/huntlb/fleet.key".into())),
+        ("fleet_key_readable_by_others", &|r| r.fleet_key_readable_by_others = Some(true)),
+        ("fleet_peer_port", &|r| r.fleet_peer_port = Some(8080)),
+        ("fleet_tls_ca", &|r| r.fleet_tls_ca = Some("ca.pem".into())),
+        ("fleet_tls_name", &|r| r.fleet_tls_name = Some("agent".into())),
+        ("forward_peer_margin", &|r| r.forward_peer_margin = Some(0)),
+        ("forward_seen_margin", &|r| r.forward_seen_margin = Some(1)),
+        ("fleet_heartbeat_ms", &|r| r.fleet_heartbeat_ms = Some(50)),
+        ("fleet_dead_after_ms", &|r| r.fleet_dead_after_ms = Some(250)),
+        ("fleet_commit_ms", &|r| r.fleet_commit_ms = Some(10)),
+        ("fleet_settle_ms", &|r| r.fleet_settle_ms = Some(2)),
+        ("fleet_resolve_ms", &|r| r.fleet_resolve_ms = Some(1000)),
+        ("fleet_sample", &|r| r.fleet_sample = Some(8)),
+        ("fleet_resample_ms", &|r| r.fleet_resample_ms = Some(100)),
+        ("fleet_sample_keep", &|r| r.fleet_sample_keep = Some(4)),
+        ("fleet_pass_plain", &|r| r.fleet_pass_plain = Some(false)),
+        ("llm_prefix_bytes", &|r| {
+            r.load = Some("llm".into());
+            r.llm_prefix_bytes = Some(256);
+        }),
+    ];
+    let tier_keys: std::collections::BTreeSet<&str> =
+        docs.keys().map(String::as_str).filter(|k| (k.starts_with("fleet_") || k.starts_with("forward_")) && *k != "fleet_listen").collect();
+    let listed: std::collections::BTreeSet<&str> = alone.iter().map(|(k, _)| *k).filter(|k| *k != "llm_prefix_bytes").collect();
+    assert_eq!(listed, tier_keys, "every tier key in the table is checked here");
+    for (k, set) in &alone {
+        let (_, meaning) = &docs[*k];
+        assert!(meaning.starts_with("with ") && meaning.contains("`fleet_listen`"), "docs/agent.md's `{k}` row does not say it needs `fleet_listen`: {meaning}");
+        assert_eq!(key_of(raw(|r| set(r))), *k);
+    }
+    std::fs::remove_file(&key).unwrap();
 }

@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 const MAX_DELAY_US: u64 = 10_000_000;
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Hold each packet of an NFQUEUE D ± J microseconds, then accept it (a link's delay)")]
+#[command(name = "huntlb-delay", version, about = "Hold each packet of an NFQUEUE D ± J microseconds, then accept it (a link's delay)")]
 struct Args {
     /// The NFQUEUE number to bind (the iptables rule's --queue-num), in this network namespace.
     #[arg(long)]

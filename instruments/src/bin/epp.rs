@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Endpoint picker (GIE EPP style): scrapes model servers' /metrics, answers ext_authz checks with x-gateway-destination-endpoint")]
+#[command(name = "huntlb-epp", version, about = "Endpoint picker (GIE EPP style): scrapes model servers' /metrics, answers ext_authz checks with x-gateway-destination-endpoint")]
 struct Args {
     /// Address the checks come to.
     #[arg(long, default_value = "127.0.0.1:9002")]

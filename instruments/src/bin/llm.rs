@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Emulated LLM model server: OpenAI-compatible API, continuous batching, prefix cache, vLLM's metrics")]
+#[command(name = "huntlb-llm", version, about = "Emulated LLM model server: OpenAI-compatible API, continuous batching, prefix cache, vLLM's metrics")]
 struct Args {
     /// Address to listen on (give each instance its own 127.x.y.z).
     #[arg(long, default_value = "127.0.0.1:8000")]

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Open-loop Poisson load of streamed /v1/completions: TTFT and end-to-end per request")]
+#[command(name = "huntlb-llmload", version, about = "Open-loop Poisson load of streamed /v1/completions: TTFT and end-to-end per request")]
 struct Args {
     /// host:port of a gateway (repeat: request i goes to target i mod n).
     #[arg(long = "target", required = true)]

@@ -6,7 +6,7 @@ use huntlb_instruments::loadgen::{self, Arrival, Plan};
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Open-loop HTTP load generator with coordinated-omission-corrected latency")]
+#[command(name = "huntlb-loadgen", version, about = "Open-loop HTTP load generator with coordinated-omission-corrected latency")]
 struct Args {
     /// Target URL; repeat to spread requests over several proxies in turn.
     #[arg(long = "target", required = true)]

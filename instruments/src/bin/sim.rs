@@ -7,7 +7,7 @@ use huntlb_instruments::sim::{self, Assign, Dispatch, ServerSpec};
 use huntlb_policy::forward::{default_sample_keep, DEFAULT_RESAMPLE_MS, DEFAULT_SAMPLE};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Simulate random, p2c, least-request, hunting (over each) and ideal JSQ dispatch")]
+#[command(name = "huntlb-sim", version, about = "Simulate random, p2c, least-request, hunting (over each) and ideal JSQ dispatch")]
 struct Args {
     /// Identical servers [default: 12]; with --cores-list, its length.
     #[arg(long)]

@@ -9,7 +9,7 @@ use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Emulated multi-worker HTTP server: n workers, a backlog, k emulated cores")]
+#[command(name = "huntlb-workload", version, about = "Emulated multi-worker HTTP server: n workers, a backlog, k emulated cores")]
 struct Args {
     /// Address to listen on (give each instance its own 127.x.y.z).
     #[arg(long, default_value = "127.0.0.1:9000")]
