@@ -225,6 +225,16 @@ pub struct Raw {
     /// (docs/protocol.md § 8a, "Plain fronts") [default: false].
     #[arg(long)]
     pub fleet_pass_plain: Option<bool>,
+    /// `append`: the agent appends the address it took a request from to the
+    /// app's `X-Forwarded-For` (a peer's forward keeps its member's); `off`:
+    /// the header passes untouched [default: append].
+    #[arg(long)]
+    pub forwarded_for: Option<String>,
+    /// IPs and prefixes (`10.0.0.0/8`), comma separated: the fronts whose own
+    /// `X-Forwarded-For` is kept and appended to; from any other peer it is
+    /// replaced [default: none].
+    #[arg(long)]
+    pub forwarded_for_trusted: Option<String>,
     /// What was taken but should be written otherwise (an old key name),
     /// logged once at start.
     #[arg(skip)]
