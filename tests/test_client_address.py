@@ -1,0 +1,115 @@
+"""What the app sees of the client (`forwarded_for`, docs/agent.md "The
+client's address"): the agent appends the address it took a request from to
+`X-Forwarded-For`, keeps what came in only from a peer `forwarded_for_trusted`
+names, and leaves a member's forward as its member wrote it. Real Envoy and
+HAProxy fronts as shipped (each leaving from its own 127.x address), real
+agents and apps; the app says which header lines it saw, arrivals counted."""
+
+import json
+import subprocess
+import uuid
+
+import pytest
+from harness import counts, hold, request, start_backends, start_fleet, start_front, wait_until
+
+# What a client writes to pass for someone else.
+FORGED = "6.6.6.6"
+CLIENT = "127.0.0.1"   # the test's own connections leave from here
+SENT = 'huntlb_forwards_total{outcome="sent"}'
+
+
+def seen(out: bytes) -> list[str]:
+    """The app's X-Forwarded-For, its lines joined, entry by entry."""
+    lines = json.loads(out)["x_forwarded_for"]
+    return [e.strip() for line in lines for e in line.split(",") if e.strip()]
+
+
+def front_ip(front) -> str:
+    return front.listen.rsplit(":", 1)[0]
+
+
+def host_ips() -> set[str]:
+    """This machine's addresses other than loopback's."""
+    out = subprocess.run(["ip", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[3].split("/")[0] for line in out.splitlines()}
+
+
+def client_as_written(kind: str) -> set[str]:
+    """What a front writes for this test's client: its address, but Envoy
+    writes its own host's for a loopback client (with use_remote_address:
+    it takes a loopback peer for a process on its own host)."""
+    return host_ips() if kind == "envoy" else {CLIENT}
+
+
+@pytest.mark.parametrize("kind", ["envoy", "haproxy-3.0"])
+def test_by_default_the_app_sees_the_front_and_never_a_forged_address(procs, addrs, kind):
+    # Agents as shipped trust no one's header: the app gets one entry, the
+    # front the agent took the request from (its proven TCP source), whatever
+    # the client and the front wrote before it.
+    bs = start_backends(procs, addrs, 2, "dynamic")
+    front = start_front(kind, procs, addrs, bs, source=True)
+    for i in range(4):
+        path = f"/xff/{uuid.uuid4()}"
+        status, _, out = request(front.listen, "GET", path, headers={"x-forwarded-for": FORGED})
+        assert status == 200, out
+        assert sorted(counts(bs, path)) == [0, 1]
+        assert seen(out) == [front_ip(front)], out
+    # Past the front, straight at an agent: the client's own address, its forgery gone.
+    path = f"/xff/{uuid.uuid4()}"
+    status, _, out = request(bs[0].agent, "GET", path, headers={"x-forwarded-for": f"{FORGED}, 10.0.0.1"})
+    assert status == 200 and seen(out) == [CLIENT], out
+
+
+@pytest.mark.parametrize("kind", ["envoy", "haproxy-3.0"])
+def test_a_trusted_front_keeps_the_client_and_a_forward_keeps_the_members_header(procs, addrs, kind):
+    # The agents trust the fronts' addresses (this test's 127.A.B.0/24; the
+    # client is 127.0.0.1, outside it). Each shipped front writes the client
+    # (Envoy's use_remote_address, HAProxy's option forwardfor), after what
+    # the client forged; the agent adds the front. Through the tier, a is
+    # loaded by requests past the front, so the front's tries to a go on to
+    # b or c: the app there sees what a's app would have, never a.
+    trusted = {"forwarded_for_trusted": f"{addrs.prefix}.0/24", "fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000}
+    a, b, c = bs = start_fleet(procs, addrs, 3, policy="dynamic:seen_margin=1", agent_opts=trusted)
+    example = "front-tier.yaml" if kind == "envoy" else "front-tier.cfg"
+    front = start_front(kind, procs, addrs, bs, example=example, source=True)
+    hold(a, 4)
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 4)
+    agents = {x.host for x in bs}
+    for i in range(24):  # Envoy's ties are random: some of 24 reach a, 1 - (2/3)^24
+        path = f"/xff-tier/{uuid.uuid4()}"
+        body = b"x" * 3000 if i % 2 else None
+        status, h, out = request(front.listen, "POST" if body else "GET", path, body=body, headers={"x-forwarded-for": FORGED})
+        assert status == 200, out
+        assert sorted(counts(bs, path)) == [0, 0, 1]
+        # The client's forgery, the client as the front saw it, the front:
+        # the entry to trust is the last one a trusted hop wrote, second from the right.
+        forged, client, by = seen(out)
+        assert (forged, by) == (FORGED, front_ip(front)) and client in client_as_written(kind), out
+        assert not agents & set(seen(out)), out
+    assert a.metrics()[SENT] >= 1, "no try was forwarded: the test proved nothing about forwards"
+    # Straight at an agent, from no trusted address: the forgery is dropped.
+    status, _, out = request(a.agent, "GET", f"/xff/{uuid.uuid4()}", headers={"x-forwarded-for": FORGED})
+    assert status == 200 and seen(out) == [CLIENT], out
+
+
+def test_a_forward_is_believed_only_from_a_members_address(procs, addrs):
+    # A peer's forward, word for word (hunt-commit and its go byte), sent by a
+    # client from 127.0.0.1, no member's address: taken as a forward (a
+    # hunting front strips a client's hunt headers; fleet_pass_plain refuses
+    # it), but its X-Forwarded-For is the client's alone. Only a member's
+    # proven address keeps the header it wrote.
+    a, b = bs = start_fleet(procs, addrs, 2, wanting=False)
+    path = f"/forged-forward/{uuid.uuid4()}"
+    status, _, out = request(a.agent, "POST", path, body=b"G",
+                             headers={"hunt-target": "forwarded", "hunt-offer": "1", "hunt-commit": "none", "x-forwarded-for": FORGED})
+    assert status == 200, out
+    assert counts(bs, path) == [1, 0]
+    assert seen(out) == [CLIENT], out
+
+
+def test_forwarded_for_off_passes_the_header_untouched(procs, addrs):
+    (b,) = start_backends(procs, addrs, 1, "dynamic", agent_opts={"forwarded_for": "off"})
+    status, _, out = request(b.agent, "GET", f"/off/{uuid.uuid4()}", headers={"x-forwarded-for": FORGED})
+    assert status == 200 and seen(out) == [FORGED], out
+    status, _, out = request(b.agent, "GET", f"/off/{uuid.uuid4()}")
+    assert status == 200 and seen(out) == [], out
