@@ -280,3 +280,16 @@ async fn drain_on_signal(agent: Arc<Agent>) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// `[::]` takes IPv4 too, whatever net.ipv6.bindv6only says.
+    #[tokio::test]
+    async fn an_ipv6_any_listener_is_dual_stack() {
+        let l = super::bind_tcp("[::]:0".parse().unwrap()).unwrap();
+        assert!(!socket2::SockRef::from(&l).only_v6().unwrap());
+        let port = l.local_addr().unwrap().port();
+        let (v4, _) = tokio::join!(tokio::net::TcpStream::connect(("127.0.0.1", port)), l.accept());
+        assert!(v4.is_ok());
+    }
+}

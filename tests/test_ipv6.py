@@ -1,0 +1,112 @@
+"""IPv6 (docs/agent.md "IPv6 and dual stack"): an agent and its app on the
+IPv6 loopback, a listener on `[::]` that takes IPv4 too, and a forwarding
+tier whose members, forwards and `hunt-via` are IPv6 addresses, behind real
+Envoy and HAProxy fronts whose upstreams are `[::1]:port`. The IPv6 loopback
+has one address, so each process here has its own port; two members on one
+IP are told apart by their `fleet_listen` ports, and each forwards to the
+other's `listen` port (`fleet_peer_port`). Arrivals counted at the apps."""
+
+import json
+import socket
+import uuid
+
+import pytest
+from harness import FRONTS, Backend, binary, counts, hold, request, start_front, wait_until
+
+SENT = 'huntlb_forwards_total{outcome="sent"}'
+TAKEN = 'huntlb_forwards_in_total{outcome="taken"}'
+
+
+def free_port(host: str = "::1") -> int:
+    with socket.socket(socket.AF_INET6) as s:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def seen(out: bytes) -> list[str]:
+    lines = json.loads(out)["x_forwarded_for"]
+    return [e.strip() for line in lines for e in line.split(",") if e.strip()]
+
+
+def v6_backend(procs, name: str, listen_port: int | None = None, **agent_opts) -> Backend:
+    """An app on [::1] and its agent on [::1] (or where `listen` says), each on ports of its own."""
+    app = f"[::1]:{free_port()}"
+    app_proc = procs.start(f"workload-{name}", [binary("huntlb-workload"), "--listen", app, "--id", f"app-{name}", "--demand", "const:0"])
+    wait_until(lambda: _answers(app, "/.workload/health") or not app_proc.alive(), timeout=15, what=f"{app} serving")
+    listen = agent_opts.pop("listen", f"[::1]:{listen_port or free_port()}")
+    agent_proc, agent, admin = procs.agent(name, app, listen=listen, admin=f"[::1]:{free_port()}", id=f"agent-{name}", **agent_opts)
+    return Backend(name, app, agent, admin, app_proc, agent_proc)
+
+
+def _answers(addr: str, path: str) -> bool:
+    try:
+        return request(addr, "GET", path, timeout=2)[0] == 200
+    except OSError:
+        return False
+
+
+def test_an_agent_and_its_app_on_the_ipv6_loopback(procs):
+    b = v6_backend(procs, "v6-one")
+    path = f"/v6/{uuid.uuid4()}"
+    status, h, out = request(b.agent, "GET", path)
+    assert status == 200 and h["hunt-served-by"] == b.id, out
+    assert counts([b], path) == [1]
+    assert seen(out) == ["::1"], out  # the client's IPv6 address, bare, as proxies write it
+    assert request(b.agent, "GET", "/.hunt/health")[0] == 200
+
+
+def test_listen_on_any_ipv6_address_takes_ipv4_clients_too(procs):
+    # `[::]` as the agent binds it takes both families (IPV6_V6ONLY off,
+    # whatever the host's net.ipv6.bindv6only): one listen line serves a
+    # dual-stack fleet. An IPv4 client is its IPv4 address to the app, never
+    # ::ffff:127.0.0.1.
+    port = free_port("::")
+    b = v6_backend(procs, "v6-any", listen=f"[::]:{port}")
+    for addr, client in ((f"127.0.0.1:{port}", "127.0.0.1"), (f"[::1]:{port}", "::1")):
+        path = f"/dual/{uuid.uuid4()}"
+        status, _, out = request(addr, "GET", path)
+        assert status == 200, (addr, out)
+        assert counts([b], path) == [1]
+        assert seen(out) == [client], out
+
+
+def v6_pair(procs) -> list[Backend]:
+    """Two agents on [::1] forming a tier: members [::1]:ua and [::1]:ub
+    (their fleet_listen), each forwarding to the other's listen port."""
+    la, lb, ua, ub = (free_port() for _ in range(4))
+    peers = f"[::1]:{ua},[::1]:{ub}"
+    tier = {"fleet_peers": peers, "fleet_key_file": procs.fleet_key(), "policy": "dynamic:seen_margin=1",
+            "fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000,
+            # a debug build on a busy 2-core machine may take past the 10 ms default to say it takes one
+            "fleet_commit_ms": 500}
+    a = v6_backend(procs, "v6-a", listen_port=la, fleet_listen=f"[::1]:{ua}", fleet_peer_port=lb, **tier)
+    b = v6_backend(procs, "v6-b", listen_port=lb, fleet_listen=f"[::1]:{ub}", fleet_peer_port=la, **tier)
+    bs = [a, b]
+    wait_until(lambda: all(x.metrics()["huntlb_fleet_peers"] == 1 for x in bs), what="each agent hearing the other over IPv6")
+    for x in bs:  # as start_fleet: each wants the other's every change
+        assert request(x.agent, "GET", "/fleet-warm-up", headers={"hunt-offer": "1", "hunt-target": "1"})[0] == 200
+    wait_until(lambda: sum(x.metrics()["huntlb_fleet_peers_wanting"] for x in bs) == 2, what="both subscribed")
+    return bs
+
+
+@pytest.mark.parametrize("kind", ["envoy", "haproxy-3.0"])
+def test_a_tier_on_ipv6_forwards_behind_fronts_with_ipv6_upstreams(procs, addrs, kind):
+    # The front (on 127.x, its upstreams [::1]:port) sends some tries to a,
+    # which holds 4 requests sent past the front: a passes them on to b over
+    # IPv6, b taking them from a's address, a member's. Each processed once;
+    # b's app sees the front's address alone (b adds nothing for a's forward).
+    a, b = bs = v6_pair(procs)
+    assert kind in FRONTS
+    front = start_front(kind, procs, addrs, bs, example="front-tier.yaml" if kind == "envoy" else "front-tier.cfg")
+    hold(a, 4)
+    wait_until(lambda: a.metrics()["huntlb_inflight"] == 4)
+    for i in range(16):  # Envoy's ties are random: some of 16 reach a, 1 - (1/2)^16
+        path = f"/v6-tier/{uuid.uuid4()}"
+        body = b"x" * 3000 if i % 2 else None
+        status, h, out = request(front.listen, "POST" if body else "GET", path, body=body)
+        assert status == 200, out
+        assert sorted(counts(bs, path)) == [0, 1]
+        assert h["hunt-served-by"] == b.id, h  # a's tries went on to b
+        assert seen(out) == ["::1"], out
+    assert a.metrics()[SENT] >= 1 and b.metrics()[TAKEN] == a.metrics()[SENT]
