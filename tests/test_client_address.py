@@ -1,7 +1,8 @@
 """What the app sees of the client (`forwarded_for`, docs/agent.md "The
 client's address"): the agent appends the address it took a request from to
-`X-Forwarded-For`, keeps what came in only from a peer `forwarded_for_trusted`
-names, and leaves a member's forward as its member wrote it. Real Envoy and
+`X-Forwarded-For` after what came in (with `forwarded_for_trusted`, only
+what the peers it names sent), and leaves a member's forward as its member
+wrote it. Real Envoy and
 HAProxy fronts as shipped (each leaving from its own 127.x address), real
 agents and apps; the app says which header lines it saw, arrivals counted."""
 
@@ -42,34 +43,15 @@ def client_as_written(kind: str) -> set[str]:
 
 
 @pytest.mark.parametrize("kind", ["envoy", "haproxy-3.0"])
-def test_by_default_the_app_sees_the_front_and_never_a_forged_address(procs, addrs, kind):
-    # Agents as shipped trust no one's header: the app gets one entry, the
-    # front the agent took the request from (its proven TCP source), whatever
-    # the client and the front wrote before it.
-    bs = start_backends(procs, addrs, 2, "dynamic")
-    front = start_front(kind, procs, addrs, bs, source=True)
-    for i in range(4):
-        path = f"/xff/{uuid.uuid4()}"
-        status, _, out = request(front.listen, "GET", path, headers={"x-forwarded-for": FORGED})
-        assert status == 200, out
-        assert sorted(counts(bs, path)) == [0, 1]
-        assert seen(out) == [front_ip(front)], out
-    # Past the front, straight at an agent: the client's own address, its forgery gone.
-    path = f"/xff/{uuid.uuid4()}"
-    status, _, out = request(bs[0].agent, "GET", path, headers={"x-forwarded-for": f"{FORGED}, 10.0.0.1"})
-    assert status == 200 and seen(out) == [CLIENT], out
-
-
-@pytest.mark.parametrize("kind", ["envoy", "haproxy-3.0"])
-def test_a_trusted_front_keeps_the_client_and_a_forward_keeps_the_members_header(procs, addrs, kind):
-    # The agents trust the fronts' addresses (this test's 127.A.B.0/24; the
-    # client is 127.0.0.1, outside it). Each shipped front writes the client
-    # (Envoy's use_remote_address, HAProxy's option forwardfor), after what
-    # the client forged; the agent adds the front. Through the tier, a is
-    # loaded by requests past the front, so the front's tries to a go on to
-    # b or c: the app there sees what a's app would have, never a.
-    trusted = {"forwarded_for_trusted": f"{addrs.prefix}.0/24", "fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000}
-    a, b, c = bs = start_fleet(procs, addrs, 3, policy="dynamic:seen_margin=1", agent_opts=trusted)
+def test_the_app_sees_the_client_as_its_front_wrote_it_and_a_forward_adds_no_member(procs, addrs, kind):
+    # Agents as shipped. Each shipped front writes the client (Envoy's
+    # use_remote_address, HAProxy's option forwardfor) after what the client
+    # forged, and the agent adds the front: counted from the right, the entry
+    # before the front's is the client, whatever the client wrote. Through
+    # the tier, a is loaded by requests past the front, so the front's tries
+    # to a go on to b or c: the app there sees what a's app would have, never a.
+    opts = {"fleet_heartbeat_ms": 1000, "fleet_dead_after_ms": 5000}
+    a, b, c = bs = start_fleet(procs, addrs, 3, policy="dynamic:seen_margin=1", agent_opts=opts)
     example = "front-tier.yaml" if kind == "envoy" else "front-tier.cfg"
     front = start_front(kind, procs, addrs, bs, example=example, source=True)
     hold(a, 4)
@@ -81,30 +63,60 @@ def test_a_trusted_front_keeps_the_client_and_a_forward_keeps_the_members_header
         status, h, out = request(front.listen, "POST" if body else "GET", path, body=body, headers={"x-forwarded-for": FORGED})
         assert status == 200, out
         assert sorted(counts(bs, path)) == [0, 0, 1]
-        # The client's forgery, the client as the front saw it, the front:
-        # the entry to trust is the last one a trusted hop wrote, second from the right.
         forged, client, by = seen(out)
         assert (forged, by) == (FORGED, front_ip(front)) and client in client_as_written(kind), out
         assert not agents & set(seen(out)), out
     assert a.metrics()[SENT] >= 1, "no try was forwarded: the test proved nothing about forwards"
-    # Straight at an agent, from no trusted address: the forgery is dropped.
+    # Straight at an agent: the last entry is who connected, whatever came before.
     status, _, out = request(a.agent, "GET", f"/xff/{uuid.uuid4()}", headers={"x-forwarded-for": FORGED})
+    assert status == 200 and seen(out) == [FORGED, CLIENT], out
+
+
+@pytest.mark.parametrize("kind", ["envoy", "haproxy-3.0"])
+def test_with_trusted_peers_named_no_one_elses_header_reaches_the_app(procs, addrs, kind):
+    # forwarded_for_trusted names the fronts' addresses (this test's
+    # 127.A.B.0/24; the client is 127.0.0.1, outside it): through a front the
+    # app sees the chain as before; straight at an agent the client's
+    # forgery is gone, only its address is left.
+    bs = start_backends(procs, addrs, 2, "dynamic", agent_opts={"forwarded_for_trusted": f"{addrs.prefix}.0/24"})
+    front = start_front(kind, procs, addrs, bs, source=True)
+    for i in range(4):
+        path = f"/xff/{uuid.uuid4()}"
+        status, _, out = request(front.listen, "GET", path, headers={"x-forwarded-for": FORGED})
+        assert status == 200, out
+        assert sorted(counts(bs, path)) == [0, 1]
+        forged, client, by = seen(out)
+        assert (forged, by) == (FORGED, front_ip(front)) and client in client_as_written(kind), out
+    path = f"/xff/{uuid.uuid4()}"
+    status, _, out = request(bs[0].agent, "GET", path, headers={"x-forwarded-for": f"{FORGED}, 10.0.0.1"})
     assert status == 200 and seen(out) == [CLIENT], out
+    assert counts(bs, path) == [1, 0]
+
+
+def test_trusting_no_peer_gives_the_app_one_entry_the_agents_own(procs, addrs):
+    # forwarded_for_trusted = "": every header that came in is replaced by
+    # the address the agent saw (a front's, here), forgeries and all.
+    bs = start_backends(procs, addrs, 2, "dynamic", agent_opts={"forwarded_for_trusted": ""})
+    front = start_front("envoy", procs, addrs, bs, source=True)
+    path = f"/xff/{uuid.uuid4()}"
+    status, _, out = request(front.listen, "GET", path, headers={"x-forwarded-for": FORGED})
+    assert status == 200 and seen(out) == [front_ip(front)], out
+    assert sorted(counts(bs, path)) == [0, 1]
 
 
 def test_a_forward_is_believed_only_from_a_members_address(procs, addrs):
     # A peer's forward, word for word (hunt-commit and its go byte), sent by a
     # client from 127.0.0.1, no member's address: taken as a forward (a
     # hunting front strips a client's hunt headers; fleet_pass_plain refuses
-    # it), but its X-Forwarded-For is the client's alone. Only a member's
-    # proven address keeps the header it wrote.
+    # it), but the agent adds the client's address as for any request. Only
+    # a forward from a member's proven address is left as its member wrote it.
     a, b = bs = start_fleet(procs, addrs, 2, wanting=False)
     path = f"/forged-forward/{uuid.uuid4()}"
     status, _, out = request(a.agent, "POST", path, body=b"G",
                              headers={"hunt-target": "forwarded", "hunt-offer": "1", "hunt-commit": "none", "x-forwarded-for": FORGED})
     assert status == 200, out
     assert counts(bs, path) == [1, 0]
-    assert seen(out) == [CLIENT], out
+    assert seen(out) == [FORGED, CLIENT], out
 
 
 def test_forwarded_for_off_passes_the_header_untouched(procs, addrs):

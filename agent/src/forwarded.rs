@@ -1,13 +1,15 @@
 //! `X-Forwarded-For` to the app: the address the agent took the request from,
 //! appended as proxies do (HAProxy's `option forwardfor`, Envoy's
 //! `use_remote_address`), so the app keeps a client's address that the
-//! agent's hop would otherwise hide.
+//! agent's hop would otherwise hide, and what its fronts wrote before it.
 //!
-//! What came in is kept only from a peer named in `forwarded_for_trusted`
-//! (a front that writes the header itself); from anyone else it is dropped
-//! first, so a value a client wrote never reaches the app unless the operator
-//! said which hop may pass it on. Trust goes by the connection's proven source
-//! IP, never by a header. Pure functions over a `HeaderMap`.
+//! The agent reads nothing from the header: the entry it adds is an address
+//! it saw (the connection's source), and an app walking the list from the
+//! right, skipping its own proxies, stops at the first address no proxy of
+//! its own wrote. With `forwarded_for_trusted`, what came in is kept only
+//! from the peers it names (by the connection's source IP, never a header);
+//! from anyone else it is replaced, so a value a client wrote never reaches
+//! the app at all. Pure functions over a `HeaderMap`.
 
 use http::{HeaderMap, HeaderValue};
 use std::net::IpAddr;
@@ -74,10 +76,11 @@ fn mask(ip: IpAddr, len: u8) -> u128 {
     bits(ip) & (u128::MAX << (width - keep)) & (u128::MAX >> (128 - width))
 }
 
-/// `forwarded_for = "append"`: the peers whose `X-Forwarded-For` is kept.
+/// `forwarded_for = "append"`: the peers whose `X-Forwarded-For` is kept
+/// (None: every peer's, as a proxy's append keeps it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ForwardedFor {
-    pub trusted: Vec<Prefix>,
+    pub trusted: Option<Vec<Prefix>>,
 }
 
 impl ForwardedFor {
@@ -87,13 +90,13 @@ impl ForwardedFor {
     }
 
     pub fn trusts(&self, peer: IpAddr) -> bool {
-        self.trusted.iter().any(|p| p.contains(peer))
+        self.trusted.as_ref().is_none_or(|t| t.iter().any(|p| p.contains(peer)))
     }
 
     /// The header the app gets from a request whose connection came from
-    /// `peer`: what a trusted peer sent (its lines joined into one, in
-    /// order: many apps read only the first line), then `peer`. From any
-    /// other peer, `peer` alone.
+    /// `peer`: what came in (its lines joined into one, in order: many apps
+    /// read only the first line), then `peer`; `peer` alone when
+    /// `forwarded_for_trusted` does not name it.
     pub fn apply(&self, h: &mut HeaderMap, peer: IpAddr) {
         // An IPv4 client of a dual-stack socket shows as ::ffff:a.b.c.d.
         let peer = peer.to_canonical();
@@ -130,8 +133,19 @@ mod tests {
     }
 
     #[test]
-    fn an_untrusted_peers_header_is_replaced_by_its_address() {
+    fn by_default_every_peers_header_is_appended_to() {
         let ff = ForwardedFor::default();
+        assert_eq!(applied(&ff, &["6.6.6.6, 203.0.113.7"], "10.0.9.1"), ["6.6.6.6, 203.0.113.7, 10.0.9.1"]);
+        assert_eq!(applied(&ff, &["6.6.6.6", " 203.0.113.7 "], "10.0.9.1"), ["6.6.6.6, 203.0.113.7, 10.0.9.1"]);
+        assert_eq!(applied(&ff, &[], "10.0.9.1"), ["10.0.9.1"]);
+        // IPv6 bare, as Envoy and HAProxy write it; a mapped IPv4 as IPv4
+        assert_eq!(applied(&ff, &["2001:db8::5"], "fd00::7"), ["2001:db8::5, fd00::7"]);
+        assert_eq!(applied(&ff, &[], "::ffff:10.0.9.1"), ["10.0.9.1"]);
+    }
+
+    #[test]
+    fn trusting_no_peer_replaces_every_header_by_its_address() {
+        let ff = ForwardedFor { trusted: Some(Vec::new()) };
         // a client's forgery, sent straight or through a front the agent does not trust
         assert_eq!(applied(&ff, &["6.6.6.6"], "10.0.9.1"), ["10.0.9.1"]);
         assert_eq!(applied(&ff, &["6.6.6.6", "7.7.7.7, 8.8.8.8"], "10.0.9.1"), ["10.0.9.1"]);
@@ -142,8 +156,8 @@ mod tests {
     }
 
     #[test]
-    fn a_trusted_peers_header_is_appended_to() {
-        let ff = ForwardedFor { trusted: ForwardedFor::parse_trusted("10.0.9.0/24, fd00::1").unwrap() };
+    fn only_a_trusted_peers_header_is_kept_when_peers_are_named() {
+        let ff = ForwardedFor { trusted: Some(ForwardedFor::parse_trusted("10.0.9.0/24, fd00::1").unwrap()) };
         assert_eq!(applied(&ff, &["6.6.6.6, 203.0.113.7"], "10.0.9.1"), ["6.6.6.6, 203.0.113.7, 10.0.9.1"]);
         // lines joined in order into one
         assert_eq!(applied(&ff, &["6.6.6.6", "203.0.113.7"], "10.0.9.1"), ["6.6.6.6, 203.0.113.7, 10.0.9.1"]);

@@ -346,7 +346,7 @@ fn forwarded_for(mode: Option<&str>, trusted: Option<&str>) -> Result<Option<cra
     use crate::forwarded::ForwardedFor;
     match mode.unwrap_or("append") {
         "append" => {
-            let trusted = ForwardedFor::parse_trusted(trusted.unwrap_or("")).map_err(|e| invalid("forwarded_for_trusted", e))?;
+            let trusted = trusted.map(ForwardedFor::parse_trusted).transpose().map_err(|e| invalid("forwarded_for_trusted", e))?;
             Ok(Some(ForwardedFor { trusted }))
         }
         "off" if trusted.is_some() => Err(invalid("forwarded_for_trusted", "only meaningful with forwarded_for = \"append\"")),

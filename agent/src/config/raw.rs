@@ -230,9 +230,9 @@ pub struct Raw {
     /// the header passes untouched [default: append].
     #[arg(long)]
     pub forwarded_for: Option<String>,
-    /// IPs and prefixes (`10.0.0.0/8`), comma separated: the fronts whose own
-    /// `X-Forwarded-For` is kept and appended to; from any other peer it is
-    /// replaced [default: none].
+    /// IPs and prefixes (`10.0.0.0/8`), comma separated: only these peers'
+    /// `X-Forwarded-For` is kept and appended to; from any other it is
+    /// replaced by the peer's address ("": none kept) [default: every peer's kept].
     #[arg(long)]
     pub forwarded_for_trusted: Option<String>,
     /// What was taken but should be written otherwise (an old key name),

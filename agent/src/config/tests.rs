@@ -511,9 +511,11 @@ fn fleet_advertise_takes_a_bare_ip_bracketed_when_ipv6() {
 fn forwarded_for_keys_are_checked_by_name() {
     use crate::forwarded::Prefix;
     let c = raw(|_| {}).unwrap();
-    assert_eq!(c.forwarded_for.map(|f| f.trusted.len()), Some(0), "on by default, trusting no one's header");
+    assert_eq!(c.forwarded_for.map(|f| f.trusted), Some(None), "on by default, appending to every peer's header");
     let c = raw(|r| r.forwarded_for_trusted = Some("10.0.0.0/8, fd00::1".into())).unwrap();
-    assert_eq!(c.forwarded_for.unwrap().trusted, [Prefix::parse("10.0.0.0/8").unwrap(), Prefix::parse("fd00::1").unwrap()]);
+    assert_eq!(c.forwarded_for.unwrap().trusted, Some(vec![Prefix::parse("10.0.0.0/8").unwrap(), Prefix::parse("fd00::1").unwrap()]));
+    let c = raw(|r| r.forwarded_for_trusted = Some("".into())).unwrap();
+    assert_eq!(c.forwarded_for.unwrap().trusted, Some(vec![]), "empty: no peer's header kept");
     assert!(raw(|r| r.forwarded_for = Some("off".into())).unwrap().forwarded_for.is_none());
     assert_eq!(key_of(raw(|r| r.forwarded_for = Some("replace".into()))), "forwarded_for");
     assert_eq!(key_of(raw(|r| r.forwarded_for_trusted = Some("10.0.0.5/8".into()))), "forwarded_for_trusted");
