@@ -11,7 +11,7 @@ import subprocess
 import uuid
 
 import pytest
-from harness import counts, hold, request, start_backends, start_fleet, start_front, wait_until
+from harness import EXAMPLES, HAPROXY_EXAMPLES, ROOT, counts, hold, request, start_backends, start_fleet, start_front, wait_until
 
 # What a client writes to pass for someone else.
 FORGED = "6.6.6.6"
@@ -125,3 +125,16 @@ def test_forwarded_for_off_passes_the_header_untouched(procs, addrs):
     assert status == 200 and seen(out) == [FORGED], out
     status, _, out = request(b.agent, "GET", f"/off/{uuid.uuid4()}")
     assert status == 200 and seen(out) == [], out
+
+
+def test_the_docs_say_what_the_app_sees_through_each_shipped_front():
+    doc = (ROOT / "docs" / "agent.md").read_text()
+    section = doc.split("## The client's address", 1)[1].split("\n## ", 1)[0]
+    for key in ("forwarded_for", "forwarded_for_trusted"):
+        assert f"| `{key}` |" in doc, key
+    # every shipped front is named, and writes the client's address as the doc says
+    for path, line in ((EXAMPLES / "front.yaml", "use_remote_address: true"), (EXAMPLES / "front-tier.yaml", "use_remote_address: true"),
+                       (HAPROXY_EXAMPLES / "front.cfg", "option forwardfor"), (HAPROXY_EXAMPLES / "front-tier.cfg", "option forwardfor")):
+        assert path.name in section, path.name
+        assert line in path.read_text(), (path, line)
+    assert "second from the right" in section and "forgery" in section

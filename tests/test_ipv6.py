@@ -11,7 +11,8 @@ import socket
 import uuid
 
 import pytest
-from harness import FRONTS, Backend, binary, counts, hold, request, start_front, wait_until
+from harness import FRONTS, ROOT, Backend, binary, counts, hold, request, start_front, wait_until
+from test_client_address import client_as_written
 
 SENT = 'huntlb_forwards_total{outcome="sent"}'
 TAKEN = 'huntlb_forwards_in_total{outcome="taken"}'
@@ -95,7 +96,7 @@ def test_a_tier_on_ipv6_forwards_behind_fronts_with_ipv6_upstreams(procs, addrs,
     # The front (on 127.x, its upstreams [::1]:port) sends some tries to a,
     # which holds 4 requests sent past the front: a passes them on to b over
     # IPv6, b taking them from a's address, a member's. Each processed once;
-    # b's app sees the front's address alone (b adds nothing for a's forward).
+    # b's app sees the client the front wrote and the front (b adds nothing for a's forward).
     a, b = bs = v6_pair(procs)
     assert kind in FRONTS
     front = start_front(kind, procs, addrs, bs, example="front-tier.yaml" if kind == "envoy" else "front-tier.cfg")
@@ -108,5 +109,15 @@ def test_a_tier_on_ipv6_forwards_behind_fronts_with_ipv6_upstreams(procs, addrs,
         assert status == 200, out
         assert sorted(counts(bs, path)) == [0, 1]
         assert h["hunt-served-by"] == b.id, h  # a's tries went on to b
-        assert seen(out) == ["::1"], out
+        client, by = seen(out)  # the client as the front wrote it, then the front over IPv6; never a as well
+        assert client in client_as_written(kind) and by == "::1", out
     assert a.metrics()[SENT] >= 1 and b.metrics()[TAKEN] == a.metrics()[SENT]
+
+
+def test_the_docs_and_the_sidecar_take_an_ipv6_pod_ip():
+    sidecar = (ROOT / "packaging" / "kubernetes" / "agent" / "sidecar.yaml").read_text()
+    assert "--fleet-advertise=$(POD_IP)]" in sidecar  # the IP alone: the agent brackets an IPv6 one
+    doc = (ROOT / "docs" / "agent.md").read_text()
+    section = doc.split("## IPv6 and dual stack", 1)[1].split("\n## ", 1)[0]
+    assert "`[::]`" in section and "IPV6_V6ONLY" in section and "$(POD_IP)" in section
+    assert "agent.md#ipv6-and-dual-stack" in (ROOT / "docs" / "kubernetes.md").read_text()
