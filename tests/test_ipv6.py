@@ -4,14 +4,19 @@ tier whose members, forwards and `hunt-via` are IPv6 addresses, behind real
 Envoy and HAProxy fronts whose upstreams are `[::1]:port`. The IPv6 loopback
 has one address, so each process here has its own port; two members on one
 IP are told apart by their `fleet_listen` ports, and each forwards to the
-other's `listen` port (`fleet_peer_port`). Arrivals counted at the apps."""
+other's `listen` port (`fleet_peer_port`). Then a dual-stack fleet on hosts
+of their own (network namespaces, each with an IPv4 and a ULA IPv6 address;
+root, marked slow). Arrivals counted at the apps."""
 
 import json
+import os
 import socket
+import threading
 import uuid
 
 import pytest
 from harness import FRONTS, ROOT, Backend, binary, counts, hold, request, start_front, wait_until
+from harness.cluster import Cluster
 from test_client_address import client_as_written
 
 SENT = 'huntlb_forwards_total{outcome="sent"}'
@@ -121,3 +126,58 @@ def test_the_docs_and_the_sidecar_take_an_ipv6_pod_ip():
     section = doc.split("## IPv6 and dual stack", 1)[1].split("\n## ", 1)[0]
     assert "`[::]`" in section and "IPV6_V6ONLY" in section and "$(POD_IP)" in section
     assert "agent.md#ipv6-and-dual-stack" in (ROOT / "docs" / "kubernetes.md").read_text()
+
+
+def v6_of(host) -> str:
+    """The cluster host's IPv6 (ULA) address beside its 10.77.N.x: fd77:N::x."""
+    _, _, n, x = host.ip.split(".")
+    return f"fd77:{int(n):x}::{x}"
+
+
+# ~15 s each (a cluster of namespaces, DNS, a front): make test-slow, .ci/run
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+@pytest.mark.parametrize("kind", ["envoy", "haproxy-3.0"])
+def test_a_dual_stack_fleet_on_hosts_of_their_own(tmp_path, kind):
+    # Three backend hosts (network namespaces on one bridge, harness.cluster),
+    # each with an IPv4 and an IPv6 (ULA) address. The agents bind [::] and
+    # form their tier over IPv6 (fleet_peers the hosts' IPv6 addresses,
+    # fleet_advertise the bare IPv6 IP, as the Kubernetes sidecar passes
+    # $(POD_IP)); the front finds them by DNS over IPv4 and reaches the same
+    # [::] sockets. b1 is loaded past the front, so the front's tries to b1
+    # go on to a peer over IPv6. Each request processed once; each app sees
+    # the client and the front, never a member.
+    with Cluster(tmp_path) as c:
+        bs = [c.backend(publish=True) for _ in range(3)]
+        peers = ",".join(f"[{v6_of(b)}]:9700" for b in bs)
+        for b in bs:
+            b.run("ip", "addr", "add", f"{v6_of(b)}/64", "dev", "eth0", "nodad")
+            b.agent_proc.stop()
+            argv = [binary("huntlb-agent"), "--listen", "[::]:8080", "--admin", "[::]:9901", "--app", b.app, "--id", b.id,
+                    "--fleet-listen", "[::]:9700", "--fleet-peers", peers, "--fleet-advertise", v6_of(b),
+                    "--fleet-key-file", c.procs.fleet_key(), "--policy", "dynamic:seen_margin=1",
+                    "--fleet-heartbeat-ms", "1000", "--fleet-dead-after-ms", "5000", "--fleet-commit-ms", "500"]
+            b.agent_proc = b.start(f"agent6-{b.name}", argv, env={**os.environ, "RUST_LOG": "info"})
+            c.call(wait_until, lambda b=b: _answers(b.admin, "/metrics") or not b.agent_proc.alive(), timeout=15, what="agent up")
+            assert b.agent_proc.alive(), b.agent_proc.log()
+        c.wait_fleet()
+        front = c.front(kind)
+        b1 = bs[0]
+        holds = [threading.Thread(target=c.call, args=(request, b1.agent, "GET", f"/hold/{uuid.uuid4()}?work_ms=4000"),
+                                  kwargs={"timeout": 30}, daemon=True) for _ in range(4)]
+        for t in holds:
+            t.start()
+        wait_until(lambda: b1.metrics()["huntlb_inflight"] == 4, what="b1 holding 4")
+        members = {v6_of(b) for b in bs} | {b.ip for b in bs}
+        for i in range(24):  # the fronts' ties are random: some of 24 reach b1, 1 - (2/3)^24
+            path = f"/dual/{uuid.uuid4()}"
+            status, _, out = c.call(request, front.listen, "GET", path, headers={"x-forwarded-for": "6.6.6.6"})
+            assert status == 200, out
+            assert sorted(b.paths().get(path, 0) for b in bs) == [0, 0, 1]
+            assert seen(out) == ["6.6.6.6", c.client.ip, front.ip], out
+            assert not members & set(seen(out))
+        sent = b1.metrics()[SENT]
+        assert sent >= 1, "b1 forwarded nothing: the test proved nothing about the IPv6 tier"
+        assert sum(b.metrics()[TAKEN] for b in bs[1:]) == sent
+        for t in holds:
+            t.join(10)
