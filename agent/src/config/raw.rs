@@ -158,7 +158,8 @@ pub struct Raw {
     /// `fleet_resolve_ms` to all its addresses.
     #[arg(long)]
     pub fleet_peers: Option<String>,
-    /// This agent as peers reach it (`hunt-via` on its forwards); with
+    /// This agent as peers reach it, host:port or an IP alone (listen's
+    /// port; an IPv6 one bracketed) (`hunt-via` on its forwards); with
     /// `fleet_listen` on every address, its host (an IP) is also where its
     /// reports come from [default: listen].
     #[arg(long)]
