@@ -31,7 +31,8 @@ def envoy_binary() -> str:
 
 def sock(addr: str) -> dict:
     host, port = addr.rsplit(":", 1)
-    return {"socket_address": {"address": host, "port_value": int(port)}}
+    # Envoy takes an IPv6 address bare: [::1]:8080 is address ::1, port 8080
+    return {"socket_address": {"address": host.strip("[]"), "port_value": int(port)}}
 
 
 def _walk(node, fn):
@@ -136,9 +137,11 @@ def envoy_host_health(admin: str, cluster: str = "backends") -> dict[str, str]:
     _, _, body = request(admin, "GET", "/clusters", timeout=5)
     out = {}
     for line in body.decode().splitlines():
-        parts = line.split("::")
-        if len(parts) == 4 and parts[0] == cluster and parts[2] == "health_flags":
-            out[parts[1]] = parts[3]
+        # cluster::host::key::value, where an IPv6 host ([::1]:8080) has a :: of its own
+        name, _, rest = line.partition("::")
+        parts = rest.rsplit("::", 2)
+        if name == cluster and len(parts) == 3 and parts[1] == "health_flags":
+            out[parts[0]] = parts[2]
     return out
 
 

@@ -23,6 +23,12 @@ class Proc(Protocol):
     def log(self) -> str: ...
 
 
+def host_port(addr: str) -> tuple[str, int]:
+    """`host:port` or `[ipv6]:port`, the host as sockets take it (no brackets)."""
+    host, port = addr.rsplit(":", 1)
+    return host.strip("[]"), int(port)
+
+
 def wait_http(addr: str, path: str, proc: Proc | None = None, timeout: float = 10.0, want: int | None = None) -> None:
     deadline = time.monotonic() + timeout
     last = None
@@ -41,7 +47,7 @@ def wait_http(addr: str, path: str, proc: Proc | None = None, timeout: float = 1
 
 
 def wait_tcp(addr: str, proc: Proc | None = None, timeout: float = 15.0) -> None:
-    host, port = addr.rsplit(":", 1)
+    host, port = host_port(addr)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and not proc.alive():
@@ -69,7 +75,7 @@ def request(addr: str, method: str = "GET", path: str = "/", headers: dict | Non
     """One request; returns (status, headers as a lower-cased dict, body)."""
     own = conn is None
     if own:
-        host, port = addr.rsplit(":", 1)
+        host, port = host_port(addr)
         conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -117,7 +123,7 @@ def app_stats(app: str) -> dict:
 
 def raw_exchange(addr: str, payload: bytes, timeout: float = 5) -> bytes:
     """Send raw bytes, read until the server closes or goes quiet."""
-    host, port = addr.rsplit(":", 1)
+    host, port = host_port(addr)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.sendall(payload)
         chunks = []

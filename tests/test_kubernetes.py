@@ -191,8 +191,9 @@ def disagreements(docs: list[dict]) -> list[str]:
             bad.append(f"Service {host} has no UDP port {fleet} to fleet_listen")
     adv = c.get("fleet_advertise", "")
     pod_ip = [e for e in pod.agent.get("env", []) if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP"]
-    if not pod_ip or adv != f"$({pod_ip[0]['name']}):{listen}":
-        bad.append(f"fleet_advertise {adv!r} is not the pod's IP on listen's port {listen}")
+    # the IP alone: the agent adds listen's port, bracketing an IPv6 IP (IP:port would not be)
+    if not pod_ip or adv != f"$({pod_ip[0]['name']})":
+        bad.append(f"fleet_advertise {adv!r} is not the pod's IP alone (the agent adds listen's port {listen})")
 
     # the NetworkPolicy: members on the fleet ports, fronts on listen, Prometheus on admin, nothing on the app's port
     np = one(docs, "NetworkPolicy")

@@ -267,6 +267,8 @@ impl Agent {
         // past `MAX_FRONTS`, its count here unknown).
         let front = front.map(|f| f.key());
         let seen = seen.or_else(|| front.as_deref().and_then(|f| self.per_front.seen(f)));
+        let mut req = req;
+        self.forwarded_for(req.headers_mut(), remote, commit);
         if source.is_some() {
             debug!(%remote, member = source.is_some_and(|s| s.member), pass, commit, ?mark, ?seen, "try read by its source (fleet_pass_plain)");
         }
@@ -274,7 +276,6 @@ impl Agent {
         // it reaches the app before its go byte; after it, the request is
         // this agent's, a final (no policy, no refusal).
         if commit {
-            let mut req = req;
             return Ok(match self.take_forward(&mut req, mark).await {
                 Ok((held, slot)) => {
                     self.metrics.finals.fetch_add(1, Ordering::Relaxed);
@@ -294,7 +295,6 @@ impl Agent {
         // With prefix affinity (`llm_prefix_bytes`) such a try's body is read
         // first, for its prompt (`prompt`): what was read goes on first,
         // wherever the try goes.
-        let mut req = req;
         let mut held = VecDeque::new();
         let pick = match &self.fleet {
             Some(fleet) if (mark == Mark::Offer || pass) && self.gates() == Gates::OPEN && forwardable(&req) => {
@@ -442,6 +442,21 @@ impl Agent {
         // An IPv4 client of a dual-stack socket shows as ::ffff:a.b.c.d.
         let ip = remote.ip().to_canonical();
         Some(Source { ip, member: fleet.is_member_ip(ip) })
+    }
+
+    /// `forwarded_for`: the app's `X-Forwarded-For` gets `remote`, the
+    /// address this try came from, once, here, before it goes to the app or
+    /// to a peer. A member's forward (`hunt-commit` from a member's IP, its
+    /// proven source: never the header alone) is left as its member wrote it,
+    /// so the app there sees the client and the front, as the member's own
+    /// app would have, not the member.
+    fn forwarded_for(&self, h: &mut http::HeaderMap, remote: SocketAddr, commit: bool) {
+        let Some(ff) = &self.cfg.forwarded_for else { return };
+        let ip = remote.ip().to_canonical();
+        if commit && self.fleet.as_ref().is_some_and(|f| f.is_member_ip(ip)) {
+            return;
+        }
+        ff.apply(h, ip);
     }
 
     pub(crate) fn gates(&self) -> Gates {

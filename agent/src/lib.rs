@@ -20,6 +20,7 @@ pub mod config;
 pub mod dispatch;
 pub mod error;
 pub mod fleet;
+pub mod forwarded;
 pub mod headers;
 pub mod health;
 pub mod insider;

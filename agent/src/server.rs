@@ -20,8 +20,8 @@ use tokio::sync::Semaphore;
 use tracing::{error, info, warn};
 
 pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(cfg.listen).await.with_context(|| format!("config key `listen`: bind {}", cfg.listen))?;
-    let admin = TcpListener::bind(cfg.admin).await.with_context(|| format!("config key `admin`: bind {}", cfg.admin))?;
+    let listener = bind_tcp(cfg.listen).with_context(|| format!("config key `listen`: bind {}", cfg.listen))?;
+    let admin = bind_tcp(cfg.admin).with_context(|| format!("config key `admin`: bind {}", cfg.admin))?;
     let fleet = match &cfg.fleet {
         Some(f) => Some(fleet::Fleet::bind(f.clone()).await?),
         None => None,
@@ -64,7 +64,7 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
     }
     tokio::spawn(watch_app(agent.clone()));
     if let Some(addr) = c.agent_check {
-        let l = TcpListener::bind(addr).await.with_context(|| format!("config key `agent_check`: bind {addr}"))?;
+        let l = bind_tcp(addr).with_context(|| format!("config key `agent_check`: bind {addr}"))?;
         tokio::spawn(serve_agent_check(l, agent.clone()));
     }
     if let Some(fleet) = agent.fleet.clone() {
@@ -145,6 +145,22 @@ pub fn accept_queue(fd: std::os::fd::RawFd) -> Option<(u32, u32)> {
     // SAFETY: a valid buffer of `len` bytes for the kernel to fill.
     let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
     (r == 0 && info.tcpi_state == 10 /* TCP_LISTEN */).then_some((info.tcpi_unacked, info.tcpi_sacked))
+}
+
+/// A listening socket as tokio's `bind` makes one (SO_REUSEADDR, backlog
+/// 1024), but an IPv6 one takes IPv4 too (IPV6_V6ONLY off): `[::]:8080`
+/// serves a dual-stack fleet whatever the host's `net.ipv6.bindv6only`.
+pub(crate) fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(false)?;
+    }
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    s.set_nonblocking(true)?;
+    TcpListener::from_std(s.into())
 }
 
 /// One proxy connection, plaintext or TLS: HTTP/1.1, or HTTP/2 with prior
@@ -262,5 +278,18 @@ async fn drain_on_signal(agent: Arc<Agent>) -> anyhow::Result<()> {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `[::]` takes IPv4 too, whatever net.ipv6.bindv6only says.
+    #[tokio::test]
+    async fn an_ipv6_any_listener_is_dual_stack() {
+        let l = super::bind_tcp("[::]:0".parse().unwrap()).unwrap();
+        assert!(!socket2::SockRef::from(&l).only_v6().unwrap());
+        let port = l.local_addr().unwrap().port();
+        let (v4, _) = tokio::join!(tokio::net::TcpStream::connect(("127.0.0.1", port)), l.accept());
+        assert!(v4.is_ok());
     }
 }

@@ -134,6 +134,11 @@ impl Knobs {
     }
 }
 
+/// An address of this host (it can be bound).
+fn local_ip(ip: std::net::IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
 /// `None` without `fleet_listen` (and then no other tier key may be set).
 pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tls>, client_ca: Option<&str>) -> Result<Option<FleetConfig>, ConfigError> {
     Ok(match k.fleet_listen {
@@ -201,7 +206,23 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
             // Peers forward here: an address they can reach, which an
             // unspecified one (0.0.0.0, [::]) is not.
             let advertise = match k.fleet_advertise {
-                Some(a) => a,
+                // A bare IP takes listen's port, bracketed when IPv6: a pod's
+                // IP from the downward API needs no port pasted on, which an
+                // IPv6 one would need brackets for (`$(POD_IP):8080` is
+                // `fd00::5:8080`, itself an IPv6 address).
+                Some(a) => match a.parse::<std::net::IpAddr>() {
+                    Ok(ip) => {
+                        let text = a.as_str();
+                        if ip.is_ipv6() && text.rsplit_once(':').is_some_and(|(_, last)| last == listen.port().to_string()) && !local_ip(ip) {
+                            return Err(invalid(
+                                "fleet_advertise",
+                                format!("`{a}` reads as an IPv6 address, not this host's; with a port, bracket it (`[{}]:{}`), or give the IP alone", text.rsplit_once(':').map_or(text, |(h, _)| h), listen.port()),
+                            ));
+                        }
+                        SocketAddr::new(ip, listen.port()).to_string()
+                    }
+                    Err(_) => a,
+                },
                 None if listen.ip().is_unspecified() => {
                     return Err(invalid("fleet_advertise", format!("required when listen is {listen}: the address peers reach this agent at")))
                 }

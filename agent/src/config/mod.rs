@@ -84,6 +84,9 @@ pub struct Config {
     pub tls: Option<crate::tls::Tls>,
     /// The forwarding tier (`fleet_listen` set); None: off.
     pub fleet: Option<FleetConfig>,
+    /// `forwarded_for = "append"` (the default): `X-Forwarded-For` to the app
+    /// (`forwarded`); None: `"off"`, the header passes untouched.
+    pub forwarded_for: Option<crate::forwarded::ForwardedFor>,
     /// Lines to log once at start: keys taken under an old name (the agent's
     /// own, or one in the policy spec).
     pub warnings: Vec<String>,
@@ -141,7 +144,8 @@ impl Raw {
             health_path, drain_limit, max_connections, threads, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
             app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
             fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms, fleet_commit_ms, fleet_key_readable_by_others,
-            fleet_settle_ms, fleet_resolve_ms, fleet_sample, fleet_resample_ms, fleet_sample_keep, fleet_pass_plain);
+            fleet_settle_ms, fleet_resolve_ms, fleet_sample, fleet_resample_ms, fleet_sample_keep, fleet_pass_plain,
+            forwarded_for, forwarded_for_trusted);
         raw.validate().map_err(|e| in_file(e, source.as_ref(), &from_flags))
     }
 
@@ -272,8 +276,10 @@ impl Raw {
         if let Some(f) = &fleet {
             warnings.extend(f.keys.warnings(&f.key_file));
         }
+        let forwarded_for = forwarded_for(self.forwarded_for.as_deref(), self.forwarded_for_trusted.as_deref())?;
         Ok(Config {
             fleet,
+            forwarded_for,
             warnings,
             tls,
             app_h2,
@@ -366,6 +372,20 @@ fn kv(url: Option<&str>, poll_ms: Option<u64>, busy_at: Option<f64>, app: Socket
     // failed read keeps the last value, a page that stopped answering does not.
     let stale_ms = 3 * poll.as_millis() as u64 + KV_READ_TIMEOUT.as_millis() as u64;
     Ok(Some(LlmKv { url: parsed, poll, bound: huntlb_policy::llm::KvBound { busy_at: busy_at_fixed, stale_ms } }))
+}
+
+/// `forwarded_for` and `forwarded_for_trusted`: None when off.
+fn forwarded_for(mode: Option<&str>, trusted: Option<&str>) -> Result<Option<crate::forwarded::ForwardedFor>, ConfigError> {
+    use crate::forwarded::ForwardedFor;
+    match mode.unwrap_or("append") {
+        "append" => {
+            let trusted = trusted.map(ForwardedFor::parse_trusted).transpose().map_err(|e| invalid("forwarded_for_trusted", e))?;
+            Ok(Some(ForwardedFor { trusted }))
+        }
+        "off" if trusted.is_some() => Err(invalid("forwarded_for_trusted", "only meaningful with forwarded_for = \"append\"")),
+        "off" => Ok(None),
+        other => Err(invalid("forwarded_for", format!("`{other}` is not append or off"))),
+    }
 }
 
 fn addr(key: &'static str, v: Option<String>, default: &str) -> Result<SocketAddr, ConfigError> {

@@ -163,7 +163,8 @@ pub struct Raw {
     /// `fleet_resolve_ms` to all its addresses.
     #[arg(long)]
     pub fleet_peers: Option<String>,
-    /// This agent as peers reach it (`hunt-via` on its forwards); with
+    /// This agent as peers reach it, host:port or an IP alone (listen's
+    /// port; an IPv6 one bracketed) (`hunt-via` on its forwards); with
     /// `fleet_listen` on every address, its host (an IP) is also where its
     /// reports come from [default: listen].
     #[arg(long)]
@@ -230,6 +231,16 @@ pub struct Raw {
     /// (docs/protocol.md § 8a, "Plain fronts") [default: false].
     #[arg(long)]
     pub fleet_pass_plain: Option<bool>,
+    /// `append`: the agent appends the address it took a request from to the
+    /// app's `X-Forwarded-For` (a peer's forward keeps its member's); `off`:
+    /// the header passes untouched [default: append].
+    #[arg(long)]
+    pub forwarded_for: Option<String>,
+    /// IPs and prefixes (`10.0.0.0/8`), comma separated: only these peers'
+    /// `X-Forwarded-For` is kept and appended to; from any other it is
+    /// replaced by the peer's address ("": none kept) [default: every peer's kept].
+    #[arg(long)]
+    pub forwarded_for_trusted: Option<String>,
     /// What was taken but should be written otherwise (an old key name),
     /// logged once at start.
     #[arg(skip)]

@@ -716,3 +716,52 @@ fn the_documented_ranges_are_the_codes() {
     }
     std::fs::remove_file(&key).unwrap();
 }
+
+#[test]
+fn fleet_advertise_takes_a_bare_ip_bracketed_when_ipv6() {
+    let key = std::env::temp_dir().join(format!("huntlb-config-test-adv-{}.key", std::process::id()));
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key.to_string_lossy().into_owned();
+    let advertised = |listen: &str, fleet_listen: &str, adv: &str| {
+        raw(|r| {
+            r.listen = Some(listen.into());
+            r.fleet_listen = Some(fleet_listen.into());
+            r.fleet_peers = Some("127.0.0.2:9700".into());
+            r.fleet_key_file = Some(key.clone());
+            r.fleet_advertise = Some(adv.into());
+        })
+        .map(|c| c.fleet.unwrap())
+    };
+    // The sidecar's `--fleet-advertise=$(POD_IP)`: listen's port, an IPv6 one bracketed.
+    let v6 = advertised("[::]:8080", "[::]:9700", "fd00::5").unwrap();
+    assert_eq!((v6.advertise.as_str(), v6.from), ("[fd00::5]:8080", "[fd00::5]:9700".parse().unwrap()));
+    assert!(huntlb_policy::forward::is_forward_addr(&v6.advertise));
+    let v4 = advertised("0.0.0.0:8080", "0.0.0.0:9700", "10.1.2.3").unwrap();
+    assert_eq!((v4.advertise.as_str(), v4.from), ("10.1.2.3:8080", "10.1.2.3:9700".parse().unwrap()));
+    assert_eq!(advertised("[::]:8080", "[::]:9700", "[fd00::5]:8080").unwrap().advertise, "[fd00::5]:8080");
+    // `$(POD_IP):8080` with an IPv6 pod IP is itself an IPv6 address, not this
+    // host's: refused, naming the bracketed form, never taken as fd00::5:8080.
+    let e = advertised("[::]:8080", "[::]:9700", "fd00::5:8080").unwrap_err().to_string();
+    assert!(e.contains("fleet_advertise") && e.contains("[fd00::5]:8080"), "{e}");
+    assert!(advertised("[::]:8080", "[::]:9700", "::").unwrap_err().to_string().contains("fleet_advertise"));
+}
+
+#[test]
+fn forwarded_for_keys_are_checked_by_name() {
+    use crate::forwarded::Prefix;
+    let c = raw(|_| {}).unwrap();
+    assert_eq!(c.forwarded_for.map(|f| f.trusted), Some(None), "on by default, appending to every peer's header");
+    let c = raw(|r| r.forwarded_for_trusted = Some("10.0.0.0/8, fd00::1".into())).unwrap();
+    assert_eq!(c.forwarded_for.unwrap().trusted, Some(vec![Prefix::parse("10.0.0.0/8").unwrap(), Prefix::parse("fd00::1").unwrap()]));
+    let c = raw(|r| r.forwarded_for_trusted = Some("".into())).unwrap();
+    assert_eq!(c.forwarded_for.unwrap().trusted, Some(vec![]), "empty: no peer's header kept");
+    assert!(raw(|r| r.forwarded_for = Some("off".into())).unwrap().forwarded_for.is_none());
+    assert_eq!(key_of(raw(|r| r.forwarded_for = Some("replace".into()))), "forwarded_for");
+    assert_eq!(key_of(raw(|r| r.forwarded_for_trusted = Some("10.0.0.5/8".into()))), "forwarded_for_trusted");
+    assert_eq!(key_of(raw(|r| r.forwarded_for_trusted = Some("front-1".into()))), "forwarded_for_trusted");
+    assert_eq!(key_of(raw(|r| {
+        r.forwarded_for = Some("off".into());
+        r.forwarded_for_trusted = Some("10.0.0.1".into());
+    })), "forwarded_for_trusted");
+}

@@ -308,6 +308,11 @@ impl Fleet {
     pub async fn bind(cfg: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
         use anyhow::Context;
         let sock = Socket::new(Domain::for_address(cfg.listen), Type::DGRAM, Some(Protocol::UDP)).context("config key `fleet_listen`: socket")?;
+        // `[::]` hears IPv4 members too, whatever net.ipv6.bindv6only says
+        // (their sources then read as ::ffff:a.b.c.d: `take` canonicalizes).
+        if cfg.listen.is_ipv6() {
+            sock.set_only_v6(false).context("config key `fleet_listen`: IPV6_V6ONLY")?;
+        }
         sock.bind(&SockAddr::from(cfg.listen)).with_context(|| format!("config key `fleet_listen`: bind {}", cfg.listen))?;
         let resolved = resolve_all(&cfg.peers, &[]).await;
         let fleet = Fleet {

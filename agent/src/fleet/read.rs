@@ -110,6 +110,8 @@ impl Fleet {
     /// echoing the nonce this agent gave that member, and newer than the
     /// last taken under that nonce.
     pub(super) fn take(&self, d: &[u8], from: SocketAddr) {
+        // An IPv4 member heard on a dual-stack `[::]` socket: its own address.
+        let from = SocketAddr::new(from.ip().to_canonical(), from.port());
         if !self.members.read().unwrap_or_else(PoisonError::into_inner).set.contains(&from) {
             return self.drop_bad(Bad::Stranger, from, "source is no member of fleet_peers");
         }

@@ -581,3 +581,21 @@ async fn a_listener_of_beats_only_hears_us_each_half_dead_after() {
     assert!(fa.beat());
     assert_eq!(fa.gauges().sent, sent + 1, "a listener of changes hears us each heartbeat");
 }
+
+/// `fleet_listen = "[::]:port"` hears IPv4 members too (IPV6_V6ONLY off):
+/// their datagrams arrive from ::ffff:a.b.c.d, taken as the member a.b.c.d.
+#[tokio::test]
+async fn a_dual_stack_fleet_listen_hears_an_ipv4_member() {
+    let (a, b) = ("127.77.9.21:9721", "127.77.9.22:9722");
+    let count = Count::default();
+    count.set(7, true);
+    // bound to every address, named by its IPv4 one, as fleet_advertise makes it
+    let fa = agent(FleetConfig { listen: "[::]:9721".parse().unwrap(), from: a.parse().unwrap(), ..cfg(a, &[a, b]) }, &count).await;
+    let mut fb = Fake::new(b, a);
+    fb.handshake(2);
+    soon("B's report taken", || fa.gauges().taken >= 1);
+    assert!(fa.redraw());
+    soon("B in A's view", || fa.ready_peers() == 1);
+    assert_eq!(fa.pick(7, None), forward_to(b), "B as it reported (2), at its IPv4 address");
+    assert_eq!(fa.reports_bad()[Bad::Stranger as usize], 0);
+}

@@ -185,6 +185,9 @@ impl App {
             .filter(|k| k.as_str().starts_with("hunt"))
             .map(|k| k.as_str().to_string())
             .collect();
+        // What the proxies in front said the client was, line by line: the
+        // client-address tests read it (docs/agent.md, "The client's address").
+        let forwarded_for: Vec<&str> = parts.headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok()).collect();
         let out = serde_json::json!({
             "id": self.cfg.id,
             "method": parts.method.as_str(),
@@ -193,6 +196,7 @@ impl App {
             "fnv64": format!("{:016x}", fnv64(&body)),
             "work_ms": demand.as_secs_f64() * 1000.0,
             "hunt_headers_seen": hunt_seen,
+            "x_forwarded_for": forwarded_for,
         });
         let mut r = Response::new(Full::new(Bytes::from(out.to_string() + "\n")));
         *r.status_mut() = status;
