@@ -293,6 +293,10 @@ pub struct Gauges {
     pub peers: usize,
     /// Sampled members heard and ready, but benched by a forward not taken.
     pub benched: usize,
+    /// Sampled members not heard within `dead_after`.
+    pub unheard: usize,
+    /// Members, this agent not counted.
+    pub members: usize,
     /// Members sampling this agent that want every change.
     pub wanting: usize,
     pub sent: u64,
@@ -511,6 +515,14 @@ impl Fleet {
             .count()
     }
 
+    /// Sampled members with no report taken within `dead_after` (or none yet).
+    pub fn unheard_peers(&self) -> usize {
+        let now = Instant::now();
+        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
+        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        sample.iter().filter(|m| peers.get(m).is_none_or(|p| now.duration_since(p.heard) > self.cfg.dead_after)).count()
+    }
+
     /// Members sampling this agent, renewed within `dead_after`, that want every change of our count.
     pub fn peers_wanting(&self) -> usize {
         let now = Instant::now();
@@ -521,6 +533,8 @@ impl Fleet {
         Gauges {
             peers: self.ready_peers(),
             benched: self.benched_peers(),
+            unheard: self.unheard_peers(),
+            members: self.members.read().unwrap_or_else(PoisonError::into_inner).others.len(),
             wanting: self.peers_wanting(),
             sent: self.sent.load(Ordering::Relaxed),
             taken: self.taken.load(Ordering::Relaxed),
