@@ -8,8 +8,9 @@ forwarding tier with a fifth member in fleet_peers where no agent runs
 (packaging/monitoring/huntlb-alerts.yml) and serving the dashboard's queries
 drawn by the demo's page (scripts/dashboard_preview.py). Then a load that
 rises (2, 6, then 16 clients), one app frozen with SIGSTOP for 20 s, and a
-datagram a second from a stranger on one agent's fleet port; then the shot,
-and everything it started is stopped. About 2 minutes.
+datagram a second from a stranger on one agent's fleet port; the shot is
+taken under the last step, then everything it started is stopped. About 2.5
+minutes.
 
     PYTHONPATH=. .venv/bin/python scripts/monitoring_screenshot.py [--out docs/img/fleet-dashboard.png]
 """
@@ -106,13 +107,13 @@ def main() -> int:
         listens = [f.listen for f in fronts]
         load(listens, 2, args.phase, counts)
         load(listens, 6, args.phase, counts)
+        # the last step runs 40 s longer, so the shot is taken under it, after the app froze and thawed
         frozen = bs[3].app_proc
         threading.Timer(5, frozen.signal, args=(signal.SIGSTOP,)).start()
         threading.Timer(25, frozen.signal, args=(signal.SIGCONT,)).start()
-        load(listens, 16, args.phase, counts)
-        time.sleep(2)
-        stop.set()
-        print(f"screenshot: requests by status {dict(sorted(counts.items()))}")
+        last = threading.Thread(target=load, args=(listens, 16, args.phase + 40, counts), daemon=True)
+        last.start()
+        time.sleep(args.phase + 10)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         shot = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={work / 'chromium'}", "--window-size=1280,2100",
                                "--virtual-time-budget=15000", f"--screenshot={args.out}", f"http://{prom}/user/index.html"],
@@ -120,7 +121,9 @@ def main() -> int:
         if shot.returncode != 0 or not args.out.exists():
             raise SystemExit(f"chromium failed: {shot.stderr[-2000:]}")
         wait_until(lambda: args.out.stat().st_size > 0, timeout=5)
-        print(f"screenshot: {args.out}")
+        last.join(120)
+        stop.set()
+        print(f"screenshot: {args.out}; requests by status {dict(sorted(counts.items()))}")
         return 0
     finally:
         if stranger:
