@@ -142,8 +142,8 @@ pub const FLEET_PEERS_BENCHED: Metric = m(
 pub const FLEET_PEERS_UNHEARD: Metric = m(
     "huntlb_fleet_peers_unheard",
     Kind::Gauge,
-    "Peers in this agent's sample not heard from within fleet_dead_after_ms: stopped, unreachable, on another \
-     fleet_key_file key or tier version, or just drawn and not yet answered.",
+    "Members this agent asked for their count (drew into its sample) more than fleet_dead_after_ms ago and has \
+     not heard from since: stopped, unreachable on fleet_listen, or on another fleet_key_file key or tier version.",
     false,
 );
 pub const FLEET_MEMBERS: Metric =
