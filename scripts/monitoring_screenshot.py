@@ -115,7 +115,7 @@ def main() -> int:
         last.start()
         time.sleep(args.phase + 10)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        shot = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={work / 'chromium'}", "--window-size=1280,2100",
+        shot = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={work / 'chromium'}", "--window-size=1280,2200",
                                "--virtual-time-budget=3000", f"--screenshot={args.out}", f"http://{prom}/user/index.html"],
                               capture_output=True, text=True, timeout=120)
         if shot.returncode != 0 or not args.out.exists():

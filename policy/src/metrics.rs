@@ -77,7 +77,12 @@ pub const FINALS_BUSY: Metric = m(
      A rising share says the fleet needs another backend (docs/metrics.md#scaling-signal).",
     true,
 );
-pub const PLAIN: Metric = m("huntlb_plain_total", Kind::Counter, "Requests without hunt headers.", true);
+pub const PLAIN: Metric = m(
+    "huntlb_plain_total",
+    Kind::Counter,
+    "Requests without hunt headers, and tries a front passed (hunt-pass, fleet_pass_plain) that were served here.",
+    true,
+);
 pub const MALFORMED: Metric = m("huntlb_malformed_total", Kind::Counter, "Requests with malformed hunt headers (treated as final).", true);
 pub const TLS_HANDSHAKE_FAILURES: Metric = m(
     "huntlb_tls_handshake_failures_total",
