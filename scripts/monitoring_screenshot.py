@@ -32,8 +32,7 @@ import yaml
 
 from harness import ROOT, Addrs, Procs, request, start_fleet, start_front, wait_http, wait_until
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import dashboard_preview  # noqa: E402
+import dashboard_preview  # beside this script: on sys.path when it runs
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
