@@ -32,6 +32,8 @@ done
 envoy=$(PYTHONPATH=$ROOT "$python" -c 'from harness import envoy_binary; print(envoy_binary())')
 ln "$envoy" dist/envoy 2>/dev/null || cp "$envoy" dist/envoy
 cp -r "$ROOT/haproxy-lua/huntlb.lua" "$ROOT/haproxy-lua/huntlb" dist/lua/
+# the shipped recording rule and alerts, which the demo's Prometheus loads as they are
+cp "$ROOT/packaging/monitoring/huntlb-alerts.yml" dist/
 # the proxies' configs, derived from the shipped fronts (configs.py says how)
 PYTHONPATH=$ROOT "$python" configs.py dist
 [ "${1:-}" = "--stage" ] && exit 0

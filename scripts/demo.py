@@ -20,8 +20,8 @@ several fronts, its hunting fronts run once more while one backend is SIGKILLed
 inside it. About 1.5 minutes.
 
 It also starts Prometheus on loopback over the same agents and fronts, with the
-compose demo's rules and dashboard (compose/config/huntlb.rules.yml,
-compose/dashboard/), and prints where the dashboard is; --hold keeps everything
+compose demo's rules and dashboard (packaging/monitoring/huntlb-alerts.yml,
+compose/config/huntlb.rules.yml, compose/dashboard/), and prints where the dashboard is; --hold keeps everything
 up that many seconds after the table. The Prometheus is the one on PATH, else
 the binary `make setup` unpacks from Debian's package into .cache/prometheus/.
 
@@ -280,8 +280,9 @@ def start_dashboard(procs: Procs, addrs: Addrs, work: Path, scrape: dict, client
     srv = ThreadingHTTPServer((host, 9100), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     procs.cleanups.append(srv.shutdown)
-    rules = ROOT / "compose" / "config" / "huntlb.rules.yml"
-    cfg = {"global": {"scrape_interval": "2s", "evaluation_interval": "2s"}, "rule_files": [str(rules)],
+    # the shipped recording rule and alerts, and the demo's own rules, as the compose demo loads them
+    rules = [ROOT / "packaging" / "monitoring" / "huntlb-alerts.yml", ROOT / "compose" / "config" / "huntlb.rules.yml"]
+    cfg = {"global": {"scrape_interval": "2s", "evaluation_interval": "2s"}, "rule_files": [str(r) for r in rules],
            "scrape_configs": [{"job_name": "agents", "static_configs": [{"targets": scrape["agents"]}]},
                               {"job_name": "envoy", "metrics_path": "/stats/prometheus", "static_configs": [{"targets": scrape["envoy"]}]},
                               {"job_name": "haproxy", "static_configs": [{"targets": scrape["haproxy"]}]},

@@ -34,8 +34,11 @@ MIRROR=${HUNTLB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 LOG=.cache/setup.log
 # Prometheus for the native demo's dashboard (scripts/demo.py), when none is on
 # PATH: the binary alone, taken out of Debian's package without installing it
-# (installing it would start a Prometheus service on :9090).
+# (installing it would start a Prometheus service on :9090). promtool, from the
+# same package, checks and unit-tests the shipped alert rules
+# (tests/test_monitoring.py).
 PROMETHEUS=.cache/prometheus/prometheus
+PROMTOOL=.cache/prometheus/promtool
 # Debian packages: the proxies, Lua, Apache and wrk for the tests; python3-venv
 # for .venv; gcc and libc6-dev because rustc links with cc (and the agent's
 # TLS provider, ring, compiles C); debootstrap for the trixie root; openssl
@@ -141,6 +144,7 @@ need_trixie=0
 [ -x "$TRIXIE/usr/bin/kubectl" ] || need_trixie=1
 need_prometheus=0
 command -v prometheus >/dev/null || "$PROMETHEUS" --version >/dev/null 2>&1 || need_prometheus=1
+command -v promtool >/dev/null || "$PROMTOOL" --version >/dev/null 2>&1 || need_prometheus=1
 # apt-get download needs no root, only package lists that name prometheus;
 # without them (and with no apt-get install to update them), apt-get update.
 prometheus_update=0
@@ -193,12 +197,13 @@ prometheus_extract() {
         { as_root apt-get update -q && (cd "$dir.partial" && apt-get download prometheus); }
     dpkg-deb -x "$dir.partial"/prometheus_*.deb "$dir.partial/deb"
     "$dir.partial/deb/usr/bin/prometheus" --version
-    mv "$dir.partial/deb/usr/bin/prometheus" "$dir.partial/prometheus"
+    "$dir.partial/deb/usr/bin/promtool" --version
+    mv "$dir.partial/deb/usr/bin/prometheus" "$dir.partial/deb/usr/bin/promtool" "$dir.partial/"
     rm -rf "$dir.partial/deb" "$dir.partial"/prometheus_*.deb "$dir"
     mv "$dir.partial" "$dir"
 }
 if ((need_prometheus)); then
-    step "Prometheus for the demo's dashboard (Debian's binary, unpacked into $(dirname "$PROMETHEUS"))" prometheus_extract
+    step "Prometheus and promtool for the demo's dashboard and the rules' tests (Debian's binaries, unpacked into $(dirname "$PROMETHEUS"))" prometheus_extract
 fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1; then

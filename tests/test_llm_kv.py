@@ -23,7 +23,7 @@ KV_BLOCKS = 16       # 256 tokens of KV cache (16-token blocks)
 HOG = "x" * 800      # 200 prompt tokens: 13 blocks once prefilled, 0.8125 of the cache
 HOG_TOKENS = 40      # at most 15 blocks (0.9375): the cache is never wholly full, an offer of one block still runs
 BUSY_AT = 0.75
-FULL, USAGE = "huntlb_llm_kv_full", "huntlb_llm_kv_usage"
+FULL, USAGE = "huntlb_llm_kv_full", "huntlb_llm_kv_usage_ratio"
 POLLS = 'huntlb_llm_kv_polls_total{result="%s"}'
 
 

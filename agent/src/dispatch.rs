@@ -227,6 +227,8 @@ impl Agent {
             app_up: self.app_up.load(Ordering::Acquire),
             stalled: self.stalled.load(Ordering::Acquire),
             draining: self.draining.load(Ordering::Acquire),
+            connections: (self.cfg.max_connections - self.connections.available_permits()) as u64,
+            connections_max: self.cfg.max_connections as u64,
             llm_prefill_seats: match &self.cfg.load {
                 LoadSource::Llm(w) => Some(u64::from(w.prefill_seats(self.inflight.prefill_tokens()))),
                 _ => None,
@@ -336,8 +338,14 @@ impl Agent {
             _ => self.admit(mark, seen),
         };
         let m = &self.metrics;
-        if mark == Mark::Final && self.policy.is_busy(load) {
-            m.finals_busy.fetch_add(1, Ordering::Relaxed); // accepted while busy: the scaling signal
+        // Accepted while busy, with nowhere less loaded to go: the scaling
+        // signal. A final was refused elsewhere first; a try the tier kept
+        // here (`hunt-pass`, `fleet_pass_plain`) found no peer less loaded.
+        // Under tier fronts every try is a pass: without the second term the
+        // signal would stay near 0 however busy the fleet.
+        let unrefusable = mark == Mark::Final || (pass && matches!(pick, Pick::Keep));
+        if unrefusable && self.policy.is_busy(load) {
+            m.finals_busy.fetch_add(1, Ordering::Relaxed);
         }
         if mark == Mark::Offer && verdict == Verdict::Accept {
             m.offer(Fate::Accepted);

@@ -9,9 +9,13 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-/// Upper bounds of the latency histogram, in seconds.
-const BUCKETS: [f64; 16] =
-    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Upper bounds of the latency histogram, in seconds: from a cache hit
+/// (0.1 ms) to the front's 60 s, past `app_timeout_ms` (55 s by default), so
+/// an LLM stream's head or a slow report lands in a bucket, not in +Inf.
+pub const BUCKETS: [f64; 20] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+    60.0,
+];
 
 /// What became of an offer: counted once, by `dispatch` (`Metrics::offer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +68,9 @@ pub struct Gauges {
     pub app_up: bool,
     pub stalled: bool,
     pub draining: bool,
+    /// Connections held on `listen`, and `max_connections`.
+    pub connections: u64,
+    pub connections_max: u64,
     /// With load = apache: (polls, failed polls). A failing status page keeps
     /// the last BusyWorkers, so its failures must be visible.
     pub apache_polls: Option<(u64, u64)>,
@@ -140,6 +147,8 @@ impl Metrics {
             labelled(&mut o, &M::FORWARDS_IN, &[v(&self.taken_here) as f64, v(&self.withdrawn_here) as f64]);
             single(&mut o, &M::FLEET_PEERS, f.peers as f64);
             single(&mut o, &M::FLEET_PEERS_BENCHED, f.benched as f64);
+            single(&mut o, &M::FLEET_PEERS_UNHEARD, f.unheard as f64);
+            single(&mut o, &M::FLEET_MEMBERS, f.members as f64);
             single(&mut o, &M::FLEET_PEERS_WANTING, f.wanting as f64);
             single(&mut o, &M::FLEET_REPORTS_SENT, f.sent as f64);
             single(&mut o, &M::FLEET_REPORTS_TAKEN, f.taken as f64);
@@ -152,12 +161,16 @@ impl Metrics {
             (M::APP_UP, f64::from(u8::from(g.app_up))),
             (M::APP_STALLED, f64::from(u8::from(g.stalled))),
             (M::DRAINING, f64::from(u8::from(g.draining))),
+            (M::CONNECTIONS, g.connections as f64),
+            (M::CONNECTIONS_MAX, g.connections_max as f64),
         ] {
             single(&mut o, &m, val);
         }
         if let Some(c) = g.c {
             single(&mut o, &M::POLICY_C, f64::from(c));
         }
+        head(&mut o, &M::BUILD_INFO);
+        let _ = writeln!(o, "{}{{{}=\"{}\"}} 1", M::BUILD_INFO.name, M::BUILD_INFO.label.expect("labelled").0, env!("CARGO_PKG_VERSION"));
         let name = M::DURATION.name;
         head(&mut o, &M::DURATION);
         let mut cum = 0;

@@ -30,7 +30,8 @@ pub struct Metric {
     pub name: &'static str,
     pub kind: Kind,
     pub help: &'static str,
-    /// The one label and its values, for a metric split by label.
+    /// The one label and its values, for a metric split by label (no values:
+    /// the value is known only at run time, as `huntlb_build_info`'s version).
     pub label: Option<(&'static str, &'static [&'static str])>,
     /// Exported by the sidecars (Wasm and Lua) too, not only by the agent.
     pub sidecar: bool,
@@ -71,11 +72,17 @@ pub const FINALS: Metric = m("huntlb_finals_total", Kind::Counter, "Tries marked
 pub const FINALS_BUSY: Metric = m(
     "huntlb_finals_busy_total",
     Kind::Counter,
-    "Finals that arrived while the load was at or above the refusal threshold c: accepted while busy. \
-     A rising rate says the fleet needs another backend (docs/agent.md#scaling-signal).",
+    "Tries that could not be refused, served while the load was at or above the refusal threshold c: finals, peers' \
+     forwards, and tries the forwarding tier kept here as the least loaded (hunt-pass, fleet_pass_plain). \
+     A rising share says the fleet needs another backend (docs/metrics.md#scaling-signal).",
     true,
 );
-pub const PLAIN: Metric = m("huntlb_plain_total", Kind::Counter, "Requests without hunt headers.", true);
+pub const PLAIN: Metric = m(
+    "huntlb_plain_total",
+    Kind::Counter,
+    "Requests without hunt headers, and tries a front passed (hunt-pass, fleet_pass_plain) that were served here.",
+    true,
+);
 pub const MALFORMED: Metric = m("huntlb_malformed_total", Kind::Counter, "Requests with malformed hunt headers (treated as final).", true);
 pub const TLS_HANDSHAKE_FAILURES: Metric = m(
     "huntlb_tls_handshake_failures_total",
@@ -137,6 +144,15 @@ pub const FLEET_PEERS_BENCHED: Metric = m(
      refused, or no word within fleet_commit_ms), so none goes there for 100 ms, doubling per failure in a row up to 800 ms.",
     false,
 );
+pub const FLEET_PEERS_UNHEARD: Metric = m(
+    "huntlb_fleet_peers_unheard",
+    Kind::Gauge,
+    "Members this agent asked for their count (drew into its sample) more than fleet_dead_after_ms ago and has \
+     not heard from since: stopped, unreachable on fleet_listen, or on another fleet_key_file key or tier version.",
+    false,
+);
+pub const FLEET_MEMBERS: Metric =
+    m("huntlb_fleet_members", Kind::Gauge, "Members fleet_peers resolves to, this agent not counted: what samples are drawn from.", false);
 pub const FLEET_PEERS_WANTING: Metric = m(
     "huntlb_fleet_peers_wanting",
     Kind::Gauge,
@@ -178,7 +194,7 @@ pub const LLM_PREFIX: Metric = Metric {
     sidecar: false,
 };
 pub const LLM_KV_USAGE: Metric = m(
-    "huntlb_llm_kv_usage",
+    "huntlb_llm_kv_usage_ratio",
     Kind::Gauge,
     "With llm_metrics_url: the model server's KV-cache use (0 to 1) at the last good read of its vllm:kv_cache_usage_perc \
      (0 before one).",
@@ -208,6 +224,22 @@ pub const APP_UP: Metric = m("huntlb_app_up", Kind::Gauge, "1 if the app was rea
 pub const APP_STALLED: Metric =
     m("huntlb_app_stalled", Kind::Gauge, "1 while the app gives no answer to requests waiting on it (app_stall_ms).", false);
 pub const DRAINING: Metric = m("huntlb_draining", Kind::Gauge, "1 after SIGTERM.", false);
+pub const CONNECTIONS: Metric = m("huntlb_connections", Kind::Gauge, "Connections held open on listen (each takes one of max_connections slots).", false);
+pub const CONNECTIONS_MAX: Metric = m(
+    "huntlb_connections_max",
+    Kind::Gauge,
+    "max_connections: with fewer than 1/64 of these slots free the agent takes no forwards, and with none it accepts no \
+     connection until one closes.",
+    false,
+);
+/// Its one label's value is the agent's version, known at build time only.
+pub const BUILD_INFO: Metric = Metric {
+    name: "huntlb_build_info",
+    kind: Kind::Gauge,
+    help: "1, labelled with the agent's version.",
+    label: Some(("version", &[])),
+    sidecar: false,
+};
 pub const DURATION: Metric =
     m("huntlb_request_duration_seconds", Kind::Histogram, "Time from forwarding to the app's response headers.", false);
 
@@ -234,6 +266,8 @@ pub const ALL: &[Metric] = &[
     FORWARDS_IN,
     FLEET_PEERS,
     FLEET_PEERS_BENCHED,
+    FLEET_PEERS_UNHEARD,
+    FLEET_MEMBERS,
     FLEET_PEERS_WANTING,
     FLEET_REPORTS_SENT,
     FLEET_REPORTS_TAKEN,
@@ -245,6 +279,9 @@ pub const ALL: &[Metric] = &[
     APP_UP,
     APP_STALLED,
     DRAINING,
+    CONNECTIONS,
+    CONNECTIONS_MAX,
+    BUILD_INFO,
     DURATION,
 ];
 
@@ -259,6 +296,9 @@ mod tests {
             assert!(a.name.starts_with("huntlb_") && a.name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{}", a.name);
             assert_eq!(a.kind == Kind::Counter, a.name.ends_with("_total"), "{}: counters and only counters end in _total", a.name);
             assert!(ALL[i + 1..].iter().all(|b| b.name != a.name), "{} twice", a.name);
+            // the unit in the name (Prometheus' naming): a share is a _ratio, a time _seconds
+            assert_eq!(a.help.contains("(0 to 1)"), a.name.ends_with("_ratio"), "{}: a 0-to-1 value is a _ratio", a.name);
+            assert!(!a.name.contains("_ms") && !a.name.contains("millis"), "{}: times in seconds", a.name);
         }
     }
 

@@ -202,6 +202,8 @@ fn metrics_vector_is_the_table() {
         assert_eq!(v["name"], m.name);
         assert_eq!(v["kind"], m.kind.name(), "{}", m.name);
         assert_eq!(v["sidecar"], m.sidecar, "{}", m.name);
+        // the help is the generated reference's text (docs/metrics.md, scripts/metrics_doc.py)
+        assert_eq!(v["help"], m.help, "{}", m.name);
         let label = m.label.map(|(k, vals)| (k.to_string(), vals.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
         let listed_label = v.get("label").map(|k| {
             (k.as_str().unwrap().to_string(), v["values"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect())

@@ -78,6 +78,12 @@ struct Link {
     taken: Option<Instant>,
     /// When an unproven report from it was last answered (at most one an `ANSWER_EVERY`).
     answered: Option<Instant>,
+    /// When this agent first asked it for its count (a report to it while in
+    /// the sample) with none taken since: an answer comes within a round trip,
+    /// so one older than `dead_after` is a member that does not answer
+    /// (`huntlb_fleet_peers_unheard`). A draw that drops it keeps the date:
+    /// a dead member, drawn again and again for 100 ms at a time, is counted.
+    asked: Option<Instant>,
     /// The member's address as our reports to it name it (`to`), written once.
     to: Box<str>,
 }
@@ -85,7 +91,7 @@ struct Link {
 impl Link {
     /// A member first heard from, or first sent to: a nonce drawn for it.
     fn new(member: SocketAddr) -> Link {
-        Link { mine: nonce(), boot: 0, theirs: 0, seq: 0, taken: None, answered: None, to: member.to_string().into() }
+        Link { mine: nonce(), boot: 0, theirs: 0, seq: 0, taken: None, answered: None, asked: None, to: member.to_string().into() }
     }
 }
 
@@ -295,6 +301,10 @@ pub struct Gauges {
     pub peers: usize,
     /// Sampled members heard and ready, but benched by a forward not taken.
     pub benched: usize,
+    /// Members asked for their count over `dead_after` ago, not heard since.
+    pub unheard: usize,
+    /// Members, this agent not counted.
+    pub members: usize,
     /// Members sampling this agent that want every change.
     pub wanting: usize,
     pub sent: u64,
@@ -518,6 +528,16 @@ impl Fleet {
             .count()
     }
 
+    /// Members asked for their count more than `dead_after` ago with no
+    /// report taken since (`Link::asked`). Not "sampled and not heard now":
+    /// a member just drawn is that for a round trip, which at 1000 agents
+    /// drawing 40 members a second would read as a dead member or more.
+    pub fn unheard_peers(&self) -> usize {
+        let now = Instant::now();
+        let links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        links.values().filter(|l| l.asked.is_some_and(|t| now.duration_since(t) > self.cfg.dead_after)).count()
+    }
+
     /// Members sampling this agent, renewed within `dead_after`, that want every change of our count.
     pub fn peers_wanting(&self) -> usize {
         let now = Instant::now();
@@ -528,6 +548,8 @@ impl Fleet {
         Gauges {
             peers: self.ready_peers(),
             benched: self.benched_peers(),
+            unheard: self.unheard_peers(),
+            members: self.members.read().unwrap_or_else(PoisonError::into_inner).others.len(),
             wanting: self.peers_wanting(),
             sent: self.sent.load(Ordering::Relaxed),
             taken: self.taken.load(Ordering::Relaxed),

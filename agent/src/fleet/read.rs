@@ -191,7 +191,7 @@ impl Fleet {
             answer = r.mine != link.theirs;
             (link.seq, link.theirs) = (r.seq, r.mine);
         }
-        link.taken = Some(now);
+        (link.taken, link.asked) = (Some(now), None);
         drop(links);
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         match peers.get_mut(&from) {

@@ -225,9 +225,13 @@ impl Fleet {
                 let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
                 let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
                 let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = Instant::now();
                 for peer in to {
                     let link = links.entry(*peer).or_insert_with(|| Link::new(*peer));
                     let s = if sample.contains(peer) { sub } else { Sub::Leave };
+                    if s != Sub::Leave {
+                        link.asked.get_or_insert(now);
+                    }
                     let d = batch.push(*peer);
                     ReportRef { from: &self.from_text, to: &link.to, boot: self.boot, seq, busy, ready, sub: s, mine: link.mine, yours: echo.unwrap_or(link.theirs) }.write_text(d);
                     let tag = keys.tag(d);
