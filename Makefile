@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup bench-setup image build wasm release test test-rust test-lua test-integration test-slow test-cluster setup-llama test-llama demo demo-swarm fuzz \
+.PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster setup-llama test-llama demo demo-swarm fuzz \
 	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
@@ -18,6 +18,11 @@ setup:
 
 bench-setup:
 	./scripts/setup.sh --bench
+
+# Setup and Helm for the chart's tests (tests/test_kubernetes.py skips without
+# it): built from its Go module into .cache/bin, once (docs/kubernetes.md).
+setup-k8s:
+	./scripts/setup.sh --k8s
 
 # The Wikipedia replay's setup (make bench-wiki): the bench's tools and MediaWiki
 # with PHP 8.2 under Apache (in every setup too: tests/test_wiki.py needs it).
