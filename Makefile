@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup bench-setup build wasm release test test-rust test-lua test-integration test-slow test-cluster setup-llama test-llama demo demo-swarm fuzz \
+.PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster setup-llama test-llama demo demo-swarm fuzz \
 	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
@@ -18,6 +18,11 @@ setup:
 
 bench-setup:
 	./scripts/setup.sh --bench
+
+# Setup and Helm for the chart's tests (tests/test_kubernetes.py skips without
+# it): built from its Go module into .cache/bin, once (docs/kubernetes.md).
+setup-k8s:
+	./scripts/setup.sh --k8s
 
 # The Wikipedia replay's setup (make bench-wiki): the bench's tools and MediaWiki
 # with PHP 8.2 under Apache (in every setup too: tests/test_wiki.py needs it).
@@ -88,6 +93,14 @@ demo: setup release
 demo-swarm: setup
 	./scripts/docker-setup.sh install
 	$(PYTHON) scripts/swarm_demo.py
+
+# huntlb-agent as a small non-root image (docs/kubernetes.md, "The image"): the
+# static musl binary, CA roots and a passwd on scratch, tagged
+# huntlb/agent:<version> and :dev. Needs Docker (started for the build and
+# stopped after when none runs); tests/test_image.py (HUNTLB_IMAGE_TEST=1) runs it.
+image:
+	./scripts/docker-setup.sh install
+	./scripts/image.sh
 
 # Benchmarks are never part of `make test`. They use release builds and write
 # reports to docs/results/ and their runs to bench/data/ (docs/bench.md says what

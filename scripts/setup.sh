@@ -17,13 +17,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BENCH=0
+K8S=0
 for arg in "$@"; do
     case "$arg" in
+        # make setup-k8s: Helm too, for the chart's tests (tests/test_kubernetes.py)
+        --k8s) K8S=1 ;;
         --bench) BENCH=1 ;;
         # the Wikipedia replay (make bench-wiki): the bench's tools; MediaWiki
         # itself is in every setup (its smoke test is part of make test)
         --wiki) BENCH=1 ;;
-        *) echo "usage: $0 [--bench] [--wiki]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--bench] [--wiki] [--k8s]" >&2; exit 2 ;;
     esac
 done
 
@@ -136,10 +139,9 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 need_trixie=0
 [ -x "$TRIXIE/usr/sbin/haproxy" ] || need_trixie=1
-# kubectl for rendering packaging/kubernetes (kubectl kustomize: no cluster):
+# kubectl for the chart's post-renderer (kubectl kustomize: no cluster):
 # trixie's (1.32, kustomize v5.5), into the same root. Bookworm's
-# kubernetes-client is kubectl 1.20, whose kustomize (v2.0.3) refuses the
-# Component (`json: unknown field "components"`). A Go binary that needs only
+# kubernetes-client is kubectl 1.20, whose kustomize (v2.0.3) is too old. A Go binary that needs only
 # libc >= 2.34 (bookworm has 2.36): tests/test_kubernetes.py runs it in place.
 [ -x "$TRIXIE/usr/bin/kubectl" ] || need_trixie=1
 need_prometheus=0
@@ -254,6 +256,33 @@ trixie_install() {
 }
 if ((need_trixie)); then
     step "HAProxy 3.0 and kubectl in a trixie root at $TRIXIE (debootstrap, under a minute)" trixie_install
+fi
+
+# Helm for charts/huntlb (make setup-k8s): built from its Go module (the Go
+# proxy serves helm.sh/helm/v3; no release download), niced, into .cache/bin.
+# Once built, this step is a file check.
+HELM_VERSION=v3.22.0
+HELM=.cache/bin/helm
+helm_install() {
+    local go
+    go=$(command -v go || echo /usr/local/go/bin/go)
+    [ -x "$go" ] || { echo "setup: Helm is built with Go 1.24 or later; none found (install Go)" >&2; return 1; }
+    # as Helm's own Makefile links a release: its version, and the Kubernetes
+    # version `helm template` assumes, its client-go's (v0.37: 1.37; without
+    # it, 1.20, under the chart's kubeVersion)
+    local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+    local p
+    for p in pkg/chartutil pkg/lint/rules; do
+        ldflags+=" -X helm.sh/helm/v3/$p.k8sVersionMajor=1 -X helm.sh/helm/v3/$p.k8sVersionMinor=$HELM_K8S_MINOR"
+    done
+    GOBIN=$PWD/.cache/bin GOFLAGS= nice -n 15 "$go" install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+HELM_K8S_MINOR=37
+helm_built() {
+    [ -x "$HELM" ] && "$HELM" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION"
+}
+if ((K8S)) && ! helm_built; then
+    step "Helm $HELM_VERSION from its Go module into $HELM (25 min niced on one core of a busy 2-core machine, once)" helm_install
 fi
 
 echo "setup: ok ($(/usr/sbin/haproxy -v | head -1 | cut -d' ' -f1-3); $(scripts/trixie-haproxy -v | head -1 | cut -d' ' -f1-3);" \

@@ -1,20 +1,25 @@
-"""packaging/kubernetes: the agent as a sidecar (a kustomize Component) and an
-example app that includes it, checked without a cluster. Rendered by kubectl's
-own kustomize; every document against its published schema, unknown fields
-included (packaging/validate); the ports, paths and names that must agree
-across the documents held together (a planted mismatch of each kind fails);
-and the ConfigMap's config taken by the real agent, started with the
-container's own args, its key laid out and rotated as the kubelet writes a
-Secret. No cluster runs here: nothing is scheduled, no kubelet probes, no
-NetworkPolicy is enforced, no DNS answers for the headless Service
-(docs/kubernetes.md says so too)."""
+"""charts/huntlb: the agent beside an app's pods as a Helm chart, checked
+without a cluster. `helm lint` clean; rendered by the real `helm template`
+(built from its Go module by `make setup-k8s`); every document against its
+published schema, unknown fields included (packaging/validate); the ports,
+paths and names that must agree across the documents held together (a
+planted mismatch of each kind fails); the opt-ins (NetworkPolicy, PodMonitor,
+the fronts' resources) absent by default, and the NetworkPolicy, when on,
+admitting every caller the app had; the values that would start agents that
+never work refused with the key named; and the ConfigMap's config taken by
+the real agent, started with the container's own args, its key laid out and
+rotated as the kubelet writes a Secret. No cluster runs here: nothing is
+scheduled, no kubelet probes, no NetworkPolicy is enforced, no DNS answers for
+the headless Service (docs/kubernetes.md says so too)."""
 
 from __future__ import annotations
 
 import copy
+import ipaddress
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import textwrap
@@ -27,46 +32,74 @@ import yaml
 
 from harness import ROOT, TRIXIE, binary, metrics, request, wait_http, wait_until
 
-KUBE = ROOT / "packaging" / "kubernetes"
-EXAMPLE = "example"
+CHART = ROOT / "charts" / "huntlb"
+EXAMPLE = CHART / "examples" / "shop.yaml"
+RELEASE, NAMESPACE = "shop", "shop"
 AGENT = "huntlb-agent"              # the sidecar's container name
 DEFAULTS = {"listen": "127.0.0.1:8080", "admin": "127.0.0.1:9901", "app": "127.0.0.1:9000", "health_path": "/.hunt/health"}   # docs/agent.md
+OPT_INS = ["networkPolicy.enabled=true", "podMonitor.enabled=true"]
+
+
+def helm() -> str:
+    """Helm 3, as `make setup-k8s` builds it into .cache/bin (or one on PATH)."""
+    for h in (str(ROOT / ".cache" / "bin" / "helm"), shutil.which("helm")):
+        if h and os.access(h, os.X_OK):
+            return h
+    pytest.skip("no helm: make setup-k8s builds it from its Go module into .cache/bin")
 
 
 def kubectl() -> str:
-    """A kubectl whose kustomize renders Components (v5: kubectl 1.27 and
-    later): the one on PATH, else trixie's, which make setup installs."""
-    seen = []
+    """A kubectl whose kustomize takes `patches` (v5: kubectl 1.27 and later),
+    for the post-renderer: the one on PATH, else trixie's, which make setup
+    installs (bookworm's kubernetes-client is kubectl 1.20, kustomize v2)."""
     for k in (shutil.which("kubectl"), str(TRIXIE / "usr/bin/kubectl")):
-        if not k or not os.access(k, os.X_OK):
-            continue
-        out = subprocess.run([k, "version", "--client"], capture_output=True, text=True, timeout=30).stdout
-        m = re.search(r"Kustomize Version: v(\d+)", out)
-        if m and int(m[1]) >= 5:
-            return k
-        seen.append(f"{k} ({out.splitlines()[0] if out else 'no version'})")
-    pytest.skip("no kubectl with kustomize v5 (make setup installs trixie's into "
-                f"{TRIXIE}; bookworm's kubernetes-client is kubectl 1.20, whose kustomize v2 has no Components)"
-                + (f"; found {', '.join(seen)}" if seen else ""))
+        if k and os.access(k, os.X_OK):
+            out = subprocess.run([k, "version", "--client"], capture_output=True, text=True, timeout=30).stdout
+            m = re.search(r"Kustomize Version: v(\d+)", out)
+            if m and int(m[1]) >= 5:
+                return k
+    pytest.skip(f"no kubectl with kustomize v5 (make setup installs trixie's into {TRIXIE})")
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory) -> list[dict]:
-    """`kubectl kustomize packaging/kubernetes/example`, as a user renders it
-    once they have made fleet.key (a copy of the tree, with a fresh key)."""
-    k = kubectl()
-    tree = tmp_path_factory.mktemp("kube") / "kubernetes"
-    shutil.copytree(KUBE, tree, ignore=shutil.ignore_patterns("fleet.key"))
-    (tree / EXAMPLE / "fleet.key").write_text(secrets.token_hex(32) + "\n")
-    p = subprocess.run([k, "kustomize", str(tree / EXAMPLE)], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return [d for d in yaml.safe_load_all(p.stdout) if d]
+def key_file(tmp_path_factory) -> Path:
+    """fleet.key, as a user makes it (out of git)."""
+    path = tmp_path_factory.mktemp("key") / "fleet.key"
+    path.write_text(secrets.token_hex(32) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def template(key: Path | None, *sets: str, values: Path | None = EXAMPLE, check: bool = True) -> subprocess.CompletedProcess:
+    """`helm template` of the chart as the docs install it, with more --set."""
+    argv = [helm(), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    if values:
+        argv += ["-f", str(values)]
+    if key:
+        argv += ["--set-file", f"fleetKey.value={key}"]
+    for s in sets:
+        argv += ["--set", s]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def render(key: Path | None, *sets: str, values: Path | None = EXAMPLE) -> list[dict]:
+    return [d for d in yaml.safe_load_all(template(key, *sets, values=values).stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def rendered(key_file) -> list[dict]:
+    """Every part the chart renders for the example app, the opt-ins on."""
+    return render(key_file, *OPT_INS)
 
 
 def for_the_api(docs: list[dict]) -> list[dict]:
-    """The documents as the API server reads them: kustomize folds a Secret's
-    base64 over lines, which Go's decoder skips (encoding/base64 ignores \\r
-    and \\n) and the schema's "byte" format does not."""
+    """The documents as the API server reads them: a Secret's base64 folded
+    over lines (as kustomize writes it) is read whole by Go's decoder
+    (encoding/base64 ignores \\r and \\n), which the schema's "byte" format
+    does not know."""
     docs = copy.deepcopy(docs)
     for d in docs:
         if d["kind"] == "Secret":
@@ -127,6 +160,45 @@ class Pod:
 
 def port_of(addr: str) -> int:
     return int(addr.rsplit(":", 1)[1])
+
+
+class Caller:
+    """A pod that sends to a member: its labels, its namespace's labels."""
+
+    def __init__(self, labels: dict, namespace: dict | None = None, same_namespace: bool = False):
+        self.labels, self.same_namespace = labels, same_namespace
+        self.namespace = namespace or {"kubernetes.io/metadata.name": NAMESPACE if same_namespace else "elsewhere"}
+
+
+STRANGER = Caller({"app": "billing"}, {"kubernetes.io/metadata.name": "billing"})     # a caller no value names
+PROMETHEUS = Caller({"app.kubernetes.io/name": "prometheus"}, {"kubernetes.io/metadata.name": "monitoring"})
+
+
+def matches(selector: dict, labels: dict) -> bool:
+    """A label selector (matchLabels only: the chart writes no expressions)."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def admits(np: dict, pod: "Pod", caller: Caller, port: int, protocol: str) -> bool:
+    """Whether a NetworkPolicy lets `caller` reach `port` of the pod, as the
+    API defines it: a rule admits when one of its ports covers the port
+    (none: every port; endPort: a range) and one of its peers is the caller
+    (none: everyone); a peer with only a podSelector means this namespace."""
+    for rule in np["spec"].get("ingress", []):
+        ports = rule.get("ports")
+        if ports and not any(p.get("protocol", "TCP") == protocol and
+                             pod.port(p["port"]) <= port <= p.get("endPort", pod.port(p["port"])) for p in ports):
+            continue
+        peers = rule.get("from")
+        if not peers:
+            return True
+        for peer in peers:
+            assert "ipBlock" not in peer, "ipBlock peers: teach this evaluator"
+            ns_ok = matches(peer["namespaceSelector"], caller.namespace) if "namespaceSelector" in peer else caller.same_namespace
+            if ns_ok and ("podSelector" not in peer or matches(peer["podSelector"], caller.labels)):
+                return True
+    return False
 
 
 def disagreements(docs: list[dict]) -> list[str]:
@@ -195,29 +267,28 @@ def disagreements(docs: list[dict]) -> list[str]:
     if not pod_ip or adv != f"$({pod_ip[0]['name']})":
         bad.append(f"fleet_advertise {adv!r} is not the pod's IP alone (the agent adds listen's port {listen})")
 
-    # the NetworkPolicy: members on the fleet ports, fronts on listen, Prometheus on admin, nothing on the app's port
-    np = one(docs, "NetworkPolicy")
-    if not pod.selects(np["spec"]["podSelector"].get("matchLabels", {})):
-        bad.append("the NetworkPolicy does not select the pod")
-    rules = np["spec"].get("ingress", [])
-
-    def admitted(pred) -> set:
-        return {(p["port"], p.get("protocol", "TCP")) for r in rules if any(pred(f) for f in r.get("from", [])) for p in r.get("ports", [])}
-    members = admitted(lambda f: "podSelector" in f and "namespaceSelector" not in f and pod.selects(f["podSelector"].get("matchLabels", {})))
-    if members != {(fleet, "UDP"), (peer_port, "TCP")}:
-        bad.append(f"the NetworkPolicy admits {sorted(members)} from members, not UDP {fleet} and TCP {peer_port}")
-    others = admitted(lambda f: "namespaceSelector" in f)
-    if (listen, "TCP") not in others or (admin, "TCP") not in others:
-        bad.append(f"the NetworkPolicy admits {sorted(others)} from other namespaces: the fronts need {listen}, Prometheus {admin}")
-    if any(port_of(c["app"]) == p for p, _ in members | others):
-        bad.append("the NetworkPolicy admits the app's own port")
+    # the NetworkPolicy: members on the fleet ports, anyone on listen (every
+    # caller the app had), Prometheus on admin, a stranger never on the fleet's UDP
+    # (opt-ins: checked where rendered)
+    for np in [d for d in docs if d["kind"] == "NetworkPolicy"]:
+        if not pod.selects(np["spec"]["podSelector"].get("matchLabels", {})):
+            bad.append("the NetworkPolicy does not select the pod")
+        member = Caller(pod.labels, same_namespace=True)
+        if not (admits(np, pod, member, fleet, "UDP") and admits(np, pod, member, peer_port, "TCP")):
+            bad.append(f"the NetworkPolicy does not admit members on UDP {fleet} and TCP {peer_port}")
+        if not np["spec"].get("ingress") or not admits(np, pod, STRANGER, listen, "TCP"):
+            bad.append(f"the NetworkPolicy cuts callers it does not know from the serving port {listen}")
+        if admits(np, pod, STRANGER, fleet, "UDP") or admits(np, pod, STRANGER, admin, "TCP"):
+            bad.append(f"the NetworkPolicy admits a stranger on the fleet's UDP {fleet} or admin {admin}")
+        if not admits(np, pod, PROMETHEUS, admin, "TCP"):
+            bad.append(f"the NetworkPolicy keeps Prometheus (namespace monitoring) from admin {admin}")
 
     # the PodMonitor scrapes admin's /metrics
-    pm = one(docs, "PodMonitor")
-    if not pod.selects(pm["spec"]["selector"].get("matchLabels", {})):
-        bad.append("the PodMonitor does not select the pod")
-    if [(pod.port(e.get("port")), e.get("path", "/metrics")) for e in pm["spec"]["podMetricsEndpoints"]] != [(admin, "/metrics")]:
-        bad.append(f"the PodMonitor scrapes {pm['spec']['podMetricsEndpoints']}, not admin {admin} /metrics")
+    for pm in [d for d in docs if d["kind"] == "PodMonitor"]:
+        if not pod.selects(pm["spec"]["selector"].get("matchLabels", {})):
+            bad.append("the PodMonitor does not select the pod")
+        if [(pod.port(e.get("port")), e.get("path", "/metrics")) for e in pm["spec"]["podMetricsEndpoints"]] != [(admin, "/metrics")]:
+            bad.append(f"the PodMonitor scrapes {pm['spec']['podMetricsEndpoints']}, not admin {admin} /metrics")
 
     # the key: a Secret mounted whole at fleet_key_file's directory, readable as mounted
     key_dir, key_name = os.path.split(c["fleet_key_file"])
@@ -229,8 +300,12 @@ def disagreements(docs: list[dict]) -> list[str]:
         if mount.get("subPath"):
             bad.append("the key's Secret is mounted with subPath: the kubelet never updates it (no rotation)")
         secret = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == vol["secret"]["secretName"]]
-        if not secret or key_name not in secret[0].get("data", {}):
-            bad.append(f"no Secret {vol['secret']['secretName']} with {key_name}")
+        items = vol["secret"].get("items")
+        if items and not any(i["path"] == key_name for i in items):
+            bad.append(f"the key's Secret volume lists items, none at {key_name}")
+        data_key = next((i["key"] for i in items or [] if i["path"] == key_name), key_name)
+        if not secret or data_key not in secret[0].get("data", {}):
+            bad.append(f"no Secret {vol['secret']['secretName']} with {data_key}")
         ctx = {**pod.spec.get("securityContext", {}), **pod.agent.get("securityContext", {})}
         mode = vol["secret"].get("defaultMode", 0o644)
         fs_group = pod.spec.get("securityContext", {}).get("fsGroup")
@@ -241,6 +316,11 @@ def disagreements(docs: list[dict]) -> list[str]:
         if mode & 0o066 and c.get("fleet_key_readable_by_others") is not True:
             bad.append(f"the key is mounted {mode:04o}, which the agent refuses without fleet_key_readable_by_others = true")
 
+    # the app outlives the agent's drain grace (both get SIGTERM at once), the pod the whole drain
+    for other in pod.spec["containers"]:
+        wait = other.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+        if other is not pod.agent and wait * 1000 < int(c.get("drain_grace_ms", 0)):
+            bad.append(f"container {other['name']} waits {wait} s on delete, under drain_grace_ms: it stops while the agent relays to it")
     # the pod outlives the agent's drain
     if pod.spec.get("terminationGracePeriodSeconds", 30) * 1000 <= int(c.get("drain_timeout_ms", 30000)):
         bad.append("terminationGracePeriodSeconds is not above drain_timeout_ms: the kubelet kills a draining agent")
@@ -250,19 +330,27 @@ def disagreements(docs: list[dict]) -> list[str]:
 # --- rendering and schemas ----------------------------------------------------
 
 
-def test_the_example_renders_every_part(rendered):
-    """The Component adds to the example's Deployment and Service what the
-    agent needs: its config, the headless Service, the NetworkPolicy, the
-    PodMonitor; the overlay brings the Secret."""
-    kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in rendered)
-    cm = one(rendered, "ConfigMap")["metadata"]["name"]
-    assert re.fullmatch(r"huntlb-agent-[a-z0-9]{10}", cm), cm   # hashed: a new config rolls the pods
-    assert kinds == sorted([f"ConfigMap/{cm}", "Secret/huntlb-fleet-key", "Service/huntlb-fleet", "Service/shop",
-                            "Deployment/shop", "NetworkPolicy/huntlb-agent", "PodMonitor/huntlb-agent"]), kinds
-    assert {d["metadata"].get("namespace") for d in rendered} == {"shop"}
-    pod = Pod(rendered)
+def test_the_example_renders_every_part(key_file):
+    """By default: the app's Deployment with the agent beside its app, the
+    Service the fronts use, the agent's config, the headless Service, the key;
+    no NetworkPolicy, no PodMonitor (opt-ins: neither cuts a caller nor needs
+    the Prometheus Operator's CRDs unasked), no front resources."""
+    docs = render(key_file)
+    kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs)
+    assert kinds == sorted(["ConfigMap/shop-huntlb-agent", "Secret/shop-fleet-key", "Service/shop-fleet", "Service/shop",
+                            "Deployment/shop"]), kinds
+    pod = Pod(docs)
     assert [c["name"] for c in pod.spec["containers"]] == [AGENT, "app"]
-    assert pod.volumes["huntlb-config"]["configMap"]["name"] == cm
+    assert pod.volumes["huntlb-config"]["configMap"]["name"] == "shop-huntlb-agent"
+    assert pod.config["fleet_pass_plain"] is True, "plain fronts are the default"
+    on = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in render(key_file, *OPT_INS))
+    assert sorted(set(on) - set(kinds)) == ["NetworkPolicy/shop-huntlb", "PodMonitor/shop-huntlb"], on
+
+
+def test_helm_lint_is_clean(key_file):
+    p = subprocess.run([helm(), "lint", "--strict", str(CHART), "-f", str(EXAMPLE), "--set-file", f"fleetKey.value={key_file}",
+                        *[a for s in OPT_INS for a in ("--set", s)]], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "0 chart(s) failed" in p.stdout and "[WARNING]" not in p.stdout, p.stdout + p.stderr
 
 
 def test_every_rendered_document_matches_its_schema(rendered, validator):
@@ -297,7 +385,7 @@ PLANTED_ERRORS = [
 
 @pytest.mark.parametrize("kind,plant,why", PLANTED_ERRORS, ids=[f"{k}-{w}" for k, _, w in PLANTED_ERRORS])
 def test_a_planted_error_fails_validation(rendered, validator, kind, plant, why):
-    doc = copy.deepcopy(one(for_the_api(rendered), kind, lambda d: d["metadata"]["name"] != "huntlb-fleet"))
+    doc = copy.deepcopy(one(for_the_api(rendered), kind, lambda d: d["metadata"]["name"] != "shop-fleet"))
     plant(doc)
     rc, out = validator([doc])
     assert rc == 1 and out.startswith("invalid ") and why in out, out
@@ -333,11 +421,14 @@ MISMATCHES = [
     ("listen-moved", _in_toml('listen = "0.0.0.0:8080"', 'listen = "0.0.0.0:8081"'), "listen 8081"),
     ("listen-on-loopback", _in_toml('listen = "0.0.0.0:8080"', 'listen = "127.0.0.1:8080"'), "not reachable"),
     ("fleet-port-moved", _in_toml('fleet_listen = "0.0.0.0:9700"', 'fleet_listen = "0.0.0.0:9800"'), "UDP 9800"),
-    ("fleet-peers-name", _in_toml('fleet_peers = "huntlb-fleet:9700"', 'fleet_peers = "huntlb-peers:9700"'), "not a headless Service"),
-    ("policy-udp-port", _in("NetworkPolicy", "spec.ingress.0.ports.0.port", 9701), "from members"),
-    ("policy-fronts-port", _in("NetworkPolicy", "spec.ingress.1.ports.0.port", 9000), "the fronts need 8080"),
+    ("fleet-peers-name", _in_toml('fleet_peers = "shop-fleet:9700"', 'fleet_peers = "shop-peers:9700"'), "not a headless Service"),
+    ("policy-udp-port", _in("NetworkPolicy", "spec.ingress.0.ports.0.port", 9701), "admit members"),
+    ("policy-serving-narrowed", _in("NetworkPolicy", "spec.ingress.1.from", [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}}}]), "cuts callers"),
+    ("policy-fleet-open", _in("NetworkPolicy", "spec.ingress.0.from", []), "admits a stranger"),
+    ("policy-no-prometheus", _in("NetworkPolicy", "spec.ingress.2.from", []), "admits a stranger"),
+    ("app-stops-first", _in("Deployment", "spec.template.spec.containers.1.lifecycle", {}), "under drain_grace_ms"),
     ("podmonitor-port", _in("PodMonitor", "spec.podMetricsEndpoints.0.port", "huntlb"), "the PodMonitor scrapes"),
-    ("headless-drops-not-ready", _in("Service", "spec.publishNotReadyAddresses", False, lambda d: d["metadata"]["name"] == "huntlb-fleet"), "not-ready"),
+    ("headless-drops-not-ready", _in("Service", "spec.publishNotReadyAddresses", False, lambda d: d["metadata"]["name"] == "shop-fleet"), "not-ready"),
     ("key-flag-off", _in_toml("fleet_key_readable_by_others = true", "fleet_key_readable_by_others = false"), "refuses"),
     ("key-no-fsgroup", _in("Deployment", "spec.template.spec.securityContext", {}), "cannot read the key"),
     ("key-subpath", _in("Deployment", "spec.template.spec.containers.0.volumeMounts.1.subPath", "fleet.key"), "subPath"),
@@ -489,18 +580,284 @@ def test_members_hear_each_other_through_a_kubelet_key_rotation(procs, addrs, re
     wait_until(lambda: unauthenticated(agents[1][1]) > 0, timeout=10, what="the second agent drops the first's reports")
 
 
+def test_a_new_config_rolls_the_pods_a_new_key_does_not(key_file, tmp_path):
+    """The pod template carries agent.toml's checksum (the agent reads it at
+    start: a change must roll the pods) and nothing of the key (a rotation
+    reaches running pods in place, without a restart)."""
+    checksum = lambda docs: one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/huntlb-config"]
+    base = render(key_file)
+    assert checksum(render(key_file, "agent.workers=16")) != checksum(base)
+    other = tmp_path / "fleet.key"
+    other.write_text(secrets.token_hex(32) + "\n")
+    rotated = render(other)
+    assert checksum(rotated) == checksum(base)
+    assert one(rotated, "Secret")["data"] != one(base, "Secret")["data"]
+
+
+def test_the_networkpolicy_admits_every_caller_the_app_had(key_file):
+    """On (networkPolicy.enabled), the policy is never narrower than what
+    reached the app before: a caller no value names still reaches the serving
+    port and every other port of the pod (the app's own metrics, say); only
+    the agent's two new ports are held, the fleet's UDP to members and
+    /metrics to Prometheus. servingFrom narrows the serving port when the
+    user says so, and otherPortsOpen=false leaves the other ports to their
+    own policies."""
+    docs = render(key_file, "networkPolicy.enabled=true")
+    pod, np = Pod(docs), one(docs, "NetworkPolicy")
+    listen, admin, fleet = (port_of(pod.config[k]) for k in ("listen", "admin", "fleet_listen"))
+    member = Caller(pod.labels, same_namespace=True)
+    for port, proto in [(listen, "TCP"), (9090, "TCP"), (1, "TCP"), (65535, "TCP"), (53, "UDP"), (fleet + 1, "UDP")]:
+        assert admits(np, pod, STRANGER, port, proto), (port, proto)
+    assert not admits(np, pod, STRANGER, fleet, "UDP") and not admits(np, pod, STRANGER, admin, "TCP")
+    assert admits(np, pod, member, fleet, "UDP") and admits(np, pod, PROMETHEUS, admin, "TCP")
+    assert disagreements(render(key_file, *OPT_INS)) == []
+
+    narrowed = render(key_file, "networkPolicy.enabled=true", "networkPolicy.otherPortsOpen=false",
+                      "networkPolicy.servingFrom[0].namespaceSelector.matchLabels.team=fronts")
+    np = one(narrowed, "NetworkPolicy")
+    front = Caller({"app": "gateway"}, {"team": "fronts"})
+    assert admits(np, pod, front, listen, "TCP") and admits(np, pod, member, listen, "TCP")
+    assert not admits(np, pod, STRANGER, listen, "TCP") and not admits(np, pod, STRANGER, 9090, "TCP")
+
+
+def test_the_pod_drains(rendered):
+    """preStop and grace for the agent's drain: the agent has no preStop
+    (SIGTERM starts its drain at once: health 503, offers refused), each app
+    container waits appPreStopSeconds (at least drain_grace_ms) unless it has
+    a preStop of its own, and the pod's grace is above drain_timeout_ms."""
+    pod = Pod(rendered)
+    assert "lifecycle" not in pod.agent
+    app = next(c for c in pod.spec["containers"] if c["name"] == "app")
+    assert app["lifecycle"]["preStop"] == {"sleep": {"seconds": 10}}
+    assert pod.config["drain_grace_ms"] <= 10_000
+    assert pod.spec["terminationGracePeriodSeconds"] == pod.config["drain_timeout_ms"] // 1000 + 15
+
+
+def test_an_apps_own_prestop_is_kept(key_file, tmp_path):
+    values = yaml.safe_load(EXAMPLE.read_text())
+    values["workload"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": ["/bin/drain"]}}}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    app = next(c for c in Pod(render(key_file, values=path)).spec["containers"] if c["name"] == "app")
+    assert app["lifecycle"] == {"preStop": {"exec": {"command": ["/bin/drain"]}}}
+
+
+def expand(arg: str, pod_ip: str) -> str:
+    return re.sub(r"\$\((\w+)\)", lambda m: {"POD_IP": pod_ip, "POD_NAME": "shop-0"}[m[1]], arg)
+
+
+def host_port(addr: str) -> tuple[ipaddress._BaseAddress, int]:
+    """host:port as the agent reads a socket address: an IPv6 host bracketed."""
+    m = re.fullmatch(r"\[([0-9a-fA-F:.]+)\]:(\d+)|([0-9.]+):(\d+)", addr)
+    assert m, f"{addr!r} is not ip:port ([ip]:port for IPv6)"
+    return ipaddress.ip_address(m[1] or m[3]), int(m[2] or m[4])
+
+
+@pytest.mark.parametrize("family,pod_ip,bind", [("IPv4", "10.244.1.7", "0.0.0.0"), ("IPv6", "fd00:10:244:1::7", "::")])
+def test_addresses_are_formatted_for_the_pods_family(key_file, family, pod_ip, bind):
+    """An IPv6 pod IP is bracketed in fleet_advertise once Kubernetes expands
+    $(POD_IP), and the agent binds IPv6's unspecified address; IPv4 as before."""
+    pod = Pod(render(key_file, f"ipFamily={family}"))
+    adv = expand(pod.agent["args"][[a.split("=")[0] for a in pod.agent["args"]].index("--fleet-advertise")].split("=", 1)[1], pod_ip)
+    assert host_port(adv) == (ipaddress.ip_address(pod_ip), 8080), adv
+    for key in ("listen", "admin", "fleet_listen"):
+        assert host_port(pod.config[key])[0] == ipaddress.ip_address(bind), (key, pod.config[key])
+    assert host_port(pod.config["fleet_peers"].replace("shop-fleet", "10.0.0.1"))[1] == 9700
+
+
+BAD_VALUES = [
+    # by values.schema.json (Helm names the path: /agent/workers)
+    (["agent.workers=many"], "agent.workers"),
+    (["agent.port=70000"], "agent.port"),
+    (["networkPolicies.enabled=true"], "networkPolicies"),       # a misspelt key is refused, not ignored
+    (["fronts.mode=offer"], "fronts.mode"),
+    (["ipFamily=IPv5"], "ipFamily"),
+    (["workload.appPreStopSeconds=1"], "workload.appPreStopSeconds"),
+    (["fronts.envoyGateway.enabled=true"], "fronts.envoyGateway.httpRoute.parentRefs"),
+    (["fleetKey.existingSecret=mine"], "not both"),
+]
+
+
+@pytest.mark.parametrize("sets,key", BAD_VALUES, ids=[k for _, k in BAD_VALUES])
+def test_bad_values_are_refused_naming_the_key(key_file, sets, key):
+    p = template(key_file, *sets, check=False)
+    assert p.returncode != 0 and (key in p.stderr or "/" + key.replace(".", "/") in p.stderr), p.stderr
+
+
+def test_a_missing_key_or_app_is_named():
+    p = template(None, check=False)
+    assert p.returncode != 0 and "fleetKey" in p.stderr and "openssl rand -hex 32" in p.stderr, p.stderr
+    p = template(None, "fleetKey.existingSecret=mine", values=None, check=False)
+    assert p.returncode != 0 and "workload.containers" in p.stderr, p.stderr
+
+
+def test_an_existing_secret_is_mounted_not_made():
+    docs = render(None, "fleetKey.existingSecret=shop-key", "fleetKey.secretKey=hunt.key")
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    vol = Pod(docs).volumes["huntlb-fleet-key"]["secret"]
+    assert vol["secretName"] == "shop-key" and vol["items"] == [{"key": "hunt.key", "path": "fleet.key"}]
+
+
+FRONTS = ["fronts.envoyGateway.enabled=true", "fronts.envoyGateway.httpRoute.parentRefs[0].name=eg",
+          "fronts.haproxyIngress.enabled=true"]
+
+
+def test_plain_fronts_are_the_default(key_file, validator):
+    """The fronts a user already runs, as they are: Envoy Gateway's
+    least-request with the agents' health check, HAProxy Ingress's leastconn
+    with the same check, to the Service the agents serve; no hunt header, the
+    agents told fleet_pass_plain. The HTTPRoute and Ingress against their
+    schemas (Envoy Gateway's own kind has none here: read field by field)."""
+    docs = render(key_file, *FRONTS)
+    pod = Pod(docs)
+    assert pod.config["fleet_pass_plain"] is True
+    route, btp, ing = one(docs, "HTTPRoute"), one(docs, "BackendTrafficPolicy"), one(docs, "Ingress")
+    assert route["spec"]["rules"][0]["backendRefs"] == [{"name": "shop", "port": 8080}]
+    assert "filters" not in route["spec"]["rules"][0]
+    assert btp["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": route["metadata"]["name"]}]
+    assert btp["spec"]["loadBalancer"] == {"type": "LeastRequest"}
+    assert btp["spec"]["healthCheck"]["active"]["http"]["path"] == pod.config["health_path"]
+    a = ing["metadata"]["annotations"]
+    assert a["haproxy.org/load-balance"] == "leastconn" and a["haproxy.org/check-http"] == pod.config["health_path"]
+    assert "haproxy.org/backend-config-snippet" not in a
+    assert ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"] == {"name": "shop", "port": {"name": "http"}}
+    assert "hunt" not in yaml.safe_dump([route, btp, ing]).replace(".hunt/health", "").replace("huntlb", "")
+    rc, out = validator(for_the_api([route, ing]))
+    assert rc == 0, out
+
+
+def test_hunt_pass_fronts_are_the_option(key_file):
+    """fronts.mode=hunt-pass: the agents without fleet_pass_plain, the
+    HTTPRoute setting hunt-pass (each gateway pod named by its own address),
+    the Ingress's snippet the lines of the shipped tier snippet."""
+    docs = render(key_file, *FRONTS, "fronts.mode=hunt-pass")
+    assert "fleet_pass_plain" not in Pod(docs).config
+    f = one(docs, "HTTPRoute")["spec"]["rules"][0]["filters"]
+    assert f == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "hunt-pass", "value": "%DOWNSTREAM_LOCAL_ADDRESS%"}]}}]
+    snippet = one(docs, "Ingress")["metadata"]["annotations"]["haproxy.org/backend-config-snippet"].splitlines()
+    tier = [re.sub(r"\s+#.*$", "", l).strip() for l in (ROOT / "haproxy-lua/examples/tier-snippet.cfg").read_text().splitlines()]
+    assert snippet and all(l in tier for l in snippet), snippet
+
+
+VENDOR = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: shop, labels: {app: shop}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: shop}}
+  template:
+    metadata: {labels: {app: shop}}
+    spec:
+      containers:
+      - name: app
+        image: vendor/shop:1.0
+        args: [--listen=127.0.0.1:9000]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: shop}
+spec:
+  selector: {app: shop}
+  ports: [{name: http, port: 8080, targetPort: 8080}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: shop-settings}
+data: {greeting: hello}
+"""
+
+
+def test_the_post_renderer_puts_the_agent_into_another_charts_deployment(key_file):
+    """An app another chart installs (its manifests as Helm pipes them to a
+    post-renderer): post-renderer/inject adds the agent as the chart's own
+    Deployment has it, and with the huntlb release's parts (workload off,
+    opt-ins on) every document agrees, as the chart's own do; the app's
+    container and other documents are left as they were."""
+    env = {**os.environ, "HUNTLB_RELEASE": RELEASE, "HUNTLB_NAMESPACE": NAMESPACE, "HELM": helm(), "KUBECTL": kubectl()}
+    p = subprocess.run([str(CHART / "post-renderer" / "inject"), "shop", "shop", "app"], input=VENDOR, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = [d for d in yaml.safe_load_all(p.stdout) if d]
+    fleet = render(key_file, "workload.enabled=false", *OPT_INS)
+    assert not [d for d in fleet if d["kind"] == "Deployment" or d["metadata"]["name"] == "shop"]
+    assert disagreements(out + fleet) == []
+    pod = Pod(out + fleet)
+    ours = Pod(render(key_file))
+    assert pod.agent == ours.agent and pod.volumes == ours.volumes
+    app = next(c for c in pod.spec["containers"] if c["name"] == "app")
+    assert app == {"name": "app", "image": "vendor/shop:1.0", "args": ["--listen=127.0.0.1:9000"],
+                   "lifecycle": {"preStop": {"sleep": {"seconds": 10}}}}
+    assert one(out, "ConfigMap") == yaml.safe_load(VENDOR.split("---")[2])
+    assert one(out, "Service")["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "huntlb"}]
+
+
 def test_the_docs_snippets_are_the_files():
-    """Every YAML block of docs/kubernetes.md is lines of a file under
-    packaging/kubernetes, as written there (indentation aside): what the page
-    tells a user to write is what these tests render and run."""
+    """Every YAML block of docs/kubernetes.md is lines of a file of the chart,
+    as written there (indentation aside): what the page tells a user to write
+    is what these tests render and run."""
     text = (ROOT / "docs" / "kubernetes.md").read_text()
     blocks = [textwrap.dedent(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
-    assert len(blocks) >= 4
-    files = [f.read_text().splitlines() for f in KUBE.rglob("*.yaml")]
+    assert len(blocks) >= 3
+    files = [f.read_text().splitlines() for f in CHART.rglob("*.yaml")]
 
     def found(block: str) -> bool:
         want = textwrap.dedent(block).splitlines()
         return any(textwrap.dedent("\n".join(lines[i:i + len(want)])).splitlines() == want
                    for lines in files for i in range(len(lines) - len(want) + 1))
     missing = [b for b in blocks if not found(b)]
-    assert not missing, f"not in packaging/kubernetes: {missing}"
+    assert not missing, f"not in charts/huntlb: {missing}"
+
+
+def doc_commands(first: str) -> list[list[str]]:
+    """The shell commands of the docs/kubernetes.md block that has `first`,
+    continuation lines joined, each as its words (environment first)."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if first in b)
+    return [shlex.split(c) for c in re.sub(r"\\\n\s*", " ", block).strip().splitlines()]
+
+
+def as_template(words: list[str], key: Path) -> tuple[dict, list[str]]:
+    """A doc's `helm install` as `helm template` (the same chart, values and
+    flags; no cluster), run from the repository, the key file the test's."""
+    env = {}
+    while "=" in words[0] and not words[0].startswith("-"):
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    assert words[:2] == ["helm", "install"], words
+    argv = [helm(), "template", *[w.replace("fleetKey.value=fleet.key", f"fleetKey.value={key}") for w in words[2:]]]
+    return env, argv
+
+
+def test_the_docs_install_command_renders_the_tested_fleet(key_file):
+    """docs/kubernetes.md's install command, pasted: it renders what these
+    tests check (the example's fleet, its parts in agreement)."""
+    [cmd] = doc_commands("helm install shop charts/huntlb")
+    env, argv = as_template(cmd, key_file)
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    assert p.returncode == 0, p.stderr
+    docs = [d for d in yaml.safe_load_all(p.stdout) if d]
+    assert docs == render(key_file)
+    assert disagreements(docs) == []
+
+
+def test_the_docs_post_renderer_commands_inject_the_agent(key_file, tmp_path):
+    """docs/kubernetes.md's two commands for an app another chart installs,
+    pasted (the vendor's chart a local one holding VENDOR): the huntlb
+    release's parts and the app chart's post-rendered Deployment agree."""
+    vendor = tmp_path / "shop"
+    (vendor / "templates").mkdir(parents=True)
+    (vendor / "Chart.yaml").write_text("apiVersion: v2\nname: shop\nversion: 1.0.0\n")
+    (vendor / "templates" / "all.yaml").write_text(VENDOR)
+    rendered_docs = []
+    for cmd in doc_commands("--post-renderer charts/huntlb/post-renderer/inject"):
+        env, argv = as_template(cmd, key_file)
+        argv = [str(vendor) if w == "vendor/shop" else w for w in argv]
+        p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "KUBECTL": kubectl(), "HELM": helm(), **env})
+        assert p.returncode == 0, p.stderr
+        rendered_docs += [d for d in yaml.safe_load_all(p.stdout) if d]
+    assert disagreements(rendered_docs) == []
+    pod = Pod(rendered_docs)
+    assert pod.labels["huntlb.io/fleet"] == "shop-huntlb"
+    assert pod.volumes["huntlb-fleet-key"]["secret"]["secretName"] == one(rendered_docs, "Secret")["metadata"]["name"]
