@@ -120,9 +120,10 @@ def test_a_tier_on_ipv6_forwards_behind_fronts_with_ipv6_upstreams(procs, addrs,
 
 
 def test_the_docs_and_the_chart_take_an_ipv6_pod_ip():
-    # the chart's sidecar brackets an IPv6 pod IP (tests/test_kubernetes.py renders both families)
+    # the chart's sidecar advertises the pod's IP alone: the agent brackets an
+    # IPv6 one (tests/test_kubernetes.py renders both families)
     helpers = (ROOT / "charts" / "huntlb" / "templates" / "_helpers.tpl").read_text()
-    assert "[$(POD_IP)]:" in helpers and "--fleet-advertise=" in helpers
+    assert "--fleet-advertise=" in helpers and '"huntlb.advertise" -}}\n$(POD_IP)\n' in helpers
     doc = (ROOT / "docs" / "agent.md").read_text()
     section = doc.split("## IPv6 and dual stack", 1)[1].split("\n## ", 1)[0]
     assert "`[::]`" in section and "IPV6_V6ONLY" in section and "$(POD_IP)" in section

@@ -87,6 +87,24 @@ fn soon(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// Two agents that each sample the other, counting `busy` each (ready), both
+/// heard, and the handshakes' last answers (a count still on its way) settled.
+async fn heard_both_ways(a: (FleetConfig, &Count, u32), b: (FleetConfig, &Count, u32)) -> (Arc<Fleet>, Arc<Fleet>) {
+    a.1.set(a.2, true);
+    b.1.set(b.2, true);
+    let fa = agent(a.0, a.1).await;
+    let fb = agent(b.0, b.1).await;
+    assert!(fa.redraw() && fb.redraw());
+    soon("both heard", || fa.ready_peers() == 1 && fb.ready_peers() == 1);
+    let mut last = (0, 0);
+    soon("the handshakes settled", || {
+        std::thread::sleep(Duration::from_millis(30));
+        let now = (fa.gauges().sent, fb.gauges().sent);
+        std::mem::replace(&mut last, now) == now
+    });
+    (fa, fb)
+}
+
 fn forward_to(member: &str) -> Pick {
     let member: SocketAddr = member.parse().unwrap();
     Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), 8080).to_string(), outstanding: Arc::default() })
@@ -219,19 +237,7 @@ async fn changes_go_to_the_peers_that_want_them() {
     let (a, b) = ("127.77.9.6:9700", "127.77.9.7:9700");
     let seen = |l| FleetConfig { forwarding: huntlb_policy::forward::Forwarding { peer_margin: 0, seen_margin: Some(1) }, ..cfg(l, &[a, b]) };
     let (ca, cb) = (Count::default(), Count::default());
-    ca.set(7, true);
-    cb.set(3, true);
-    let fa = agent(seen(a), &ca).await;
-    let fb = agent(seen(b), &cb).await;
-    assert!(fa.redraw() && fb.redraw());
-    soon("both heard", || fa.ready_peers() == 1 && fb.ready_peers() == 1);
-    // The handshakes' last answers (A's count, 7) may still be on the way.
-    let mut last = (0, 0);
-    soon("the handshakes settled", || {
-        std::thread::sleep(Duration::from_millis(30));
-        let now = (fa.gauges().sent, fb.gauges().sent);
-        std::mem::replace(&mut last, now) == now
-    });
+    let (fa, fb) = heard_both_ways((seen(a), &ca, 7), (seen(b), &cb, 3)).await;
     assert_eq!(fb.pick(3, Some(3)), Pick::Keep, "the front knew B's load");
     assert_eq!(fa.peers_wanting(), 0, "B subscribed to beats only");
     // B wants nothing: A's change does not go to it, and B still sees 7.
@@ -544,18 +550,7 @@ async fn a_listener_of_beats_only_hears_us_each_half_dead_after() {
         ..cfg(l, &[a, b])
     };
     let (ca, cb) = (Count::default(), Count::default());
-    ca.set(7, true);
-    cb.set(3, true);
-    let fa = agent(timed(a), &ca).await;
-    let fb = agent(timed(b), &cb).await;
-    assert!(fa.redraw() && fb.redraw());
-    soon("both heard", || fa.ready_peers() == 1 && fb.ready_peers() == 1);
-    let mut last = (0, 0);
-    soon("the handshakes settled", || {
-        std::thread::sleep(Duration::from_millis(30));
-        let now = (fa.gauges().sent, fb.gauges().sent);
-        std::mem::replace(&mut last, now) == now
-    });
+    let (fa, fb) = heard_both_ways((timed(a), &ca, 7), (timed(b), &cb, 3)).await;
     assert!(fa.quiet(), "no offer decided by counts anywhere");
     assert_eq!(fa.quiet_beat(), Duration::from_millis(300));
     // Well past a heartbeat, well before half dead_after (the last report went

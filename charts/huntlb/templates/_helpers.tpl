@@ -38,9 +38,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if eq .Values.ipFamily "IPv6" }}[::]{{ else }}0.0.0.0{{ end -}}
 {{- end -}}
 
-{{/* host:port with the pod's IP, bracketed when it is IPv6 (Kubernetes expands $(POD_IP)). */}}
+{{/* The pod's IP alone (Kubernetes expands $(POD_IP)): the agent adds listen's port, bracketing an IPv6 IP. */}}
 {{- define "huntlb.advertise" -}}
-{{- if eq .Values.ipFamily "IPv6" }}[$(POD_IP)]:{{ .Values.agent.port }}{{ else }}$(POD_IP):{{ .Values.agent.port }}{{ end -}}
+$(POD_IP)
 {{- end -}}
 
 {{/* The values a mistake in which would start agents that never work: refused here, the key named. */}}
