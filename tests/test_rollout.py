@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from harness import FINAL, HaproxyRoot, app_stats, metrics, request, start_fleet, wait_tcp, wait_until
+from harness import FINAL, OFFER, HaproxyRoot, app_stats, metrics, request, start_fleet, wait_tcp, wait_until
 from test_drop_in import blocks
 from test_envoy_snippet import STOCK as ENVOY_STOCK, run_stock
 from test_tier_snippets import HAPROXY_STOCK
@@ -234,3 +234,73 @@ def test_the_drain_fails_health_first_then_closes_connections(procs, addrs):
     finally:
         idle.close()
 
+
+def test_sighup_reloads_fleet_peers_without_dropping_a_request(procs, addrs, tmp_path):
+    """a and b list each other only; c lists all three. A new list and SIGHUP
+    to a and b: they hear c (and c them), while requests go on at both with
+    none failed or run twice. A member taken off the list is no longer heard
+    (its sealed reports are dropped as a stranger's); a list that does not
+    load changes nothing and is named."""
+    hosts = [addrs.host() for _ in range(3)]
+    key = procs.fleet_key()
+
+    def conf(i: int, members: list[str], peers: str | None = None):
+        path = tmp_path / f"agent-{i}.toml"
+        peers = peers or ",".join(f"{h}:9700" for h in members)
+        path.write_text(f'fleet_listen = "{hosts[i]}:9700"\nfleet_peers = "{peers}"\nfleet_key_file = "{key}"\n'
+                        'fleet_heartbeat_ms = 200\nfleet_dead_after_ms = 1000\n')
+        return path
+
+    bs = []
+    for i, h in enumerate(hosts):
+        _, app = procs.workload(h, demand="const:0")
+        p, agent, admin = procs.agent(h, app, policy="dynamic", config=conf(i, hosts if i == 2 else hosts[:2]))
+        bs.append(SimpleNamespace(proc=p, agent=agent, admin=admin, app=app))
+    a, b, c = bs
+
+    def heard():
+        return [int(metrics(x.admin)["huntlb_fleet_peers"]) for x in bs]
+    # c's reports reach a and b, which drop them: c is no member of theirs; and they send c nothing
+    wait_until(lambda: heard() == [1, 1, 0], what="a and b hearing each other only")
+
+    sent, done = [], threading.Event()
+
+    def client(x):
+        for _ in range(2000):
+            if done.is_set():
+                return
+            path = f"/hup/{uuid.uuid4()}"
+            try:
+                status = request(x.agent, "GET", path, headers=OFFER, timeout=10)[0]
+            except (OSError, http.client.HTTPException) as e:
+                status = repr(e)
+            sent.append((path, status))
+    ts = [threading.Thread(target=client, args=(x,), daemon=True) for x in (a, b)]
+    for t in ts:
+        t.start()
+    try:
+        time.sleep(0.5)
+        for i, x in enumerate((a, b)):
+            conf(i, hosts)
+            x.proc.signal(signal.SIGHUP)
+        wait_until(lambda: heard() == [2, 2, 2], what="every agent hearing both others after the reload")
+        time.sleep(0.5)
+    finally:
+        done.set()
+        for t in ts:
+            t.join(timeout=15)
+    assert a.proc.alive() and b.proc.alive()
+    assert len(sent) > 20 and all(s == 200 for _, s in sent), [x for x in sent if x[1] != 200][:5]
+    stats = [app_stats(x.app)["paths"] for x in bs]
+    assert all(sum(st.get(p, 0) for st in stats) == 1 for p, _ in sent)
+    # c off a's list: a no longer takes c's reports
+    conf(0, hosts[:2])
+    a.proc.signal(signal.SIGHUP)
+    wait_until(lambda: heard()[0] == 1, what="a no longer hearing c")
+    # a list that does not load: the key named, nothing changed, the agent runs on
+    conf(0, [], peers="not a peer!")
+    a.proc.signal(signal.SIGHUP)
+    wait_until(lambda: "SIGHUP: the config does not load" in a.proc.log(), what="the refused reload logged")
+    assert "fleet_peers" in a.proc.log().split("SIGHUP: the config does not load", 1)[1].splitlines()[0]
+    time.sleep(1.5)  # past fleet_dead_after_ms: b still heard
+    assert a.proc.alive() and heard()[0] == 1

@@ -79,6 +79,7 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
         tokio::spawn(fleet.run(Box::new(report)));
     }
     tokio::spawn(serve_admin(admin, agent.clone()));
+    tokio::spawn(reload_on_hangup(agent.clone()));
     let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
     tokio::spawn(serve(listener, agent.clone(), closing_rx, open.clone()));
@@ -292,6 +293,41 @@ async fn watch_app(agent: Arc<Agent>) {
     loop {
         tokio::time::sleep(agent.cfg.app_probe).await;
         agent.watch_app().await;
+    }
+}
+
+/// SIGHUP: read the config again (the same flags over the same file) and take
+/// its `fleet_peers`, so a backend joins or leaves a list of addresses without
+/// a restart. The key file and the TLS files need no signal (re-read when they
+/// change); every other key takes effect at a restart. A config that no longer
+/// loads changes nothing: the error names the key, the agent runs on.
+/// (Without this handler SIGHUP would end the process.)
+async fn reload_on_hangup(agent: Arc<Agent>) {
+    use clap::Parser;
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        let new = match crate::config::Raw::try_parse() {
+            Ok(flags) => crate::config::Raw::load(flags).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let new = match new {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "SIGHUP: the config does not load; nothing changed");
+                continue;
+            }
+        };
+        match (&agent.fleet, &new.fleet) {
+            (Some(fleet), Some(f)) => {
+                if !fleet.reload_peers(f.peers.clone()).await {
+                    info!("SIGHUP: fleet_peers unchanged");
+                }
+            }
+            (None, None) => info!("SIGHUP: no fleet_listen, nothing to reload"),
+            _ => warn!("SIGHUP: fleet_listen added or removed: that takes a restart; nothing changed"),
+        }
+        info!("SIGHUP: only fleet_peers is reloaded; the key and TLS files are re-read when they change; other keys take effect at a restart");
     }
 }
 
