@@ -492,6 +492,13 @@ def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict
         load.stop()
         timings["load"] = time.monotonic() - T0
         table = tabulate(load, phases, T0, victim.ip, killed_at)
+    if not rolling_clean(table):
+        # what the fronts logged (HAProxy: each failed request, with its
+        # termination flags) and the agents said, before the nodes go
+        for svc in ("haproxy", "envoy", "backends"):
+            out = run(["docker", "exec", mgr.cid, "sh", "-c", f"docker service logs --raw --timestamps --tail 60 {STACK}_{svc} 2>&1"],
+                      check=False, timeout=60)
+            log(f"the rolling update had client errors; {svc}'s last log lines:\n{out}")
     return {"table": table, "phases": phases, "timings": timings, "notes": timings_note,
             "when": time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
 
