@@ -454,6 +454,7 @@ def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict
         p.note = f"3 running after {time.monotonic() - p.start:.1f} s (the 2 removed drain 5 s before they exit)"
         time.sleep(max(0.0, args.steady + 5 - (time.monotonic() - p.start)))
         p = phase("rolling update of the agents")
+        roll_wall = time.time()   # for the logs' --since, should the update cost an error
         mgr.docker("service", "update", "--force", "--detach", f"{STACK}_backends")
 
         def updated():
@@ -492,6 +493,15 @@ def exercise(args, timings: dict[str, float], loadgen: str, run_id: str) -> dict
         load.stop()
         timings["load"] = time.monotonic() - T0
         table = tabulate(load, phases, T0, victim.ip, killed_at)
+    if not rolling_clean(table):
+        # what the fronts logged (HAProxy: each failed request, with its
+        # termination flags) and the agents said since the update began,
+        # before the nodes go
+        for svc in ("haproxy", "envoy", "backends"):
+            out = run(["docker", "exec", mgr.cid, "sh", "-c",
+                       f"docker service logs --raw --timestamps --since {int(roll_wall) - 1} {STACK}_{svc} 2>&1 | sort | head -400"],
+                      check=False, timeout=60)
+            log(f"the rolling update had client errors; {svc}'s last log lines:\n{out}")
     return {"table": table, "phases": phases, "timings": timings, "notes": timings_note,
             "when": time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
 

@@ -51,6 +51,10 @@ def test_the_backends_drain_and_roll_without_shrinking():
     assert b["init"] is True
     grace = int(re.fullmatch(r"(\d+)s", b["stop_grace_period"]).group(1))
     assert grace > 30 and grace * 1000 > int(env["DRAIN_GRACE_MS"])
+    # the agent closes its connections only once every front has taken it out:
+    # its health checks failed (interval x fall) and DNS dropped it (1 s)
+    px = stack()["services"]["haproxy"]["environment"]
+    assert int(env["DRAIN_GRACE_MS"]) > int(px["HEALTH_INTERVAL_MS"]) * int(px["HEALTH_FALL"]) + 1000
     # the fleet: peers by the tasks' DNS name, the key a secret only its owner reads (the agent refuses 0444)
     assert env["FORWARD"] == "on" and env["FLEET_PEERS"] == "tasks.backends:9700"
     (secret,) = b["secrets"]

@@ -13,6 +13,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -78,14 +79,40 @@ pub async fn run(cfg: crate::config::Config) -> anyhow::Result<()> {
         tokio::spawn(fleet.run(Box::new(report)));
     }
     tokio::spawn(serve_admin(admin, agent.clone()));
-    tokio::spawn(serve(listener, agent.clone()));
-    drain_on_signal(agent).await
+    tokio::spawn(reload_on_hangup(agent.clone()));
+    let (closing, closing_rx) = tokio::sync::watch::channel(false);
+    let open = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(serve(listener, agent.clone(), closing_rx, open.clone()));
+    drain_on_signal(agent, closing, open).await
+}
+
+/// The drain's second phase, seen by every connection on `listen`: once
+/// `drain_grace` has passed (the fronts have seen the health check fail and
+/// send nothing new), idle keep-alive connections close, a busy one closes
+/// after its response, and a new one is served one request and closed.
+type Closing = tokio::sync::watch::Receiver<bool>;
+
+/// A connection on `listen`, counted while it is open: the drain exits once
+/// none is (a response is wholly written before its connection ends).
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn new(n: &Arc<AtomicUsize>) -> Self {
+        n.fetch_add(1, Ordering::AcqRel);
+        Open(n.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Accept loop; at most `max_connections` connections are held at once. With
 /// `tls`, each connection first completes a TLS handshake (a client certificate
 /// from `tls_client_ca` when set); one that fails is closed before any request.
-async fn serve(listener: TcpListener, agent: Arc<Agent>) {
+async fn serve(listener: TcpListener, agent: Arc<Agent>, closing: Closing, open: Arc<AtomicUsize>) {
     let slots = agent.connections.clone();
     agent.listen_fd.store(std::os::fd::AsRawFd::as_raw_fd(&listener), std::sync::atomic::Ordering::Release);
     let tls = agent.cfg.tls.as_ref().map(|t| {
@@ -106,15 +133,17 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
         let _ = stream.set_nodelay(true);
         let agent = agent.clone();
         let tls = tls.clone();
+        let closing = closing.clone();
+        let counted = Open::new(&open);
         tokio::spawn(async move {
             match tls {
-                None => serve_connection(stream, peer, agent).await,
+                None => serve_connection(stream, peer, agent, closing).await,
                 Some((current, failures)) => {
                     let acceptor = tokio_rustls::TlsAcceptor::from(current.get());
                     // the handshake gets the time a request head gets
                     let failed = match tokio::time::timeout(agent.cfg.idle_timeout, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
-                            serve_connection(stream, peer, agent.clone()).await;
+                            serve_connection(stream, peer, agent.clone(), closing).await;
                             None
                         }
                         Ok(Err(e)) => Some(e.to_string()),
@@ -131,7 +160,7 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>) {
                     }
                 }
             }
-            drop(permit);
+            drop((permit, counted));
         });
     }
 }
@@ -169,12 +198,16 @@ pub(crate) fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<TcpListene
 ///
 /// `peer`: the connection's remote address, handed to every request on it
 /// (`fleet_pass_plain` reads who sent a try from its IP).
-async fn serve_connection<I>(io: I, peer: std::net::SocketAddr, agent: Arc<Agent>)
+async fn serve_connection<I>(io: I, peer: std::net::SocketAddr, agent: Arc<Agent>, mut closing: Closing)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (max_buf, max_headers) = (agent.cfg.max_header_bytes, agent.cfg.max_headers);
     let idle = agent.cfg.idle_timeout;
+    // A connection opened after the drain closes connections (a front that has
+    // not yet seen the health check fail) gets its request served, then closed:
+    // closing it unread would fail a request that reached no app.
+    let late = *closing.borrow();
     let svc = service_fn(move |req| agent.clone().handle(req, peer));
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
@@ -186,11 +219,34 @@ where
         .max_buf_size(max_buf)
         // hyper's own default is 100: a client's 95 headers plus the
         // front's marks got 431 (the list then lives on the heap)
-        .max_headers(max_headers);
+        .max_headers(max_headers)
+        .keep_alive(!late);
     b.http2().timer(TokioTimer::new()).max_header_list_size(max_buf as u32);
     // WebSocket: the agent joins client and app after a 101
-    let _ = b.serve_connection_with_upgrades(TokioIo::new(io), svc).await;
+    let conn = b.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    if late {
+        // HTTP/1.1 ends after its one response; HTTP/2 gets its GOAWAY after a
+        // beat (at once, it could go before the client's first stream)
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = tokio::time::sleep(LATE_H2_GRACE) => {}
+        }
+    } else {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = closing.wait_for(|c| *c) => {}
+        }
+    }
+    // Idle: closed now (after `drain_grace` no front sends on it). Busy: its
+    // response goes out with `Connection: close` (HTTP/2: GOAWAY), then it ends.
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
 }
+
+/// How long an HTTP/2 connection opened during a drain's closing phase is
+/// served before its GOAWAY.
+const LATE_H2_GRACE: Duration = Duration::from_secs(1);
 
 /// Connections the admin port holds at once: a scraper or two, never a crowd.
 const ADMIN_CONNECTIONS: usize = 64;
@@ -256,24 +312,68 @@ async fn watch_app(agent: Arc<Agent>) {
     }
 }
 
-/// SIGTERM or SIGINT: refuse offers and report unhealthy; exit once nothing is in
-/// flight and `drain_grace` has passed (so health checkers have noticed), or at
-/// `drain_timeout` regardless.
-async fn drain_on_signal(agent: Arc<Agent>) -> anyhow::Result<()> {
+/// SIGHUP: read the config again (the same flags over the same file) and take
+/// its `fleet_peers`, so a backend joins or leaves a list of addresses without
+/// a restart. The key file and the TLS files need no signal (re-read when they
+/// change); every other key takes effect at a restart. A config that no longer
+/// loads changes nothing: the error names the key, the agent runs on.
+/// (Without this handler SIGHUP would end the process.)
+async fn reload_on_hangup(agent: Arc<Agent>) {
+    use clap::Parser;
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        let new = match crate::config::Raw::try_parse() {
+            Ok(flags) => crate::config::Raw::load(flags).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let new = match new {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "SIGHUP: the config does not load; nothing changed");
+                continue;
+            }
+        };
+        match (&agent.fleet, &new.fleet) {
+            (Some(fleet), Some(f)) => {
+                if !fleet.reload_peers(f.peers.clone()).await {
+                    info!("SIGHUP: fleet_peers unchanged");
+                }
+            }
+            (None, None) => info!("SIGHUP: no fleet_listen, nothing to reload"),
+            _ => warn!("SIGHUP: fleet_listen added or removed: that takes a restart; nothing changed"),
+        }
+        info!("SIGHUP: only fleet_peers is reloaded; the key and TLS files are re-read when they change; other keys take effect at a restart");
+    }
+}
+
+/// SIGTERM or SIGINT, in two phases so that no front loses a request:
+/// 1. refuse offers and report unhealthy, serving every request as before, for
+///    `drain_grace` (the fronts' health checks take the backend out: it must be
+///    longer than any front's check interval x fall count);
+/// 2. close: idle keep-alive connections now, busy ones after their response,
+///    new ones after one request; exit once no connection is open and nothing
+///    is in flight, or at `drain_timeout` regardless.
+async fn drain_on_signal(agent: Arc<Agent>, closing: tokio::sync::watch::Sender<bool>, open: Arc<AtomicUsize>) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
     agent.start_draining();
     let started = Instant::now();
-    info!(inflight = agent.inflight(), "draining: refusing offers, health reports 503");
+    info!(inflight = agent.inflight(), connections = open.load(Ordering::Acquire), grace_ms = agent.cfg.drain_grace.as_millis() as u64,
+          "draining: refusing offers, health reports 503");
+    let (grace, timeout) = (agent.cfg.drain_grace, agent.cfg.drain_timeout);
+    tokio::time::sleep(grace.min(timeout)).await;
+    closing.send_replace(true);
+    info!(inflight = agent.inflight(), connections = open.load(Ordering::Acquire), "draining: closing connections (idle ones now, busy ones after their response)");
     loop {
         let waited = started.elapsed();
-        if waited >= agent.cfg.drain_timeout {
-            info!(inflight = agent.inflight(), "drain timeout reached: exiting");
+        if waited >= timeout {
+            info!(inflight = agent.inflight(), connections = open.load(Ordering::Acquire), "drain timeout reached: exiting");
             return Ok(());
         }
-        if waited >= agent.cfg.drain_grace && agent.inflight() == 0 && agent.relaying() == 0 {
+        if open.load(Ordering::Acquire) == 0 && agent.inflight() == 0 && agent.relaying() == 0 {
             info!(waited_ms = waited.as_millis() as u64, "drained: exiting");
             return Ok(());
         }

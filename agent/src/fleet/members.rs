@@ -1,5 +1,6 @@
 //! Who the members are: `fleet_peers` resolved (names again every
-//! `fleet_resolve_ms`), bounded by `MAX_MEMBERS`; the tables keep members only.
+//! `fleet_resolve_ms`; the list itself again on SIGHUP), bounded by
+//! `MAX_MEMBERS`; the tables keep members only.
 
 use super::{Fleet, BUFFERED_PER_MEMBER, MAX_MEMBERS, MIN_RCVBUF};
 use crate::config::Peer as PeerEntry;
@@ -14,6 +15,9 @@ use tracing::{info, warn};
 /// order (what a sample is drawn from).
 #[derive(Default)]
 pub(super) struct Members {
+    /// `fleet_peers` as last read (at start, or on SIGHUP).
+    pub list: Vec<PeerEntry>,
+    /// Each entry's addresses, in `list`'s order.
     pub resolved: Vec<Vec<SocketAddr>>,
     pub set: HashSet<SocketAddr>,
     pub others: Vec<SocketAddr>,
@@ -30,7 +34,7 @@ pub(super) struct Members {
 impl Fleet {
     /// Take a new member list: the tables keep only members, and the
     /// socket's buffer is sized for those this agent may hear at once.
-    pub(super) fn set_members(&self, resolved: Vec<Vec<SocketAddr>>) {
+    pub(super) fn set_members(&self, list: Vec<PeerEntry>, resolved: Vec<Vec<SocketAddr>>) {
         let mut set = HashSet::new();
         let mut others = Vec::new();
         for a in resolved.iter().flatten() {
@@ -61,7 +65,7 @@ impl Fleet {
         let ips = set.iter().map(|a| a.ip().to_canonical()).chain([self.cfg.from.ip().to_canonical()]).collect();
         let ranked: Vec<Option<SocketAddr>> = std::iter::once(None).chain(others.iter().copied().map(Some)).collect();
         let ids = ranked.iter().map(|a| huntlb_policy::prefix::member_id(&a.unwrap_or(self.cfg.from).to_string())).collect();
-        *self.members.write().unwrap_or_else(PoisonError::into_inner) = Members { resolved, set, others, ips, ranked, ids };
+        *self.members.write().unwrap_or_else(PoisonError::into_inner) = Members { list, resolved, set, others, ips, ranked, ids };
     }
 
     /// Is `ip` a member's (`fleet_pass_plain`: may it mark a try)?
@@ -81,18 +85,41 @@ impl Fleet {
     /// is trusted as far as that: a forged answer adds a member, whose reports
     /// still need the key (docs/protocol.md, "Trust").
     pub async fn resolve(self: Arc<Self>) {
-        if !self.cfg.peers.iter().any(|p| matches!(p, PeerEntry::Name { .. })) {
-            return;
-        }
         loop {
             tokio::time::sleep(self.cfg.resolve).await;
-            let old = self.members.read().unwrap_or_else(PoisonError::into_inner).resolved.clone();
-            let new = resolve_all(&self.cfg.peers, &old).await;
-            if new != old {
+            // the list a SIGHUP may have changed since the last round
+            let (list, old) = {
+                let m = self.members.read().unwrap_or_else(PoisonError::into_inner);
+                if !m.list.iter().any(|p| matches!(p, PeerEntry::Name { .. })) {
+                    continue;
+                }
+                (m.list.clone(), m.resolved.clone())
+            };
+            let new = resolve_all(&list, &old).await;
+            // a reload while this round resolved wins: its list is newer
+            if new != old && self.members.read().unwrap_or_else(PoisonError::into_inner).list == list {
                 info!(members = new.iter().flatten().count(), "fleet_peers resolved to a new set");
-                self.set_members(new);
+                self.set_members(list, new);
             }
         }
+    }
+
+    /// A new `fleet_peers` list (a SIGHUP's reload): resolved once and taken
+    /// whole; the tables keep the members both lists share, so those are heard
+    /// and sent to without a gap. False if the list did not change.
+    pub async fn reload_peers(&self, list: Vec<PeerEntry>) -> bool {
+        let before = {
+            let m = self.members.read().unwrap_or_else(PoisonError::into_inner);
+            if m.list == list {
+                return false;
+            }
+            // a name both lists have keeps its addresses if DNS fails now
+            list.iter().map(|p| m.list.iter().position(|q| q == p).and_then(|j| m.resolved.get(j).cloned()).unwrap_or_default()).collect::<Vec<_>>()
+        };
+        let resolved = resolve_all(&list, &before).await;
+        info!(entries = list.len(), members = resolved.iter().flatten().count(), "fleet_peers reloaded");
+        self.set_members(list, resolved);
+        true
     }
 }
 

@@ -353,7 +353,7 @@ impl Fleet {
             drained: Condvar::new(),
             cfg,
         };
-        fleet.set_members(resolved);
+        fleet.set_members(fleet.cfg.peers.clone(), resolved);
         let fleet = Arc::new(fleet);
         let reader = fleet.clone();
         std::thread::Builder::new().name("huntlb-fleet".into()).spawn(move || reader.read_forever()).context("fleet_listen: reader thread")?;

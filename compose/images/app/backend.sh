@@ -2,7 +2,8 @@
 # One backend: the emulated app on loopback, the huntlb agent in front of it
 # (offers on :8080, /metrics on :9901). The agent is the container's main
 # process, so `docker stop` (SIGTERM through init) drains it: offers refused,
-# health 503 for DRAIN_GRACE_MS, in-flight requests finish, then it exits.
+# health 503 for DRAIN_GRACE_MS (the fronts take it out), then its connections
+# close (idle ones at once, busy ones after their response) and it exits.
 set -eu
 seed=$(hostname | cksum | cut -d' ' -f1)
 huntlb-workload --listen 127.0.0.1:9000 --id "app-$(hostname)" --workers "$WORKERS" --cores "$CORES" \
