@@ -87,7 +87,7 @@ def _docker_up() -> bool:
 
 @pytest.fixture
 def before():
-    k8s.down()  # a killed earlier run's, if any (recorded by label)
+    k8s.down()  # a killed earlier run's, if any (found by label)
     return machine_state()
 
 
@@ -96,7 +96,9 @@ def assert_clean(before: dict, bridge: str) -> None:
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
     assert bridge not in rules, [r for r in rules.splitlines() if bridge in r]
     assert not any(after["left"].values()) if after["left"] else True, after["left"]
-    assert after["links"] == before["links"], (before["links"], after["links"])
+    # (other work's containers may come and go meanwhile: only the cluster's
+    # bridge, whose veths go with it, is checked)
+    assert bridge not in after["links"], after["links"]
     assert after["rules"] == [], after["rules"]
     assert not after["state"], k8s.STATE
 
