@@ -40,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +56,8 @@ NODE_IMAGE = "huntlb/k8s-node:dev"
 PAUSE_IMAGE = "registry.k8s.local/pause:3.10"
 COREDNS_IMAGE = "registry.k8s.local/coredns:1.15.0"
 AGENT_IMAGE = "huntlb/agent:dev"
+# the local registry, as pods name it (containerd's mirror: node 0's :5000)
+REGISTRY, REGISTRY_PORT = "registry.k8s.local:5000", 5000
 # every capability but SYS_RESOURCE (--privileged fails on this kernel), no
 # seccomp/AppArmor/masked paths, every device, a cgroup namespace of its own
 # (scripts/swarm_demo.py's nodes, the same)
@@ -68,8 +71,9 @@ def log(msg: str) -> None:
     print(f"k8s {time.strftime('%H:%M:%S')}: {msg}", file=sys.stderr, flush=True)
 
 
-def run(argv: list[str], timeout: float = 300, check: bool = True, input: bytes | None = None) -> str:
-    p = subprocess.run(argv, capture_output=True, timeout=timeout, input=input)
+def run(argv: list[str], timeout: float = 300, check: bool = True, input: bytes | None = None,
+        env: dict | None = None) -> str:
+    p = subprocess.run(argv, capture_output=True, timeout=timeout, input=input, env=env)
     if check and p.returncode:
         raise RuntimeError(f"{' '.join(argv)} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
     return p.stdout.decode(errors="replace")
@@ -97,12 +101,14 @@ def build() -> None:
     if not _image_exists(NODE_IMAGE):
         log(f"building {NODE_IMAGE}")
         run(["nice", "-n", "15", "docker", "build", "-q", "-t", NODE_IMAGE, str(ROOT / "harness/k8snode")], timeout=900)
+    for prog in ("pause", "registry"):  # harness/k8snode's own programs
+        out = BIN / f"huntlb-{prog}"
+        if not out.exists():
+            env = {**os.environ, "CGO_ENABLED": "0", "GOMAXPROCS": "1", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+            run(["nice", "-n", "15", _go(), "build", "-C", str(ROOT / "harness/k8snode" / prog), "-trimpath",
+                 "-ldflags", "-s -w", "-o", str(out), "."], timeout=600, env=env)
     if not _image_exists(PAUSE_IMAGE):
-        out = BIN / "pause"
-        env = {**os.environ, "CGO_ENABLED": "0", "GOMAXPROCS": "1", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-        subprocess.run(["nice", "-n", "15", _go(), "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out), "."],
-                       cwd=ROOT / "harness/k8snode/pause", env=env, check=True, capture_output=True)
-        _scratch_image(PAUSE_IMAGE, {"pause": out}, ["/pause"])
+        _scratch_image(PAUSE_IMAGE, {"pause": BIN / "huntlb-pause"}, ["/pause"])
     if not _image_exists(COREDNS_IMAGE):
         _scratch_image(COREDNS_IMAGE, {"coredns": BIN / "coredns"}, ["/coredns"])
     if not _image_exists(AGENT_IMAGE):
@@ -239,6 +245,18 @@ class Cluster:
     def node_log(self, i: int, name: str, tail: int = 40) -> str:
         return self.docker_exec(i, "tail", "-n", str(tail), f"/var/log/k8s/{name}.log", check=False)
 
+    def push(self, ref: str) -> str:
+        """A local image (Docker's) into the cluster's registry; returns the
+        name pods give it (under registry.k8s.local:5000)."""
+        path = ref.split("/", 1)[1] if "." in ref.split("/", 1)[0] or ":" in ref.split("/", 1)[0] else ref
+        tmp = STATE / "push.tar"
+        try:
+            tmp.write_bytes(_save(ref))
+            run([str(BIN / "crane"), "push", "--insecure", str(tmp), f"{node_ip(0)}:{REGISTRY_PORT}/{path}"], timeout=300)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return f"{REGISTRY}/{path}"
+
     def kubectl(self, *args: str, timeout: float = 60, check: bool = True, input: bytes | None = None) -> str:
         return run([str(BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
                    timeout=timeout, check=check, input=input)
@@ -299,6 +317,7 @@ def up(nodes: int = 3, stage: str = "all") -> Cluster:
     for i in range(nodes):
         _setup_node(c, i, pki)
     _start_control_plane(c)
+    _start_registry(c)
     if stage == "control-plane":
         return c
     for i in range(nodes):
@@ -350,7 +369,9 @@ def _setup_node(c: Cluster, i: int, pki: Path) -> None:
         if j != i:
             c.docker_exec(i, "ip", "route", "replace", node_pod_cidr(j), "via", node_ip(j))
     _wait(f"{name}: containerd", lambda: c.docker_exec(i, "ctr", "version", check=False, timeout=10).count("Version") >= 2, 30)
-    for ref in (PAUSE_IMAGE, COREDNS_IMAGE, AGENT_IMAGE):
+    # the cluster's own images, before any registry runs; workloads' come
+    # from the local registry (Cluster.push)
+    for ref in (PAUSE_IMAGE, COREDNS_IMAGE):
         c.docker_exec(i, "ctr", "-n", "k8s.io", "images", "import", "-", input=_save(ref), timeout=120)
 
 
@@ -435,6 +456,16 @@ def _start_control_plane(c: Cluster) -> None:
         "--authentication-kubeconfig", "/etc/k8s/scheduler.kubeconfig",
         "--authorization-kubeconfig", "/etc/k8s/scheduler.kubeconfig",
         "--leader-elect=false", "--bind-address", "127.0.0.1", "--profiling=false"])
+
+
+def _start_registry(c: Cluster) -> None:
+    """go-containerregistry's registry on node 0, blobs in its memory (gone
+    with the node): it takes any push from whoever reaches the cluster's
+    network (this machine, the cluster's pods); it holds test images only."""
+    c.daemon(0, "registry", ["/opt/k8s/bin/huntlb-registry", "--listen", f"{node_ip(0)}:{REGISTRY_PORT}"])
+    url = f"http://{node_ip(0)}:{REGISTRY_PORT}/v2/"
+    _wait("the registry", lambda: urllib.request.urlopen(url, timeout=2).status == 200, 30,
+          on_fail=lambda: "\n" + c.node_log(0, "registry"))
 
 
 def _start_node(c: Cluster, i: int) -> None:

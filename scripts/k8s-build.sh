@@ -10,7 +10,8 @@
 #   scripts/k8s-build.sh --list   the binaries and whether each is built
 #
 # Beside them, for the cluster of harness/k8scluster.py: etcd (the server
-# module's own main), CoreDNS and go-containerregistry's registry, each from
+# module's own main), CoreDNS and go-containerregistry's crane (pushes to the
+# cluster's registry), each from
 # its own small module (they pin other versions of shared dependencies than
 # Kubernetes does), into the same bin/.
 #
@@ -32,15 +33,16 @@ export GOMAXPROCS=${GOMAXPROCS:-1} GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLE
 mkdir -p "$BIN" "$DIR/mod"
 
 version() { if [ "$1" = kubectl ]; then "$BIN/$1" version --client 2>/dev/null; else "$BIN/$1" --version 2>/dev/null; fi; }
-built() { [ -x "$BIN/$1" ] && version "$1" | grep -q "$VERSION"; }
+# no pipe into grep -q: its early exit is SIGPIPE to `version`, a failure under pipefail
+built() { [ -x "$BIN/$1" ] && [[ "$(version "$1")" == *"$VERSION"* ]]; }
 
 # name -> "module@version package": the cluster's other programs
 declare -A EXTRA=(
     [etcd]="go.etcd.io/etcd/server/v3@v3.6.4 go.etcd.io/etcd/server/v3"
     [coredns]="github.com/coredns/coredns@v1.15.0 github.com/coredns/coredns"
-    [registry]="github.com/google/go-containerregistry@v0.20.6 github.com/google/go-containerregistry/cmd/registry"
+    [crane]="github.com/google/go-containerregistry@v0.20.6 github.com/google/go-containerregistry/cmd/crane"
 )
-EXTRAS=(etcd coredns registry)
+EXTRAS=(etcd coredns crane)
 extra_built() { [ -x "$BIN/$1" ] && [ -f "$BIN/$1.from" ] && [ "$(cat "$BIN/$1.from")" = "${EXTRA[$1]}" ]; }
 
 if [ "${1:-}" = --list ]; then
@@ -105,7 +107,7 @@ if [ ! -s "$DIR/mod/go.sum" ]; then step "go mod tidy (k8s.io/kubernetes $VERSIO
 for c in "${CMDS[@]}" kubectl; do
     if built "$c"; then echo "k8s-build: $c: cached"; continue; fi
     step "go build $c" build "$c"
-    version "$c" | head -1
+    version "$c" | sed -n 1p
 done
 
 # Each extra in a module of its own: require the module, build the package.

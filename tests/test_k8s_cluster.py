@@ -2,7 +2,8 @@
 "A real cluster here"): started, used, torn down with nothing left.
 
 - the cluster: 3 nodes Ready, CoreDNS answering for a Service's name, a pod
-  of the locally built agent image (make image) Running and answering
+  of the locally built agent image (make image), pushed to the cluster's
+  registry and pulled from it by the node, Running and answering
   `/metrics` through a Service, from another node, by its ClusterIP and by
   its name; then `down` leaves no container, network, state, Docker bridge or
   iptables rule of the cluster's;
@@ -47,8 +48,8 @@ spec:
             - matchExpressions: [{key: kubernetes.io/hostname, operator: NotIn, values: [huntlb-k8s-1]}]
       containers:
       - name: agent
-        image: huntlb/agent:dev
-        imagePullPolicy: Never
+        image: {image}
+        imagePullPolicy: Always  # from the cluster's registry, on whichever node
         args: [--listen, 0.0.0.0:8080, --admin, 0.0.0.0:9901, --app, 127.0.0.1:9000, --id, $(POD_NAME)]
         env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
         ports: [{name: admin, containerPort: 9901}]
@@ -110,7 +111,9 @@ def test_cluster_three_nodes_dns_and_a_service(before):
         up_s = time.monotonic() - t0
         br = bridge()
         assert k8s._ready_nodes(c) == {"huntlb-k8s-0", "huntlb-k8s-1", "huntlb-k8s-2"}
-        c.kubectl("apply", "-f", "-", input=AGENT.encode())
+        image = c.push(k8s.AGENT_IMAGE)
+        assert image == "registry.k8s.local:5000/huntlb/agent:dev", image
+        c.kubectl("apply", "-f", "-", input=AGENT.replace("{image}", image).encode())
         c.kubectl("rollout", "status", "deploy/agent", "--timeout=120s", timeout=130)
         pods = json.loads(c.kubectl("get", "pods", "-l", "app=agent", "-o", "json"))["items"]
         assert len(pods) == 1 and pods[0]["status"]["phase"] == "Running", pods
