@@ -43,6 +43,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from harness.netns import starttime
+
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = "v1.34.4"
 BIN = ROOT / ".cache" / "k8s" / VERSION / "bin"
@@ -281,13 +283,34 @@ def _wait(what: str, fn, timeout: float, interval: float = 0.5, on_fail=None):
     raise TimeoutError(f"{what}: not within {timeout:.0f} s (last error: {last}){extra}")
 
 
-def up(nodes: int = 3, stage: str = "all") -> Cluster:
+def up(nodes: int = 3, stage: str = "all", keep_on_failure: bool = False) -> Cluster:
     """Build what is missing, remove a killed run's leftovers, start the
-    cluster. `stage` stops early ("control-plane": etcd and the apiserver
-    answering; "nodes": kubelets registered), for the pieces' tests."""
+    cluster. `stage` stops early ("control-plane": etcd, the apiserver and
+    the registry answering; "nodes": kubelets Ready), for the pieces' tests.
+    A start that fails tears down what it made (unless keep_on_failure). One
+    cluster per machine: refused while the process that started another is
+    alive; one whose starter is gone is replaced."""
     if nodes < 1 or nodes > 50:
         raise ValueError(f"nodes: {nodes}, want 1 to 50")
+    owner = STATE / "owner"
+    try:
+        pid, start = owner.read_text().split()
+        if int(pid) != os.getpid() and starttime(int(pid)) == start:
+            raise RuntimeError(f"a cluster is being run by PID {pid} ({owner}): `python -m harness.k8scluster down` ends it")
+    except (OSError, ValueError):
+        pass  # none, or torn: no live owner
     STATE.mkdir(parents=True, exist_ok=True)
+    owner.write_text(f"{os.getpid()} {starttime(os.getpid())}\n")
+    try:
+        return _up(nodes, stage)
+    except BaseException:
+        if not keep_on_failure:
+            log("start failed: tearing down what it made")
+            down()
+        raise
+
+
+def _up(nodes: int, stage: str) -> Cluster:
     pid = run([str(ROOT / "scripts/docker-setup.sh"), "start"], timeout=120).strip()
     if pid:  # this call started dockerd: `down` stops it (a killed run's too)
         (STATE / "dockerd.pid").write_text(pid + "\n")
@@ -573,12 +596,13 @@ def main() -> int:
     u = sub.add_parser("up")
     u.add_argument("--nodes", type=int, default=3)
     u.add_argument("--stage", choices=["control-plane", "nodes", "all"], default="all")
+    u.add_argument("--keep-on-failure", action="store_true", help="leave a failed start's nodes for a look (then `down`)")
     sub.add_parser("down")
     sub.add_parser("status")
     a = ap.parse_args()
     if a.cmd == "up":
         t0 = time.monotonic()
-        c = up(a.nodes, a.stage)
+        c = up(a.nodes, a.stage, a.keep_on_failure)
         log(f"up in {time.monotonic() - t0:.0f} s: KUBECONFIG={c.kubeconfig}")
     elif a.cmd == "down":
         left = down()

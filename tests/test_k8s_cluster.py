@@ -163,3 +163,20 @@ def test_killed_start_leaves_the_next_start_clean(before):
         left = k8s.down()
     assert not any(left.values()), left
     assert_clean(before, br)
+
+
+def test_failed_start_tears_down_what_it_made(before, monkeypatch):
+    """A start that fails midway (here the registry, after the nodes and the
+    control plane run) removes what it made before raising."""
+    seen = {}
+
+    def broken(c):
+        seen["bridge"] = bridge()
+        seen["containers"] = len(k8s.leftovers()["containers"])
+        raise RuntimeError("injected: the registry did not start")
+
+    monkeypatch.setattr(k8s, "_start_registry", broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        k8s.up(3)
+    assert seen["containers"] == 3, seen
+    assert_clean(before, seen["bridge"])
