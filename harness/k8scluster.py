@@ -4,8 +4,10 @@ node containers as kind makes them: each node a container of
 huntlb/k8s-node:dev (harness/k8snode: Debian's containerd, runc and CNI
 plugins) on a Docker network of its own, running containerd, kubelet and
 kube-proxy; node 0 also runs etcd, the apiserver, the controller manager and
-the scheduler. CoreDNS runs as a Deployment; every image (pause, CoreDNS, the
-agent) is built here and imported into each node's containerd.
+the scheduler, and the local registry. CoreDNS runs as a Deployment. No image
+is pulled from outside: pause and CoreDNS are built here and imported into
+each node's containerd; workloads' images (the agent's) are pushed to the
+registry (Cluster.push) and pulled from it by the nodes.
 
   python -m harness.k8scluster up [--nodes 3]   build what is missing, start
   python -m harness.k8scluster down             remove everything it made
@@ -33,6 +35,7 @@ iptables and sysctls). `up` first removes what a killed run left.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -100,9 +103,16 @@ def build() -> None:
     pause and CoreDNS images: each only when missing."""
     run([str(ROOT / "scripts/k8s-build.sh")], timeout=7200)
     run([str(ROOT / "scripts/docker-setup.sh"), "base"], timeout=600)
-    if not _image_exists(NODE_IMAGE):
+    # the node image again whenever harness/k8snode's files change (its label
+    # carries their hash): a stale containerd config would pass unnoticed
+    node_dir = ROOT / "harness/k8snode"
+    digest = hashlib.sha256(b"".join((node_dir / f).read_bytes() for f in ("Dockerfile", "entry.sh", "containerd.toml")))
+    want = digest.hexdigest()[:16]
+    have = run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "huntlb.k8s-node"}}', NODE_IMAGE], check=False).strip()
+    if have != want:
         log(f"building {NODE_IMAGE}")
-        run(["nice", "-n", "15", "docker", "build", "-q", "-t", NODE_IMAGE, str(ROOT / "harness/k8snode")], timeout=900)
+        run(["nice", "-n", "15", "docker", "build", "-q", "--label", f"huntlb.k8s-node={want}", "-t", NODE_IMAGE,
+             str(node_dir)], timeout=900)
     for prog in ("pause", "registry"):  # harness/k8snode's own programs
         out = BIN / f"huntlb-{prog}"
         if not out.exists():
