@@ -7,6 +7,9 @@
   `/metrics` through a Service, from another node, by its ClusterIP and by
   its name; then `down` leaves no container, network, state, Docker bridge or
   iptables rule of the cluster's;
+- who reaches it: anonymous requests and a certificate of another CA are
+  refused by the apiserver, node 1's kubelet cannot label node 2, etcd is not
+  reachable outside node 0;
 - a start killed midway (SIGKILL, nodes up, control plane not): the next
   start removes what it left and comes up clean.
 
@@ -22,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -104,7 +108,38 @@ def assert_clean(before: dict, bridge: str) -> None:
     assert not after["state"], k8s.STATE
 
 
-def test_cluster_three_nodes_dns_and_a_service(before):
+def attacker(c: k8s.Cluster, tmp: Path) -> None:
+    """Who reaches the apiserver, and with what: anonymous requests and a
+    certificate of another CA are refused, a kubelet's certificate cannot
+    touch another node, etcd is not reachable outside node 0."""
+    api = f"https://{k8s.node_ip(0)}:6443/api/v1/nodes"
+    ca = str(k8s.STATE / "pki" / "ca.crt")
+
+    def status(*extra: str) -> str:
+        return subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5",
+                               "--cacert", ca, *extra, api], capture_output=True, text=True).stdout
+
+    assert status() == "401"  # anonymous
+    # a certificate naming system:masters, signed by a CA of the attacker's own
+    ssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    subprocess.run([*ssl, "-subj", "/O=system:masters/CN=mallory", "-keyout", str(tmp / "m.key"),
+                    "-out", str(tmp / "m.crt")], check=True, capture_output=True)
+    assert status("--cert", str(tmp / "m.crt"), "--key", str(tmp / "m.key")) == "401"
+    assert status("--cert", ca.replace("ca.crt", "admin.crt"), "--key", ca.replace("ca.crt", "admin.key")) == "200"
+    # node 1's kubelet labelling node 2: the Node authorizer and NodeRestriction refuse
+    kc = tmp / "kubelet-1.kubeconfig"
+    kc.write_text(k8s.kubeconfig("kubelet-1", f"https://{k8s.node_ip(0)}:6443", str(k8s.STATE / "pki")))
+    r = subprocess.run([str(k8s.BIN / "kubectl"), "--kubeconfig", str(kc), "label", "node", "huntlb-k8s-2", "x=y"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "forbidden" in r.stderr.lower(), (r.stdout, r.stderr)
+    # etcd: node 0's loopback only
+    r = subprocess.run(["curl", "-s", "--max-time", "3", f"http://{k8s.node_ip(0)}:2379/version"], capture_output=True)
+    assert r.returncode == 7, r  # connection refused
+    out = c.docker_exec(1, "curl", "-s", "--max-time", "3", f"http://{k8s.node_ip(0)}:2379/version", check=False)
+    assert "etcdserver" not in out
+
+
+def test_cluster_three_nodes_dns_and_a_service(before, tmp_path):
     t0 = time.monotonic()
     try:
         c = k8s.up(3)
@@ -132,6 +167,7 @@ def test_cluster_three_nodes_dns_and_a_service(before):
         out = c.docker_exec(1, "curl", "-sf", "--max-time", "5", "--resolve", f"agent.default.svc.cluster.local:9901:{ip}",
                             "http://agent.default.svc.cluster.local:9901/metrics")
         assert "huntlb_" in out
+        attacker(c, tmp_path)
         print(f"\ncluster up in {up_s:.0f} s, the whole test {time.monotonic() - t0:.0f} s", file=sys.stderr)
     finally:
         left = k8s.down()
