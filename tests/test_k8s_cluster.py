@@ -216,3 +216,49 @@ def test_failed_start_tears_down_what_it_made(before, monkeypatch):
         k8s.up(3)
     assert seen["containers"] == 3, seen
     assert_clean(before, seen["bridge"])
+
+
+def test_the_chart_installs_a_fleet_on_the_cluster(before, tmp_path):
+    """charts/huntlb's example (docs/kubernetes.md's install, the images
+    named in the cluster's registry) on the real cluster: 3 pods of app and
+    agent Running on the 3 nodes, each agent hearing the other two through
+    the headless Service (CoreDNS) under the Secret's key, requests through
+    the Service answered."""
+    helm = ROOT / ".cache" / "bin" / "helm"
+    if not helm.exists():
+        pytest.skip("no helm: make setup-k8s")
+    try:
+        c = k8s.up(3)
+        agent = c.push(f"huntlb/agent:{chart_version()}").rsplit(":", 1)[0]
+        app = c.push("huntlb/app:dev")
+        values = tmp_path / "shop.yaml"
+        values.write_text((ROOT / "charts/huntlb/examples/shop.yaml").read_text().replace("image: huntlb/app:dev", f"image: {app}"))
+        key = tmp_path / "fleet.key"
+        key.write_text(os.urandom(32).hex() + "\n")
+        key.chmod(0o600)
+        subprocess.run([str(helm), "install", "shop", str(ROOT / "charts/huntlb"), "-n", "shop", "--create-namespace",
+                        "-f", str(values), "--set-file", f"fleetKey.value={key}", "--set", f"image.repository={agent}"],
+                       env={**os.environ, "KUBECONFIG": str(c.kubeconfig)}, check=True, capture_output=True, timeout=120)
+        c.kubectl("-n", "shop", "rollout", "status", "deploy/shop", "--timeout=180s", timeout=190)
+        pods = json.loads(c.kubectl("-n", "shop", "get", "pods", "-o", "json"))["items"]
+        assert len(pods) == 3 and all(p["status"]["phase"] == "Running" for p in pods)
+        ips = [p["status"]["podIP"] for p in pods]
+
+        def peers(ip: str) -> int:
+            out = c.docker_exec(1, "curl", "-sf", "--max-time", "5", f"http://{ip}:9901/metrics", check=False)
+            return next((int(float(line.split()[1])) for line in out.splitlines() if line.startswith("huntlb_fleet_peers ")), -1)
+        k8s._wait("each agent hearing the other two", lambda: all(peers(ip) == 2 for ip in ips), 30)
+        svc = c.kubectl("-n", "shop", "get", "svc", "shop", "-o", "jsonpath={.spec.clusterIP}")
+        codes = [c.docker_exec(1, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5",
+                               f"http://{svc}:8080/job{i}", check=False) for i in range(20)]
+        assert codes == ["200"] * 20, codes
+    finally:
+        left = k8s.down()
+    assert not any(left.values()), left
+
+
+def chart_version() -> str:
+    for line in (ROOT / "charts/huntlb/Chart.yaml").read_text().splitlines():
+        if line.startswith("appVersion:"):
+            return line.split(":", 1)[1].strip().strip('"')
+    raise AssertionError("charts/huntlb/Chart.yaml: no appVersion")
