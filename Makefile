@@ -27,8 +27,9 @@ setup-k8s:
 # A real Kubernetes cluster (harness/k8scluster.py, docs/kubernetes.md "A real
 # cluster here"): three node containers, started, used, torn down with nothing
 # left; needs root and Docker. Builds Kubernetes, etcd and CoreDNS the first
-# time (scripts/k8s-build.sh, about 40 min on 2 cores), cached after. Not in make test.
-test-k8s: setup
+# time (scripts/k8s-build.sh, about 40 min on 2 cores), cached after; Helm
+# (setup-k8s) for the chart's install on it. Not in make test.
+test-k8s: setup-k8s
 	./scripts/docker-setup.sh install
 	HUNTLB_K8S_TEST=1 $(PYTEST) -q tests/test_k8s_cluster.py
 
