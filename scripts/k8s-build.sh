@@ -9,6 +9,12 @@
 #   scripts/k8s-build.sh          build what is missing into .cache/k8s/v1.34.4/bin
 #   scripts/k8s-build.sh --list   the binaries and whether each is built
 #
+# Beside them, for the cluster of harness/k8scluster.py: etcd (the server
+# module's own main), CoreDNS and go-containerregistry's crane (pushes to the
+# cluster's registry), each from
+# its own small module (they pin other versions of shared dependencies than
+# Kubernetes does), into the same bin/.
+#
 # Niced and on one core (GOMAXPROCS=1, -p 1) so that it never starves other
 # work on the machine: slow (measured per step in .cache/k8s/build.log), once.
 # v1.35 and later need modules the Go proxy here does not serve.
@@ -27,9 +33,22 @@ export GOMAXPROCS=${GOMAXPROCS:-1} GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLE
 mkdir -p "$BIN" "$DIR/mod"
 
 version() { if [ "$1" = kubectl ]; then "$BIN/$1" version --client 2>/dev/null; else "$BIN/$1" --version 2>/dev/null; fi; }
-built() { [ -x "$BIN/$1" ] && version "$1" | grep -q "$VERSION"; }
+# no pipe into grep -q: its early exit is SIGPIPE to `version`, a failure under pipefail
+built() { [ -x "$BIN/$1" ] && [[ "$(version "$1")" == *"$VERSION"* ]]; }
+
+# name -> "module@version package": the cluster's other programs
+declare -A EXTRA=(
+    [etcd]="go.etcd.io/etcd/server/v3@v3.6.4 go.etcd.io/etcd/server/v3"
+    [coredns]="github.com/coredns/coredns@v1.15.0 github.com/coredns/coredns"
+    [crane]="github.com/google/go-containerregistry@v0.20.6 github.com/google/go-containerregistry/cmd/crane"
+)
+EXTRAS=(etcd coredns crane)
+extra_built() { [ -x "$BIN/$1" ] && [ -f "$BIN/$1.from" ] && [ "$(cat "$BIN/$1.from")" = "${EXTRA[$1]}" ]; }
 
 if [ "${1:-}" = --list ]; then
+    for b in "${EXTRAS[@]}"; do
+        if extra_built "$b"; then echo "$b: built"; else echo "$b: missing"; fi
+    done
     for b in "${CMDS[@]}" kubectl; do
         if built "$b"; then echo "$b: built"; else echo "$b: missing"; fi
     done
@@ -88,5 +107,19 @@ if [ ! -s "$DIR/mod/go.sum" ]; then step "go mod tidy (k8s.io/kubernetes $VERSIO
 for c in "${CMDS[@]}" kubectl; do
     if built "$c"; then echo "k8s-build: $c: cached"; continue; fi
     step "go build $c" build "$c"
-    version "$c" | head -1
+    version "$c" | sed -n 1p
+done
+
+# Each extra in a module of its own: require the module, build the package.
+build_extra() {
+    local name=$1 mv=${EXTRA[$1]%% *} pkg=${EXTRA[$1]#* } dir=$DIR/mod-$1
+    mkdir -p "$dir"
+    printf 'module huntlb.local/k8s-build-%s\n\ngo 1.24\n\nrequire %s %s\n\ntool %s\n' \
+        "$name" "${mv%@*}" "${mv#*@}" "$pkg" >"$dir/go.mod"
+    (cd "$dir" && "$GO" mod tidy && "$GO" build -p 1 -trimpath -ldflags "-s -w" -o "$BIN/$name" "$pkg")
+    echo "${EXTRA[$name]}" >"$BIN/$name.from"
+}
+for e in "${EXTRAS[@]}"; do
+    if extra_built "$e"; then echo "k8s-build: $e: cached"; continue; fi
+    step "go build $e (${EXTRA[$e]%% *})" build_extra "$e"
 done

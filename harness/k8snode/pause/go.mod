@@ -1,0 +1,3 @@
+module huntlb.local/pause
+
+go 1.24
