@@ -2,11 +2,11 @@
 """A small scaler for the compose demo: adds a backend when the fleet's hunts
 keep ending on busy backends, removes one when they stay free.
 
-The signal is Prometheus' `huntlb:scaling_signal:ratio`, the shipped recording
-rule (packaging/monitoring/huntlb-alerts.yml, docs/metrics.md): tries that
-could not be refused and arrived at a backend at or above its refusal
-threshold (`huntlb_finals_busy_total`: it had to accept while busy), per
-request served, over 1 min.
+The signal is Prometheus' `huntlb:finals_busy:ratio` (config/huntlb.rules.yml):
+finals that arrived at a backend at or above its refusal threshold
+(`huntlb_finals_busy_total`: it had to accept while busy), per offer, over 20 s:
+the shipped `huntlb:scaling_signal:ratio` over the hunting fronts' tries only,
+since the demo's agents serve plain fronts too (the rules file says why).
 Below ~0.1 two tries almost always find a free backend; above ~0.4 they often
 find none, and latency follows (docs/demo.md has the measured curve).
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SIGNAL = "huntlb:scaling_signal:ratio"
+SIGNAL = "huntlb:finals_busy:ratio"
 
 
 @dataclass(frozen=True)

@@ -282,7 +282,7 @@ def _exercise(stack: Stack, timings: dict) -> None:
     stack.compose("up", "-d", "--no-recreate", "--no-deps", "--scale", "backend=3", "backend")
     stack.rate(0.5)
     stack.after_windows(8)
-    baseline = stack.prometheus("huntlb:scaling_signal:ratio")
+    baseline = stack.prometheus("huntlb:finals_busy:ratio")
     log(f"baseline at half the rate: scaling signal {baseline}")
     assert baseline is not None and baseline < 0.4, f"the signal is {baseline} before the step"
     stack.rate(1.6)
