@@ -100,7 +100,8 @@ impl ForwardedFor {
     pub fn apply(&self, h: &mut HeaderMap, peer: IpAddr) {
         // An IPv4 client of a dual-stack socket shows as ::ffff:a.b.c.d.
         let peer = peer.to_canonical();
-        let mut value = Vec::new();
+        // one buffer a request, written in place (no String for the address)
+        let mut value = Vec::with_capacity(64);
         if self.trusts(peer) {
             for v in h.get_all(XFF) {
                 let v = v.as_bytes().trim_ascii();
@@ -110,7 +111,7 @@ impl ForwardedFor {
                 }
             }
         }
-        value.extend_from_slice(peer.to_string().as_bytes());
+        let _ = std::io::Write::write_fmt(&mut value, format_args!("{peer}"));
         h.remove(XFF);
         // Bytes that came in as header values, commas and an IP's text: valid.
         if let Ok(v) = HeaderValue::from_bytes(&value) {
