@@ -78,9 +78,10 @@ struct Link {
     taken: Option<Instant>,
     /// When an unproven report from it was last answered (at most one an `ANSWER_EVERY`).
     answered: Option<Instant>,
-    /// When this agent first asked it for its count (a report to it while in
-    /// the sample) with none taken since: an answer comes within a round trip,
-    /// so one older than `dead_after` is a member that does not answer
+    /// When this agent first asked it for its count (drew it into the sample,
+    /// or renewed it there after `dead_after` of silence) with none taken
+    /// since: an answer comes within a round trip, so one older than
+    /// `dead_after` is a member that does not answer
     /// (`huntlb_fleet_peers_unheard`). A draw that drops it keeps the date:
     /// a dead member, drawn again and again for 100 ms at a time, is counted.
     asked: Option<Instant>,

@@ -116,6 +116,9 @@ impl Fleet {
             }
             new
         };
+        // A member new to the sample answers its subscription at once: it is
+        // asked. One kept is renewed, and answers at its next beat.
+        self.ask(new.iter().filter(|m| !old.contains(m)));
         let mut to: Vec<SocketAddr> = old.into_iter().filter(|m| !new.contains(m)).collect();
         to.extend_from_slice(&new);
         *self.sample.lock().unwrap_or_else(PoisonError::into_inner) = new;
@@ -147,14 +150,28 @@ impl Fleet {
     /// within `dead_after` (or never): a subscription lost on the way (the
     /// member was not listening yet) heals within a tick, not at the next
     /// draw. Costs nothing while every sampled member is heard.
-    fn renew_unheard(&self) -> bool {
+    pub(super) fn renew_unheard(&self) -> bool {
         let now = Instant::now();
         let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let unheard: Vec<SocketAddr> = {
             let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
             sample.into_iter().filter(|m| peers.get(m).is_none_or(|p| now.duration_since(p.heard) > self.cfg.dead_after)).collect()
         };
+        self.ask(unheard.iter());
         unheard.is_empty() || self.send(&unheard)
+    }
+
+    /// Date the ask of each of `members` (`Link::asked`), unless an earlier
+    /// ask is still unanswered: a report to them now wants an answer within a
+    /// round trip. Not every report asks: a renewal of a member that hears
+    /// us is answered at its next beat, up to half a dead_after away when
+    /// quiet, and one late beat on a busy host is no member that does not answer.
+    fn ask<'a>(&self, members: impl Iterator<Item = &'a SocketAddr>) {
+        let now = Instant::now();
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        for m in members {
+            links.entry(*m).or_insert_with(|| Link::new(*m)).asked.get_or_insert(now);
+        }
     }
 
     /// A member subscribed (`Beats` or `Changes`) or left: note it, and send
@@ -225,13 +242,9 @@ impl Fleet {
                 let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
                 let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
                 let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
-                let now = Instant::now();
                 for peer in to {
                     let link = links.entry(*peer).or_insert_with(|| Link::new(*peer));
                     let s = if sample.contains(peer) { sub } else { Sub::Leave };
-                    if s != Sub::Leave {
-                        link.asked.get_or_insert(now);
-                    }
                     let d = batch.push(*peer);
                     ReportRef { from: &self.from_text, to: &link.to, boot: self.boot, seq, busy, ready, sub: s, mine: link.mine, yours: echo.unwrap_or(link.theirs) }.write_text(d);
                     let tag = keys.tag(d);

@@ -594,3 +594,34 @@ async fn a_dual_stack_fleet_listen_hears_an_ipv4_member() {
     assert_eq!(fa.pick(7, None), forward_to(b), "B as it reported (2), at its IPv4 address");
     assert_eq!(fa.reports_bad()[Bad::Stranger as usize], 0);
 }
+
+/// `huntlb_fleet_peers_unheard` counts a member asked for its count (drawn,
+/// or renewed after dead_after of silence) that does not answer within
+/// dead_after; a kept member's renewal asks nothing (it answers at its next
+/// beat), so a late beat is no member that does not answer.
+#[tokio::test]
+async fn a_late_beat_is_not_counted_unheard_and_a_silent_member_is() {
+    let (a, b, c) = ("127.77.16.1:9700", "127.77.16.2:9700", "127.77.16.3:9700");
+    let count = Count::default();
+    count.set(1, true);
+    let dead_after = Duration::from_millis(200);
+    let fa = agent(FleetConfig { dead_after, sample: 0, ..cfg(a, &[a, b, c]) }, &count).await;
+    assert!(fa.redraw());
+    let mut fb = Fake::new(b, a);
+    fb.handshake(1);
+    soon("B heard", || fa.ready_peers() == 1);
+    // B falls silent; A renews its sample every 50 ms for 1.5 dead_after.
+    let silent = Instant::now();
+    while silent.elapsed() < dead_after * 3 / 2 {
+        assert!(fa.redraw());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(fa.unheard_peers(), 1, "C, drawn and never answering, is counted; B's renewals asked nothing");
+    // Silent over dead_after, B is asked again; silent a dead_after more, it is counted.
+    assert!(fa.renew_unheard());
+    std::thread::sleep(dead_after + Duration::from_millis(50));
+    assert_eq!(fa.unheard_peers(), 2, "B asked and silent for dead_after");
+    fb.drain();
+    fb.send(1);
+    soon("B heard again", || fa.unheard_peers() == 1);
+}
