@@ -442,6 +442,9 @@ failCgroupV1: false
 evictionHard: {{memory.available: "0%", nodefs.available: "0%", imagefs.available: "0%", nodefs.inodesFree: "0%"}}
 imageGCHighThresholdPercent: 100
 resolvConf: /etc/k8s/resolv.conf
+# a pod's Secret and ConfigMap files follow their objects within about 20 s
+# (the default, 1 min, makes a key rotation's four steps take minutes each)
+syncFrequency: 10s
 """
 
 KUBE_PROXY_CONFIG = """apiVersion: kubeproxy.config.k8s.io/v1alpha1
