@@ -75,7 +75,7 @@ test-slow: setup build
 test-cluster: setup build
 	HUNTLB_CLUSTER_TEST=1 $(PYTEST) -q tests/test_cluster.py
 
-# A real LLM engine (issue 43, docs/llm.md "A real engine"): llama-cpp-python's
+# A real LLM engine (docs/llm.md "A real engine"): llama-cpp-python's
 # OpenAI server, compiled from source by pip into .venv, and a tiny
 # random-weight model (scripts/tiny_gguf.py). Not part of make setup or make
 # test: 354 s (6 min) on 2 cores the first time, without the multimodal library (pip's download and
@@ -176,7 +176,7 @@ bench-agent: setup release
 bench-llm-emulator: setup release
 	$(BENCH) bench/llm_emulator.py
 
-# Issue 43: 1, 2 and 4 gateways of each kind (Envoy's own least-request, an
+# 1, 2 and 4 LLM gateways of each kind (Envoy's own least-request, an
 # endpoint picker each, hunting tier fronts; HAProxy leastconn and tier fronts)
 # over 8 emulated model servers, 6 paired repetitions (a repetition an
 # invocation: 15 arms, about 12 minutes each), then the report.
@@ -186,7 +186,7 @@ LLM_WORKLOAD ?= sharegpt
 bench-llm-gateways: setup release
 	for k in 0 1 2 3 4 5; do $(BENCH) bench/llm_gateways.py --workload $(LLM_WORKLOAD) --reps 1 --first-rep $$k || exit 1; done
 
-# Issue 43 item 4: bench-llm-gateways on each workload shaped after
+# bench-llm-gateways on each workload shaped after
 # inference-perf's (about 75-85 minutes each: 6 repetitions of 15 arms; the
 # long-output one's longer requests take longest to drain), then each
 # workload's SLO rate (--sweep: 5 loads, one run per arm and load, about

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Several gateways over one fleet of model servers, against one gateway's
-ideal (issue 43; make bench-llm-gateways).
+ideal (make bench-llm-gateways).
 
 A fleet of emulated model servers (`huntlb-llm`, SERVERS of them, SEATS
 seats each, at TIME_SCALE of real time so it fits on 2 cores), each on its own
@@ -9,7 +9,7 @@ The same open-loop Poisson load of streamed completions (`huntlb-llmload`,
 lognormal prompt and output lengths, one seed per repetition shared by every
 arm) goes through each arm in turn:
 
-For each gateway count N (1, 2 and 4), three arms (issue 43's matrix):
+For each gateway count N (1, 2 and 4), three arms:
 
 * lrN: N Envoys with their own least-request (FULL_SCAN), straight to the
   model servers: no agent in the path, the proxy as strong as it goes;
@@ -96,7 +96,7 @@ WORKLOADS = {"sharegpt": WORKLOAD, "shared-prefix": {}, "long-prompt": {}, "long
 # their end, against 4 seats; a fourth long answer makes the server preempt.
 SERVER_FLAGS = {"shared-prefix": {"kv_blocks": 27_500 * 32 // 256}, "long-output": {"kv_blocks": 96}}
 DEFAULT_WORKLOAD = "sharegpt"
-# The SLO of issue 43's sweep: TTFT p90 under 500 ms of the model's clock,
+# The SLO of the sweep: TTFT p90 under 500 ms of the model's clock,
 # which the emulator runs at TIME_SCALE
 SLO_P90_MS = 500.0
 # arm -> (kind, gateways, proxy), in the order the report lists them
@@ -331,13 +331,13 @@ def num(x, f: str = ".1f") -> str:
     return "-" if x is None or x != x else format(x, f)
 
 
-# The acceptance bound of issue 43: N gateways' TTFT p50 and p90 within this
+# The bound hunting is held to: N gateways' TTFT p50 and p90 within this
 # of one gateway's, on the same requests
 BOUND = 1.10
 
 
 def verdicts(runs: list[dict]) -> list[str]:
-    """Issue 43's acceptance, read from the paired ratios: each N-gateway
+    """The verdicts, read from the paired ratios: each N-gateway
     hunting arm within BOUND of its 1-gateway arm at TTFT p50 and p90 (the
     median, and the CI's upper end), and hunting against the least-request and
     picker arms at the same count (below 1: the CI's upper end under 1)."""

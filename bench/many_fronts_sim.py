@@ -14,7 +14,7 @@ forwards, datagrams between agents, probes) are counted.
 Usage: python3 bench/many_fronts_sim.py [--seeds 3] [--requests 200000] [--quick]
        python3 bench/many_fronts_sim.py --only "tier, K=4, B=2, biased" ...  (re-run these modes into the data)
        python3 bench/many_fronts_sim.py --frontier "tier, K=8, B=4, delta=2" ... [--requests 100000]
-           (issue 42: run these modes of SHARE over the frontier's grid, FRONTIER, into the data)
+           (run these modes of SHARE over the frontier's grid, FRONTIER, into the data)
        python3 bench/many_fronts_sim.py --report-only
 (after `cargo build --release -p huntlb-instruments`; one simulator process at a
 time: wrap it in `flock /tmp/huntlb-heavy.lock nice -n 10`). Writes
@@ -373,7 +373,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1 seed of 20000 requests, to bench/out/many-fronts-sim/")
     ap.add_argument("--only", nargs="+", metavar="MODE", help="re-run these modes (names of MODES or EXTRA) into the data")
     ap.add_argument("--report-only", action="store_true", help=f"rewrite the report from {DATA.relative_to(ROOT)}")
-    ap.add_argument("--frontier", nargs="+", metavar="MODE", help="issue 42: run these modes of SHARE (or `all`) over FRONTIER's grid into the data")
+    ap.add_argument("--frontier", nargs="+", metavar="MODE", help="run these modes of SHARE (or `all`) over FRONTIER's grid into the data")
     a = ap.parse_args()
     if a.quick:
         a.seeds, a.requests = 1, 20_000
@@ -432,7 +432,7 @@ EXTRA: dict[str, list[str]] = {
 }
 
 
-# Issue 42: the tier at the ideal with a fraction of the messages. Its own grid
+# The frontier: the tier at the ideal with a fraction of the messages. Its own grid
 # (every front count on both fleets, two loads, a third, heavier tail) and its
 # own bar; the modes are `--fleet-share` over the pushed sample, or tokens.
 FRONTIER = {"fronts": {12: [1, 4, 16, 64, 256], 96: [1, 4, 16, 64, 256]}, "rhos": [0.88, 0.95],
@@ -505,7 +505,7 @@ def frontier_cells(runs: list[dict]) -> dict:
     return out
 
 
-# The issue's own demands; a third, heavier tail is shown beside them.
+# The bar's demands; a third, heavier tail is shown beside them.
 F_REQUIRED = ("exp", "lognormal:1.5")
 
 
@@ -538,13 +538,13 @@ def frontier_text(data: dict) -> list[str]:
     vs = {m: frontier_verdict(c, m) for m in modes}
     heavier = {m: frontier_verdict(c, m, tuple(FRONTIER["demands"])) for m in modes}
     fam = lambda m: SHARE[m][0]  # noqa: E731
-    out = ["\n## Issue 42: the tier's counts at a fraction of the messages\n",
+    out = ["\n## The frontier: the tier's counts at a fraction of the messages\n",
            f"`python3 bench/many_fronts_sim.py --frontier all --seeds {len(f['seeds'])} --requests {f['requests']}` (run in chunks of "
            f"modes, {f['seconds']:.0f} s of runs in all). The grid: 12 and 96 backends, each at "
            f"{', '.join(str(x) for x in FRONTIER['fronts'][12])} fronts, ρ {' and '.join(str(r) for r in FRONTIER['rhos'])}, "
            f"{', '.join(FRONTIER['demands'].values())} jobs; the model above otherwise (counts and forwards 0.2 ms on the way). "
            f"Every cell is the median of {len(f['seeds'])} seeds of {f['requests']} requests, and its ratio is to JSQ's median on "
-           f"the same seeds and cell. **The bar**, over the issue's demands (exponential, lognormal sigma 1.5; sigma 2 is shown "
+           f"the same seeds and cell. **The bar**, over the grid's first two demands (exponential, lognormal sigma 1.5; sigma 2 is shown "
            f"beside them, and is noisy at this length: a few jobs of seconds decide a cell's mean): mean within {F_MEAN:.2f}× "
            f"JSQ's and p99 within {F_P99:.2f}× at every cell, "
            f"at most {F_MSG} messages per request, the most on 96 backends at most {F_GROWTH:.2f}× the most on 12; and the best "
@@ -745,7 +745,7 @@ def frontier_plot(data: dict) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("messages per request, the most over the grid")
     ax.set_ylabel("worst ratio to JSQ over the grid")
-    ax.set_title("Issue 42's frontier: 12 and 96 backends, 1-256 fronts, ρ 0.88 and 0.95, exponential and lognormal σ 1.5")
+    ax.set_title("The frontier: 12 and 96 backends, 1-256 fronts, ρ 0.88 and 0.95, exponential and lognormal σ 1.5")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     save(fig, RESULTS, f"{NAME}-frontier.png")
