@@ -76,3 +76,12 @@ def test_the_scan_finds_history_and_lets_other_hex_be():
     assert history_in("docs/x.md", fine) == []
     assert history_in("docs/results/README.md", "(seed 51069, schedule 14a8bb0004273822)") == []
     assert history_in("docs/x.md", "(seed 51069, schedule 14a8bb0004273822)") != []
+
+
+def test_the_guides_keep_no_results_status_nor_diary():
+    # A guide says what to do and why; what was measured lives in
+    # docs/results/ (with its command and data), how it got there in git.
+    guides = [p for p in (ROOT / "docs").glob("*.md")] + [ROOT / "README.md"]
+    found = [f"{p.relative_to(ROOT)}: {line}" for p in guides for line in p.read_text().splitlines()
+             if re.match(r"#+ .*\b(Status|Diary|History)\b", line) or "What it took for" in line]
+    assert not found, found
