@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster test-k8s setup-llama test-llama demo demo-swarm fuzz \
-	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-many-fronts-sim bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -143,6 +143,13 @@ bench-throughput: bench-setup release
 # docs/results/many-fronts.md).
 bench-many-fronts: bench-setup release
 	$(BENCH) bench/many_fronts.py run
+
+# The many-fronts simulation (docs/results/many-fronts-sim.md): the bounded
+# sample's study (~3 min), then the frontier's (~15 min); huntlb-sim only, one
+# process at a time (bench/many_fronts_sim.py says how to re-run single modes).
+bench-many-fronts-sim: release
+	$(BENCH) bench/many_fronts_sim.py --seeds 3 --requests 200000
+	$(BENCH) bench/many_fronts_sim.py --frontier all --seeds 3 --requests 100000
 
 # Seed 002 § VI (docs/wiki.md), a modelled Wikipedia day replayed against 8 real
 # MediaWiki replicas (RR vs SR_4; both proxies' least-request vs the shipped
