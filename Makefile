@@ -167,6 +167,7 @@ bench-vs-least: bench-setup release
 # The tier at 4 and 8 HAProxy fronts against leastconn and one front's ideal,
 # on loopback, on the emulated cluster (docs/cluster.md) and there with 1% of
 # the fleet's datagrams lost: 5 paired repetitions each, about 30 minutes; root.
+# Then docs/results/cluster.md from the runs (bench/cluster_report.py).
 CL := bench/data/cluster
 bench-cluster: bench-setup release
 	for n in 4 8; do \
@@ -175,6 +176,7 @@ bench-cluster: bench-setup release
 	  $(BENCH) bench/pairs.py haproxy leastconn FWD/pass leastconn@1 --fronts $$n --reps 5 --cluster --fleet-loss 0.01 \
 	    --json $(CL)/haproxy-$$n-loss.jsonl || exit 1; \
 	done
+	$(BENCH) bench/cluster_report.py --machine
 
 bench-agent: setup release
 	$(BENCH) bench/agent_overhead.py

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import agent_overhead
+import cluster_report
 import elb
 import haproxy_ablation
 import haproxy_profile
@@ -229,3 +230,9 @@ def test_the_front_scaling_tables_are_their_runs_and_its_numbers_grep_to_them():
     settings = {"0.5", "0.88", "0.95", "1.5"}  # health interval, rho, the bar, ...
     missing = [n for n in not_in_data(prose, kept + tables, "front-scaling") if n not in settings]
     assert not missing, f"docs/results/front-scaling.md: numbers in no run of bench/data/front-scaling/: {sorted(set(missing))}"
+
+
+def test_the_cluster_report_renders_from_its_runs():
+    # make bench-cluster's runs (bench/data/cluster/*.jsonl) and the template
+    # give docs/results/cluster.md, measuring nothing
+    assert cluster_report.report() == committed("cluster")
