@@ -1,4 +1,4 @@
-"""The agent beside a real LLM engine (issue 43): llama-cpp-python's OpenAI
+"""The agent beside a real LLM engine: llama-cpp-python's OpenAI
 server (llama.cpp underneath) on a tiny random-weight model (`make
 setup-llama`), two servers, each with its agent, the agents a forwarding
 tier. The server runs one request at a time (workers = 1) and has no
