@@ -220,7 +220,7 @@ bench-proxies: bench-setup release
 # and 128 servers, bare and browser-like requests: the plain fronts of
 # fleet_pass_plain (20 paired repetitions, about 8 minutes a proxy), the tier
 # fronts (30), the refusing fronts (10), HAProxy's instructions per request (tier and plain fronts, ~10 min each)
-# (about 70 minutes); docs/results/front-scaling.md quotes these files.
+# (about 70 minutes); then docs/results/front-scaling.md from its runs and template.
 FS := bench/data/front-scaling
 bench-front-scaling: bench-setup release
 	$(BENCH) bench/front_scaling.py haproxy --fronts plainpass --reps 20 --json $(FS)/haproxy-plainpass-20-reps-calm.json
@@ -231,6 +231,7 @@ bench-front-scaling: bench-setup release
 	$(BENCH) bench/front_scaling.py envoy --fronts refusing --reps 10 --json $(FS)/envoy-refusing-10-reps.json
 	$(BENCH) bench/front_scaling.py haproxy --instructions 3000 --json $(FS)/haproxy-2.6-instructions.json
 	$(BENCH) bench/front_scaling.py haproxy --fronts plainpass --instructions 3000 --json $(FS)/haproxy-2.6-plainpass-instructions.json
+	$(BENCH) bench/front_scaling.py --page
 
 # Faults under load, overload, and a 10-minute soak per proxy, through both
 # fronts (about 35 minutes); each writes its section of docs/reliability.md.
