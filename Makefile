@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster test-k8s setup-llama test-llama demo demo-swarm fuzz \
-	bench bench-quick bench-many-fronts bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-many-fronts-sim bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -75,7 +75,7 @@ test-slow: setup build
 test-cluster: setup build
 	HUNTLB_CLUSTER_TEST=1 $(PYTEST) -q tests/test_cluster.py
 
-# A real LLM engine (issue 43, docs/llm.md "A real engine"): llama-cpp-python's
+# A real LLM engine (docs/llm.md "A real engine"): llama-cpp-python's
 # OpenAI server, compiled from source by pip into .venv, and a tiny
 # random-weight model (scripts/tiny_gguf.py). Not part of make setup or make
 # test: 354 s (6 min) on 2 cores the first time, without the multimodal library (pip's download and
@@ -144,6 +144,13 @@ bench-throughput: bench-setup release
 bench-many-fronts: bench-setup release
 	$(BENCH) bench/many_fronts.py run
 
+# The many-fronts simulation (docs/results/many-fronts-sim.md): the bounded
+# sample's study (~3 min), then the frontier's (~15 min); huntlb-sim only, one
+# process at a time (bench/many_fronts_sim.py says how to re-run single modes).
+bench-many-fronts-sim: release
+	$(BENCH) bench/many_fronts_sim.py --seeds 3 --requests 200000
+	$(BENCH) bench/many_fronts_sim.py --frontier all --seeds 3 --requests 100000
+
 # Seed 002 § VI (docs/wiki.md), a modelled Wikipedia day replayed against 8 real
 # MediaWiki replicas (RR vs SR_4; both proxies' least-request vs the shipped
 # fronts at 1 and 4 fronts), 3 paired repetitions: about 50 minutes (the
@@ -160,6 +167,7 @@ bench-vs-least: bench-setup release
 # The tier at 4 and 8 HAProxy fronts against leastconn and one front's ideal,
 # on loopback, on the emulated cluster (docs/cluster.md) and there with 1% of
 # the fleet's datagrams lost: 5 paired repetitions each, about 30 minutes; root.
+# Then docs/results/cluster.md from the runs (bench/cluster_report.py).
 CL := bench/data/cluster
 bench-cluster: bench-setup release
 	for n in 4 8; do \
@@ -168,6 +176,7 @@ bench-cluster: bench-setup release
 	  $(BENCH) bench/pairs.py haproxy leastconn FWD/pass leastconn@1 --fronts $$n --reps 5 --cluster --fleet-loss 0.01 \
 	    --json $(CL)/haproxy-$$n-loss.jsonl || exit 1; \
 	done
+	$(BENCH) bench/cluster_report.py --machine
 
 bench-agent: setup release
 	$(BENCH) bench/agent_overhead.py
@@ -176,7 +185,7 @@ bench-agent: setup release
 bench-llm-emulator: setup release
 	$(BENCH) bench/llm_emulator.py
 
-# Issue 43: 1, 2 and 4 gateways of each kind (Envoy's own least-request, an
+# 1, 2 and 4 LLM gateways of each kind (Envoy's own least-request, an
 # endpoint picker each, hunting tier fronts; HAProxy leastconn and tier fronts)
 # over 8 emulated model servers, 6 paired repetitions (a repetition an
 # invocation: 15 arms, about 12 minutes each), then the report.
@@ -186,7 +195,7 @@ LLM_WORKLOAD ?= sharegpt
 bench-llm-gateways: setup release
 	for k in 0 1 2 3 4 5; do $(BENCH) bench/llm_gateways.py --workload $(LLM_WORKLOAD) --reps 1 --first-rep $$k || exit 1; done
 
-# Issue 43 item 4: bench-llm-gateways on each workload shaped after
+# bench-llm-gateways on each workload shaped after
 # inference-perf's (about 75-85 minutes each: 6 repetitions of 15 arms; the
 # long-output one's longer requests take longest to drain), then each
 # workload's SLO rate (--sweep: 5 loads, one run per arm and load, about
@@ -211,7 +220,7 @@ bench-proxies: bench-setup release
 # and 128 servers, bare and browser-like requests: the plain fronts of
 # fleet_pass_plain (20 paired repetitions, about 8 minutes a proxy), the tier
 # fronts (30), the refusing fronts (10), HAProxy's instructions per request (tier and plain fronts, ~10 min each)
-# (about 70 minutes); docs/results/front-scaling.md quotes these files.
+# (about 70 minutes); then docs/results/front-scaling.md from its runs and template.
 FS := bench/data/front-scaling
 bench-front-scaling: bench-setup release
 	$(BENCH) bench/front_scaling.py haproxy --fronts plainpass --reps 20 --json $(FS)/haproxy-plainpass-20-reps-calm.json
@@ -222,6 +231,7 @@ bench-front-scaling: bench-setup release
 	$(BENCH) bench/front_scaling.py envoy --fronts refusing --reps 10 --json $(FS)/envoy-refusing-10-reps.json
 	$(BENCH) bench/front_scaling.py haproxy --instructions 3000 --json $(FS)/haproxy-2.6-instructions.json
 	$(BENCH) bench/front_scaling.py haproxy --fronts plainpass --instructions 3000 --json $(FS)/haproxy-2.6-plainpass-instructions.json
+	$(BENCH) bench/front_scaling.py --page
 
 # Faults under load, overload, and a 10-minute soak per proxy, through both
 # fronts (about 35 minutes); each writes its section of docs/reliability.md.

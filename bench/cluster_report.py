@@ -6,7 +6,11 @@ the hosts change: the cluster's tier/ideal over loopback's, paired by
 repetition (the beds share seeds, so a repetition meets the same arrivals and
 jobs on both).
 
-  PYTHONPATH=.:bench .venv/bin/python bench/cluster_report.py
+  PYTHONPATH=.:bench .venv/bin/python bench/cluster_report.py [--machine]
+
+The prose is bench/reports/cluster.md; the machine the runs ran on is
+bench/data/cluster/machine.txt (`--machine` writes this one's there first, as
+make bench-cluster does after its runs).
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchlib.render import render
+from benchlib.reports import machine
 from benchlib.stats import ci95
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "cluster"
 REPORT = ROOT / "docs" / "results" / "cluster.md"
+MACHINE = DATA / "machine.txt"
 BEDS = {"loopback": "loopback", "cluster": "emulated cluster", "loss": "emulated cluster, 1% fleet loss"}
 TIER, LEAST, IDEAL = "FWD/pass", "leastconn", "leastconn@1"
 BARS = {"cluster": 1.05, "loss": 1.10}
@@ -50,47 +57,31 @@ def fmt(xs: list[float]) -> str:
     return f"**{statistics.median(xs):.3f}** (mean CI {ci}, {len(xs)})"
 
 
-def main() -> int:
-    out = ["# The tier on emulated hosts: what the hosts change", "",
-           "Written by `bench/cluster_report.py` from `make bench-cluster`'s runs "
-           "(`bench/data/cluster/`). The vs-least testbed (12 apps of 2 emulated cores, 32 "
-           "workers, exponential jobs of 20 ms, ρ 0.88 of λ0, 10 s runs, open-loop Poisson "
-           "arrivals with shared seeds) through HAProxy 2.6 fronts: `FWD/pass` is the tier front "
-           "([front-tier.cfg](../../haproxy-lua/examples/front-tier.cfg)) over the agents' tier, "
-           "`leastconn` the same front with its hunting lines removed, `leastconn@1` that through "
-           "one front (one front's least is the fleet's: the ideal this testbed reaches). "
-           "On loopback every process shares 127.x addresses; on the emulated cluster "
-           "([cluster.md](../cluster.md)) each app and agent, each front, the load generator and "
-           "DNS are hosts of their own (network namespaces on a bridge), the fronts find the "
-           "backends by DNS (`server-template` over the service's name) and the agents their "
-           "peers by the same name. 5 paired repetitions per row; the beds share seeds, so "
-           "the last column pairs each repetition's tier/ideal on the cluster with the same "
-           "repetition's on loopback. Cells: median (95% CI of the mean, pairs).", "",
-           f"Machine: {platform.machine()}, 2 cores (`nproc`), other work at times; see each run's "
-           "lateness in the data.", ""]
-    flagged = []
-    for key, label in (("mean_ms", "mean"), ("p99_ms", "p99")):
-        out += [f"## {label.capitalize()} latency", "",
-                "| fronts | bed | tier / ideal | tier / leastconn | tier/ideal over loopback's | bar |",
-                "|---:|---|---|---|---|---:|"]
-        for n in (4, 8):
-            base = ratios(runs(n, "loopback"), TIER, IDEAL, key)
-            for bed, name in BEDS.items():
-                rs = runs(n, bed)
-                if not rs:
-                    continue
-                bad = [r for r in rs if r["errors"] or not r["valid"]]
-                if bad and key == "mean_ms":
-                    flagged.append(f"{n} fronts, {name}: {len(bad)} runs flagged (client errors or invalid), "
-                                   f"their pairs left out: " + ", ".join(f"{r['policy']} rep {r['rep']}" for r in bad))
-                ti = ratios(rs, TIER, IDEAL, key)
-                tl = ratios(rs, TIER, LEAST, key)
-                across = [ti[r] / base[r] for r in ti if r in base] if bed != "loopback" else []
-                bar = f"≤ {BARS[bed]:.2f}" if bed in BARS and key == "mean_ms" else ""
-                out.append(f"| {n} | {name} | {fmt(list(ti.values()))} | {fmt(list(tl.values()))} | "
-                           f"{fmt(across) if bed != 'loopback' else '1'} | {bar} |")
-        out.append("")
-    out += ["## Cost", "", "| fronts | bed | agents' CPU, cores (tier) | datagrams per request |", "|---:|---|---:|---:|"]
+def rows(key: str, flagged: list[str] | None = None) -> str:
+    """The table of `key` (mean_ms, p99_ms): a row per front count and bed;
+    flagged runs named into `flagged`."""
+    out = []
+    for n in (4, 8):
+        base = ratios(runs(n, "loopback"), TIER, IDEAL, key)
+        for bed, name in BEDS.items():
+            rs = runs(n, bed)
+            if not rs:
+                continue
+            bad = [r for r in rs if r["errors"] or not r["valid"]]
+            if bad and flagged is not None:
+                flagged.append(f"{n} fronts, {name}: {len(bad)} runs flagged (client errors or invalid), "
+                               f"their pairs left out: " + ", ".join(f"{r['policy']} rep {r['rep']}" for r in bad))
+            ti = ratios(rs, TIER, IDEAL, key)
+            tl = ratios(rs, TIER, LEAST, key)
+            across = [ti[r] / base[r] for r in ti if r in base] if bed != "loopback" else []
+            bar = f"≤ {BARS[bed]:.2f}" if bed in BARS and key == "mean_ms" else ""
+            out.append(f"| {n} | {name} | {fmt(list(ti.values()))} | {fmt(list(tl.values()))} | "
+                       f"{fmt(across) if bed != 'loopback' else '1'} | {bar} |")
+    return "\n".join(out)
+
+
+def cost() -> str:
+    out = []
     for n in (4, 8):
         for bed, name in BEDS.items():
             rs = [r for r in runs(n, bed) if r["policy"] == TIER]
@@ -98,8 +89,22 @@ def main() -> int:
                 cpu = statistics.median(r["agents_cpu"] for r in rs)
                 dg = statistics.median(r["datagrams"] / r["achieved_rate"] for r in rs if r.get("datagrams") and r["achieved_rate"])
                 out.append(f"| {n} | {name} | {cpu:.3f} | {dg:.2f} |")
-    out += ["", "## Flagged runs", ""] + ([f"* {f}" for f in flagged] or ["None: every run valid, no client error."])
-    REPORT.write_text("\n".join(out) + "\n")
+    return "\n".join(out)
+
+
+def report() -> str:
+    """docs/results/cluster.md, from the runs and bench/reports/cluster.md."""
+    flagged: list[str] = []
+    mean = rows("mean_ms", flagged)
+    return render("cluster", {"machine": MACHINE.read_text().strip(), "mean": mean, "p99": rows("p99_ms"), "cost": cost(),
+                              "flagged": "\n".join(f"* {f}" for f in flagged) or "None: every run valid, no client error."})
+
+
+def main() -> int:
+    if "--machine" in sys.argv:
+        # make bench-cluster: the machine the runs ran on, beside them
+        MACHINE.write_text(f"{platform.machine()}, {machine()}\n")
+    REPORT.write_text(report())
     print(REPORT.read_text())
     return 0
 

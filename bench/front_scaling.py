@@ -6,6 +6,7 @@ request of each front over the same front with every hunting line removed, at
 
 Usage (after `make release` and `make bench-setup`):
   PYTHONPATH=.:bench HUNTLB_PROFILE=release .venv/bin/python bench/front_scaling.py haproxy --reps 10 [--json F]
+  .venv/bin/python bench/front_scaling.py --page   (the page from its runs: measures nothing)
 
 The fronts: `plainpass` (the plain front agents with `fleet_pass_plain`
 serve: the tier front with no hunting line, its "hunting" variant bound to a
@@ -29,12 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import string
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from benchlib.fronts import Bed, pin, start_front, static_backends, wait_all_up
+from benchlib.render import TEMPLATES, render
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import REQUESTS, instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime
@@ -141,9 +144,26 @@ def report(files: list[Path]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+# The page's runs (bench/data/front-scaling/NAME.json) and its prose
+# (bench/reports/front-scaling.md, a table placed by each run's name, - and .
+# as _: ${haproxy_2_6_tier_30_reps}); what it says of them is written there.
+RUNS = Path(__file__).resolve().parent / "data" / "front-scaling"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "results" / "front-scaling.md"
+
+
+def page() -> str:
+    """docs/results/front-scaling.md: the template with each named run's tables."""
+    names = {re.sub(r"\W", "_", p.stem): p for p in sorted(RUNS.glob("*.json"))}
+    wanted = string.Template((TEMPLATES / "front-scaling.md").read_text()).get_identifiers()
+    missing = [w for w in wanted if w not in names]
+    if missing:
+        raise KeyError(f"bench/reports/front-scaling.md: no run bench/data/front-scaling/NAME.json for {missing}")
+    return render("front-scaling", {w: report([names[w]]).rstrip("\n") for w in wanted})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("proxy", choices=["envoy", "haproxy"])
+    ap.add_argument("proxy", nargs="?", choices=["envoy", "haproxy"])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seconds", type=int, default=1)
     ap.add_argument("--servers", default="3,12,48,128")
@@ -160,10 +180,18 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="measure nothing: print the tables of these runs (docs/results/front-scaling.md quotes them)")
+    ap.add_argument("--page", action="store_true",
+                    help=f"measure nothing: write {PAGE.relative_to(PAGE.parents[2])} from its runs and its template")
     a = ap.parse_args()
     if a.report:
         print(report(a.report), end="")
         return 0
+    if a.page:
+        PAGE.write_text(page())
+        print(f"wrote {PAGE.relative_to(PAGE.parents[2])}")
+        return 0
+    if a.proxy is None:
+        ap.error("the proxy to measure: envoy or haproxy (or --report, --page)")
     counts = [int(x) for x in a.servers.split(",")]
     work = Path(tempfile.mkdtemp(prefix="huntlb-front-scaling-"))
     procs, addrs, hr = Procs(work), Addrs(), HaproxyRoot(a.haproxy)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Several gateways over one fleet of model servers, against one gateway's
-ideal (issue 43; make bench-llm-gateways).
+ideal (make bench-llm-gateways).
 
 A fleet of emulated model servers (`huntlb-llm`, SERVERS of them, SEATS
 seats each, at TIME_SCALE of real time so it fits on 2 cores), each on its own
@@ -9,7 +9,7 @@ The same open-loop Poisson load of streamed completions (`huntlb-llmload`,
 lognormal prompt and output lengths, one seed per repetition shared by every
 arm) goes through each arm in turn:
 
-For each gateway count N (1, 2 and 4), three arms (issue 43's matrix):
+For each gateway count N (1, 2 and 4), three arms:
 
 * lrN: N Envoys with their own least-request (FULL_SCAN), straight to the
   model servers: no agent in the path, the proxy as strong as it goes;
@@ -26,6 +26,10 @@ For each gateway count N (1, 2 and 4), three arms (issue 43's matrix):
 
 and the same on HAProxy at 1, 2 and 4 (ha-lrN: leastconn straight to the
 servers; ha-huntN: haproxy-lua/examples/front-tier.cfg over the agents).
+Run only when --arms names them, hunting arms over other agents beside the same
+servers (AGENTS): huntNt (load = "llm"), huntpN (prefix affinity), huntkN (the
+KV-cache rule). The arms are a table, ARMS (name -> Arm: kind, gateways, proxy,
+agents); a name is a label, and what an arm runs is read from its Arm.
 With N gateways the load is split among them (request i to gateway i mod N).
 
 Each arm's gateways (and pickers) run only during its runs; the fleet is idle
@@ -67,6 +71,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchlib import data as rundata
@@ -96,61 +101,109 @@ WORKLOADS = {"sharegpt": WORKLOAD, "shared-prefix": {}, "long-prompt": {}, "long
 # their end, against 4 seats; a fourth long answer makes the server preempt.
 SERVER_FLAGS = {"shared-prefix": {"kv_blocks": 27_500 * 32 // 256}, "long-output": {"kv_blocks": 96}}
 DEFAULT_WORKLOAD = "sharegpt"
-# The SLO of issue 43's sweep: TTFT p90 under 500 ms of the model's clock,
+# The SLO of the sweep: TTFT p90 under 500 ms of the model's clock,
 # which the emulator runs at TIME_SCALE
 SLO_P90_MS = 500.0
-# arm -> (kind, gateways, proxy), in the order the report lists them
-ARMS = {"epp1": ("epp", 1, "envoy"), "epp2": ("epp", 2, "envoy"), "epp4": ("epp", 4, "envoy"),
-        "eppp1": ("eppp", 1, "envoy"), "eppp2": ("eppp", 2, "envoy"), "eppp4": ("eppp", 4, "envoy"),
-        "lr1": ("lr", 1, "envoy"), "lr2": ("lr", 2, "envoy"), "lr4": ("lr", 4, "envoy"),
-        "hunt1": ("hunt", 1, "envoy"), "hunt2": ("hunt", 2, "envoy"), "hunt4": ("hunt", 4, "envoy"),
-        "ha-lr1": ("lr", 1, "haproxy"), "ha-lr2": ("lr", 2, "haproxy"), "ha-lr4": ("lr", 4, "haproxy"),
-        "ha-hunt1": ("hunt", 1, "haproxy"), "ha-hunt2": ("hunt", 2, "haproxy"), "ha-hunt4": ("hunt", 4, "haproxy"),
-        "hunt1t": ("hunt", 1, "envoy"), "hunt2t": ("hunt", 2, "envoy"), "hunt4t": ("hunt", 4, "envoy"),
-        "huntp1": ("hunt", 1, "envoy"), "huntp2": ("hunt", 2, "envoy"), "huntp4": ("hunt", 4, "envoy"),
-        "huntk1": ("hunt", 1, "envoy"), "huntk2": ("hunt", 2, "envoy"), "huntk4": ("hunt", 4, "envoy")}
-BASE = "epp1"
-
-
-# Hunting arms over agents that weigh prompts (load = "llm": requests in
-# flight plus the prompts waiting for prefill, in seats; docs/llm.md), a
-# second set of agents beside the same servers (benchlib.llmfleet.llm_agents).
-# Run only when --arms names them.
-LLM_LOAD_ARMS = ("hunt1t", "hunt2t", "hunt4t")
-# Hunting arms over agents that weigh prompts and keep a prompt's prefix at
-# its home (`llm_prefix_bytes`: docs/llm.md, "Prefix affinity"), a third set
-# of agents beside the same servers. Run only when --arms names them.
-PREFIX_ARMS = ("huntp1", "huntp2", "huntp4")
-# llm_prefix_bytes: 64 tokens, inside every shared-prefix system prompt (2,048
-# tokens) and past what tells two apart (its group's number, in the first 32
-# bytes); llm_prefix_bound: the agent's default (None)
-PREFIX_BYTES = 256
-# Hunting arms over agents with load = "llm" and the KV-cache rule
-# (`llm_metrics_url`: a server at or past KV_BUSY_AT of its cache counts as
-# full; docs/llm.md § 5), a fourth set of agents beside the same servers.
-# Run only when --arms names them; each against hunt{n}t (the same agents
-# without the rule).
-KV_ARMS = ("huntk1", "huntk2", "huntk4")
-KV_BUSY_AT = 0.95  # the agent's default
-# The pickers with GIE's prefix-cache-scorer: run only when --arms names them.
-PREFIX_EPP_ARMS = ("eppp1", "eppp2", "eppp4")
-PICKERS = ("epp", "eppp")
-
-
-def one_of_kind(arm: str) -> str:
-    """The 1-gateway arm of an arm's kind and proxy (hunt4 -> hunt1, hunt4t -> hunt1t, huntp4 -> huntp1)."""
-    t = "t" if arm in LLM_LOAD_ARMS else ""
-    return arm.removesuffix(t).rstrip("0123456789") + "1" + t
-
-
-def fleet_of(arm: str, fleet, llm_fleet, prefix_fleet=None, kv_fleet=None):
-    """The agents an arm's gateways reach: the load = llm ones for
-    LLM_LOAD_ARMS, the prefix-affine ones for PREFIX_ARMS, the ones with the
-    KV-cache rule for KV_ARMS."""
-    return llm_fleet if arm in LLM_LOAD_ARMS else prefix_fleet if arm in PREFIX_ARMS else kv_fleet if arm in KV_ARMS else fleet
 # GIE's 50-ms scrape interval, on the emulator's clock: at TIME_SCALE every
 # duration of the model is shorter, and so is the picker's wait for news
 PICKER_INTERVAL_MS = round(50 * TIME_SCALE)
+# llm_prefix_bytes: 64 tokens, inside every shared-prefix system prompt (2,048
+# tokens) and past what tells two apart (its group's number, in the first 32
+# bytes); llm_prefix_bound: the agent's default (None), or --prefix-bound
+PREFIX_BYTES = 256
+KV_BUSY_AT = 0.95  # the agent's default
+
+# The sets of agents beside the same servers, by name -> their options
+# (benchlib.llmfleet.llm_agents; None: the model fleet's own agents, which
+# count requests). A set starts only when an arm to run reaches it.
+AGENTS: dict[str, dict | None] = {
+    "counts": None,
+    # load = "llm": requests in flight plus the prompts waiting for prefill, in seats (docs/llm.md § 5)
+    "llm": {},
+    # load = "llm" and a prompt's prefix kept at its home (`llm_prefix_bytes`: docs/llm.md § 7)
+    "prefix": {"prefix_bytes": PREFIX_BYTES},
+    # load = "llm" and the KV-cache rule (`llm_metrics_url`: a server at or past
+    # KV_BUSY_AT of its cache counts as full; docs/llm.md § 5), the page read as
+    # often as a picker scrapes it
+    "kv": {"kv_busy_at": KV_BUSY_AT, "kv_poll_ms": PICKER_INTERVAL_MS},
+}
+PICKERS = ("epp", "eppp")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What an arm runs: `gateways` gateways of `proxy`, each of `kind` (lr:
+    the proxy's own least pick, straight to the servers; epp: Envoy with its
+    own endpoint picker, GIE's default scoring; eppp: the same with GIE's
+    prefix-cache-scorer; hunt: the tier fronts over the agents `agents`)."""
+    kind: str
+    gateways: int
+    proxy: str
+    # the agent set (AGENTS) a hunting arm's gateways reach; the straight arms
+    # reach the servers only (the model fleet's)
+    agents: str = "counts"
+    # run when --arms names no arms
+    by_default: bool = True
+    # agent sets whose Envoy hunting arm at the same count this arm is also held against
+    also_against: tuple[str, ...] = ()
+
+
+# The arms, in the order the report lists them: each family at 1, 2 and 4
+# gateways. A name is a label; what an arm runs is its Arm.
+FAMILIES = [  # (name, with {n} for the count, Arm's fields but the count)
+    ("epp{n}", dict(kind="epp", proxy="envoy")),
+    ("eppp{n}", dict(kind="eppp", proxy="envoy", by_default=False)),
+    ("lr{n}", dict(kind="lr", proxy="envoy")),
+    ("hunt{n}", dict(kind="hunt", proxy="envoy")),
+    ("ha-lr{n}", dict(kind="lr", proxy="haproxy")),
+    ("ha-hunt{n}", dict(kind="hunt", proxy="haproxy")),
+    ("hunt{n}t", dict(kind="hunt", proxy="envoy", agents="llm", by_default=False, also_against=("counts",))),
+    ("huntp{n}", dict(kind="hunt", proxy="envoy", agents="prefix", by_default=False, also_against=("counts", "llm"))),
+    ("huntk{n}", dict(kind="hunt", proxy="envoy", agents="kv", by_default=False, also_against=("counts", "llm"))),
+]
+ARMS: dict[str, Arm] = {name.format(n=n): Arm(gateways=n, **fields) for name, fields in FAMILIES for n in (1, 2, 4)}
+BASE = "epp1"
+
+
+def arm_like(arm: str, **change) -> str | None:
+    """The arm that runs what `arm` runs with `change` (gateways=1: its one-gateway arm); None if there is none."""
+    want = replace(ARMS[arm], **change)
+    return next((a for a, x in ARMS.items() if x == want), None)
+
+
+def one_of_kind(arm: str) -> str:
+    """The 1-gateway arm of an arm's kind, proxy and agents (hunt4 -> hunt1, hunt4t -> hunt1t, huntp4 -> huntp1)."""
+    return arm_like(arm, gateways=1)
+
+
+def hunting(agents: str, gateways: int, proxy: str) -> str | None:
+    """The hunting arm of this many gateways of `proxy` over these agents."""
+    return next((a for a, x in ARMS.items() if (x.kind, x.agents, x.gateways, x.proxy) == ("hunt", agents, gateways, proxy)), None)
+
+
+def baselines(arm: str) -> list[str]:
+    """What a hunting arm is held against at its count: the least-request arms
+    of its proxy and every picker arm, in ARMS' order."""
+    x = ARMS[arm]
+    return [o for o, y in ARMS.items() if y.gateways == x.gateways
+            and (y.kind in PICKERS or (y.kind == "lr" and y.proxy == x.proxy))]
+
+
+def arms_over(agents: str) -> tuple[str, ...]:
+    """The arms whose gateways reach this agent set."""
+    return tuple(a for a, x in ARMS.items() if x.kind == "hunt" and x.agents == agents)
+
+
+def fleet_name(arm: str) -> str:
+    """The agent set (AGENTS) an arm's gateways reach; a straight arm, the model fleet's (for its servers)."""
+    return ARMS[arm].agents if ARMS[arm].kind == "hunt" else "counts"
+
+
+def fleet_of(arm: str, fleets: dict[str, list]) -> list:
+    """The agents an arm's gateways reach, from the sets started, by name."""
+    return fleets[fleet_name(arm)]
+
+
 FORWARD_SENT = 'huntlb_forwards_total{outcome="sent"}'
 REPORTS_SENT = "huntlb_fleet_reports_sent_total"
 # prefix affinity's outcomes at the agents (0 where it is off)
@@ -222,11 +275,11 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
     """One run of `arm` (its gateways started, then stopped); the prompts
     salted with `salt` (the arm's name unless given)."""
     salt = arm if salt is None else salt
-    kind, n, proxy = ARMS[arm]
+    x = ARMS[arm]
     procs = Procs(work / f"{workload}-{arm}-rep{rep}{tag}")
     procs.log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        gs = gateways(procs, addrs, fleet, kind, n, proxy, hr=hr, interval_ms=PICKER_INTERVAL_MS, seed=seed)
+        gs = gateways(procs, addrs, fleet, x.kind, x.gateways, x.proxy, hr=hr, interval_ms=PICKER_INTERVAL_MS, seed=seed)
         targets, pids, gws = [g.target for g in gs], [p for g in gs for p in g.pids], [g.picker for g in gs if g.picker]
         quiet(fleet)
         served0 = [llm_metrics(b.app)["vllm:request_success_total"] for b in fleet]
@@ -331,19 +384,19 @@ def num(x, f: str = ".1f") -> str:
     return "-" if x is None or x != x else format(x, f)
 
 
-# The acceptance bound of issue 43: N gateways' TTFT p50 and p90 within this
+# The bound hunting is held to: N gateways' TTFT p50 and p90 within this
 # of one gateway's, on the same requests
 BOUND = 1.10
 
 
 def verdicts(runs: list[dict]) -> list[str]:
-    """Issue 43's acceptance, read from the paired ratios: each N-gateway
+    """The verdicts, read from the paired ratios: each N-gateway
     hunting arm within BOUND of its 1-gateway arm at TTFT p50 and p90 (the
     median, and the CI's upper end), and hunting against the least-request and
     picker arms at the same count (below 1: the CI's upper end under 1)."""
     out = []
     have = {r["arm"] for r in runs}
-    for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and ARMS[a][1] > 1 and a in have]:
+    for arm in [a for a in ARMS if ARMS[a].kind == "hunt" and ARMS[a].gateways > 1 and a in have]:
         one = one_of_kind(arm)
         for k in ("ttft_p50_ms", "ttft_p90_ms"):
             xs = ratios(runs, arm, k, one)
@@ -356,10 +409,8 @@ def verdicts(runs: list[dict]) -> list[str]:
             up, which = (hi, "the median's CI") if hi == hi else (m + h, "the mean's CI")
             held = "missed" if med > BOUND else "holds" if up <= BOUND else f"holds at the median, not at the upper end of {which}"
             out.append(f"* {arm} / {one}, TTFT {k.split('_')[1]}: {med:.3f}, {which} up to {up:.3f}: {held}")
-    for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and a in have]:
-        _, n, proxy = ARMS[arm]
-        for other in [o for o in ARMS if ARMS[o][0] in ("lr", *PICKERS) and ARMS[o][1] == n and o in have
-                      and (ARMS[o][2] == proxy or ARMS[o][0] in PICKERS)]:
+    for arm in [a for a in ARMS if ARMS[a].kind == "hunt" and a in have]:
+        for other in [o for o in baselines(arm) if o in have]:
             cells = []
             for k in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "e2e_mean_ms"):
                 xs = ratios(runs, arm, k, other)
@@ -412,8 +463,8 @@ def tables(every: list[dict], excluded: dict[int, str]) -> dict:
             return statistics.median(xs) if xs else float("nan")
         errs = sum(r["errors"] for r in rs)
         ratio = {k: fmt_ratio(ratios(runs, arm, k)) if arm != BASE else "1" for k in KEYS}
-        kind, n, proxy = ARMS[arm]
-        rows.append(f"| {arm} | {proxy} | {n} | {len(rs)} | {med('ttft_p50_ms'):.1f} | {ratio['ttft_p50_ms']} | {med('ttft_p90_ms'):.1f} | "
+        x = ARMS[arm]
+        rows.append(f"| {arm} | {x.proxy} | {x.gateways} | {len(rs)} | {med('ttft_p50_ms'):.1f} | {ratio['ttft_p50_ms']} | {med('ttft_p90_ms'):.1f} | "
                     f"{ratio['ttft_p90_ms']} | {med('ttft_p99_ms'):.1f} | "
                     f"{ratio['ttft_p99_ms']} | {100 * med('queued_share'):.1f} | {med('e2e_mean_ms'):.1f} | {ratio['e2e_mean_ms']} | "
                     f"{num(med('tpot_p50_ms'), '.2f')} | {num(med('tpot_p90_ms'), '.2f')} | {num(med('out_tokens_per_s'), '.0f')} | {flag(errs)} | "
@@ -426,20 +477,17 @@ def tables(every: list[dict], excluded: dict[int, str]) -> dict:
     have = {r["arm"] for r in runs}
     # N gateways against one of their own kind, on the same requests
     same = []
-    for arm in [a for a in ARMS if ARMS[a][1] > 1 and a in have and one_of_kind(a) in have]:
+    for arm in [a for a in ARMS if ARMS[a].gateways > 1 and a in have and one_of_kind(a) in have]:
         one = one_of_kind(arm)
         cells = [fmt_ratio(ratios(runs, arm, k, one)) for k in KEYS]
         same.append(f"| {arm} / {one} | " + " | ".join(cells) + " |")
     # hunting against the other arms at the same gateway count
     versus = []
-    for arm in [a for a in ARMS if ARMS[a][0] == "hunt" and a in have]:
-        _, n, proxy = ARMS[arm]
-        # a load = llm arm also against the same gateways over load = inflight agents (hunt4t / hunt4),
-        # a prefix-affine one against both (huntp4 / hunt4, huntp4 / hunt4t)
-        others = [o for o in ARMS if ARMS[o][0] in ("lr", *PICKERS) and ARMS[o][1] == n and o in have
-                  and (ARMS[o][2] == proxy or ARMS[o][0] in PICKERS)] + [o for o in [arm.removesuffix("t")] if arm in LLM_LOAD_ARMS and o in have] \
-            + [o for o in (f"hunt{n}", f"hunt{n}t") if arm in PREFIX_ARMS + KV_ARMS and o in have]
-        for other in others:
+    for arm in [a for a in ARMS if ARMS[a].kind == "hunt" and a in have]:
+        # and against the hunting arms over the agent sets its Arm names (hunt4t / hunt4; huntp4 / hunt4, huntp4 / hunt4t)
+        x = ARMS[arm]
+        others = baselines(arm) + [hunting(s, x.gateways, x.proxy) for s in x.also_against]
+        for other in [o for o in others if o in have]:
             cells = [fmt_ratio(ratios(runs, arm, k, other)) for k in KEYS]
             versus.append(f"| {arm} / {other} | " + " | ".join(cells) + " |")
     return {"rows": "\n".join(rows), "same_kind": "\n".join(same), "versus": "\n".join(versus), "verdicts": "\n".join(verdicts(runs)),
@@ -543,8 +591,7 @@ def load_data(out: Path = RESULTS) -> dict | None:
     return rundata.read(p) if p.exists() else None
 
 
-def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, out: Path, llm_fleet=None, prefix_fleet=None,
-          kv_fleet=None) -> None:
+def sweep(a, data: dict, work: Path, addrs: Addrs, fleets: dict[str, list], arms: list[str], hr, out: Path) -> None:
     """One run per arm at each load step, on one workload (the module's
     docstring: the SLO rate, and its bound)."""
     w = a.workload
@@ -559,7 +606,7 @@ def sweep(a, data: dict, work: Path, addrs: Addrs, fleet, arms: list[str], hr, o
             # the rate grows; the salt names the step's load, so no step finds
             # another step's prompts cached, whichever invocation ran it
             # (in thousandths: a salt is letters, digits and -)
-            res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet, kv_fleet), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
+            res = run_arm(work, addrs, fleet_of(arm, fleets), arm, rho * cap, a.seconds, SWEEP_SEED, k, hr, workload=w,
                           tag=f"-sweep{rho:g}", salt=f"{arm}-rho{round(rho * 1000)}")
             res["rho"] = rho
             sw["runs"] = [r for r in sw["runs"] if not (r["arm"] == arm and r["rho"] == rho)] + [res]
@@ -581,11 +628,11 @@ def main() -> int:
     ap.add_argument("--first-rep", type=int, default=0)
     ap.add_argument("--rho", type=float, default=0.85, help="load, as a fraction of the fleet's calibrated throughput")
     ap.add_argument("--seconds", type=float, default=None, help="seconds of arrivals a run (40; a sweep's step 20)")
-    ap.add_argument("--arms", default=",".join(a for a in ARMS if a not in LLM_LOAD_ARMS + PREFIX_ARMS + PREFIX_EPP_ARMS + KV_ARMS),
-                    help=f"arms to run, comma separated (default: all but {', '.join(LLM_LOAD_ARMS)}, the hunting arms over load = llm agents, "
-                         f"{', '.join(PREFIX_ARMS)}, the hunting arms over prefix-affine agents, "
-                         f"{', '.join(KV_ARMS)}, the hunting arms over load = llm agents with the KV-cache rule, "
-                         f"and {', '.join(PREFIX_EPP_ARMS)}, the pickers with GIE's prefix-cache-scorer)")
+    ap.add_argument("--arms", default=",".join(a for a, x in ARMS.items() if x.by_default),
+                    help=f"arms to run, comma separated (default: all but {', '.join(arms_over('llm'))}, the hunting arms over load = llm agents, "
+                         f"{', '.join(arms_over('prefix'))}, the hunting arms over prefix-affine agents, "
+                         f"{', '.join(arms_over('kv'))}, the hunting arms over load = llm agents with the KV-cache rule, "
+                         f"and {', '.join(a for a, x in ARMS.items() if x.kind == 'eppp')}, the pickers with GIE's prefix-cache-scorer)")
     ap.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=list(WORKLOADS), help="huntlb-llmload's workload")
     ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput on the workload again (else the data's); "
                     "the workload's runs at the old rate go")
@@ -609,16 +656,16 @@ def main() -> int:
     unknown = [x for x in arms if x not in ARMS]
     if unknown:
         ap.error(f"no arm {unknown}; the arms: {', '.join(ARMS)}")
-    hr = HaproxyRoot("2.6") if any(ARMS[x][2] == "haproxy" for x in arms) else None
+    hr = HaproxyRoot("2.6") if any(ARMS[x].proxy == "haproxy" for x in arms) else None
     w = a.workload
     try:
         fleet = model_fleet(procs, addrs, SERVERS, SEATS, TIME_SCALE, **SERVER_FLAGS.get(w, {}))
-        llm_fleet = llm_agents(procs, fleet, SEATS) if any(x in LLM_LOAD_ARMS for x in arms) else None
-        prefix_fleet = (llm_agents(procs, fleet, SEATS, prefix_bytes=PREFIX_BYTES, prefix_bound=a.prefix_bound)
-                        if any(x in PREFIX_ARMS for x in arms) else None)
-        # the agents read the page as often as a picker scrapes it (GIE's 50 ms on the emulator's clock)
-        kv_fleet = (llm_agents(procs, fleet, SEATS, kv_busy_at=KV_BUSY_AT, kv_poll_ms=PICKER_INTERVAL_MS)
-                    if any(x in KV_ARMS for x in arms) else None)
+        # the agent sets the arms reach, each beside the same servers
+        fleets = {"counts": fleet}
+        for name, opts in AGENTS.items():
+            if opts is not None and any(fleet_name(x) == name for x in arms):
+                bound = {"prefix_bound": a.prefix_bound} if name == "prefix" else {}
+                fleets[name] = llm_agents(procs, fleet, SEATS, **opts, **bound)
         if data is None:
             data = {"machine": machine(), "runs": []}
         if params(data, w) is None or a.calibrate:
@@ -632,7 +679,7 @@ def main() -> int:
                 data.setdefault("workloads", {})[w] = {"calibration": cal}
         p = params(data, w)
         if a.sweep:
-            sweep(a, data, work, addrs, fleet, arms, hr, a.out, llm_fleet, prefix_fleet, kv_fleet)
+            sweep(a, data, work, addrs, fleets, arms, hr, a.out)
         else:
             p["rho"], p["seconds"] = a.rho, a.seconds
             if w != DEFAULT_WORKLOAD:
@@ -643,8 +690,8 @@ def main() -> int:
                 # the arms' order turns with the repetition: none always runs first
                 order = arms[rep % len(arms):] + arms[:rep % len(arms)]
                 for arm in order:
-                    res = run_arm(work, addrs, fleet_of(arm, fleet, llm_fleet, prefix_fleet, kv_fleet), arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
-                    if arm in PREFIX_ARMS and a.prefix_bound is not None:
+                    res = run_arm(work, addrs, fleet_of(arm, fleets), arm, p["rate"], a.seconds, seed, rep, hr, workload=w)
+                    if ARMS[arm].agents == "prefix" and a.prefix_bound is not None:
                         res["prefix_bound"] = a.prefix_bound
                     data["runs"] = [r for r in data["runs"] if not (workload_of(r) == w and r["rep"] == rep and r["arm"] == arm)] + [res]
                     rundata.write(data_path(NAME, a.out), data)

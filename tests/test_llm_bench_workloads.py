@@ -1,4 +1,4 @@
-"""bench/llm_gateways.py's workloads and SLO sweep (issue 43 item 4), without
+"""bench/llm_gateways.py's workloads and SLO sweep, without
 running a fleet: the SLO rate read from a sweep's steps, the report grouping
 runs by workload (runs from before workloads are sharegpt's, and the page
 stays what it was), and huntlb-llmload's schedules as --dry-run prints them."""

@@ -257,19 +257,20 @@ def test_the_bench_arms_over_agents_with_the_kv_rule_run_them(procs, addrs):
     # fourth set of agents beside the same servers, reading each server's KV use
     import llm_gateways as bench
     from benchlib.llmfleet import gateways, llm_agents, model_fleet
-    assert set(bench.KV_ARMS) <= set(bench.ARMS) and bench.one_of_kind("huntk4") == "huntk1"
-    assert not set(bench.KV_ARMS) & set(bench.LLM_LOAD_ARMS + bench.PREFIX_ARMS)
+    assert bench.arms_over("kv") == ("huntk1", "huntk2", "huntk4") and bench.one_of_kind("huntk4") == "huntk1"
+    assert not bench.ARMS["huntk2"].by_default
     fleet = model_fleet(procs, addrs, 2, 2, 0.1)
     llm = llm_agents(procs, fleet, 2)
     kv = llm_agents(procs, fleet, 2, kv_busy_at=bench.KV_BUSY_AT)
-    assert bench.fleet_of("huntk2", fleet, llm, None, kv) is kv and bench.fleet_of("hunt2t", fleet, llm, None, kv) is llm
+    fleets = {"counts": fleet, "llm": llm, "kv": kv}
+    assert bench.fleet_of("huntk2", fleets) is kv and bench.fleet_of("hunt2t", fleets) is llm
     assert {a.agent for a in kv}.isdisjoint(a.agent for a in llm + fleet)
     # each reads its own server's page
     wait_until(lambda: all(a.metrics()[POLLS % "ok"] >= 2 for a in kv), what="the kv agents reading their servers")
     assert all(a.metrics()[FULL] == 0 and a.metrics()[POLLS % "failed"] == a.metrics()[POLLS % "rejected"] == 0 for a in kv)
     assert FULL not in llm[0].metrics()
-    kind, n, proxy = bench.ARMS["huntk2"]
-    g0, g1 = gateways(procs, addrs, bench.fleet_of("huntk2", fleet, llm, None, kv), kind, n, proxy)  # as run_arm builds them
+    arm = bench.ARMS["huntk2"]
+    g0, g1 = gateways(procs, addrs, bench.fleet_of("huntk2", fleets), arm.kind, arm.gateways, arm.proxy)  # as run_arm builds them
     before = served(fleet)
     for i in range(4):
         status, _, _ = request((g0, g1)[i % 2].target, "POST", "/v1/completions", headers={"content-type": "application/json"},

@@ -183,10 +183,11 @@ def test_the_bench_arms_over_load_llm_agents_run_them(procs, addrs):
     # bench/llm_gateways.py's hunt1t/hunt2t/hunt4t: the tier fronts over a
     # second set of agents beside the same servers (benchlib.llmfleet.llm_agents)
     import llm_gateways as bench
-    assert set(bench.LLM_LOAD_ARMS) <= set(bench.ARMS) and bench.one_of_kind("hunt4t") == "hunt1t"
+    assert bench.arms_over("llm") == ("hunt1t", "hunt2t", "hunt4t") and bench.one_of_kind("hunt4t") == "hunt1t"
     fleet = model_fleet(procs, addrs, 2, 1, 0.1)
     a, b = llm = llm_agents(procs, fleet, 1)
-    assert bench.fleet_of("hunt2t", fleet, llm) is llm and bench.fleet_of("hunt2", fleet, llm) is fleet
+    fleets = {"counts": fleet, "llm": llm}
+    assert bench.fleet_of("hunt2t", fleets) is llm and bench.fleet_of("hunt2", fleets) is fleet
     # they weigh prompts: a's seat held, a long prompt waiting is a's prefill backlog
     c, r = stream(a.agent, {"prompt": "held", "max_tokens": 100_000})
     assert r.status == 200 and events(r, 1)
@@ -199,8 +200,8 @@ def test_the_bench_arms_over_load_llm_agents_run_them(procs, addrs):
         q.close()
         c.close()
     wait_until(lambda: a.metrics()["huntlb_busy"] == 0, what="a idle")
-    kind, n, proxy = bench.ARMS["hunt2t"]
-    g0, g1 = gateways(procs, addrs, bench.fleet_of("hunt2t", fleet, llm), kind, n, proxy)  # as run_arm builds them
+    arm = bench.ARMS["hunt2t"]
+    g0, g1 = gateways(procs, addrs, bench.fleet_of("hunt2t", fleets), arm.kind, arm.gateways, arm.proxy)  # as run_arm builds them
     for i in range(4):
         status, _, _ = request((g0, g1)[i % 2].target, "POST", "/v1/completions", body=json.dumps({"prompt": f"q {i}", "max_tokens": 2}).encode())
         assert status == 200

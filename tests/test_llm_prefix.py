@@ -239,15 +239,16 @@ def test_the_bench_arms_over_prefix_affine_agents_run_them(procs, addrs):
     # set of agents beside the same servers, prefix-affine (benchlib.llmfleet.llm_agents)
     import llm_gateways as bench
     from benchlib.llmfleet import gateways, llm_agents, model_fleet
-    assert set(bench.PREFIX_ARMS) <= set(bench.ARMS) and bench.one_of_kind("huntp4") == "huntp1"
+    assert bench.arms_over("prefix") == ("huntp1", "huntp2", "huntp4") and bench.one_of_kind("huntp4") == "huntp1"
     fleet = model_fleet(procs, addrs, 3, 4, 0.1)
     llm = llm_agents(procs, fleet, 4)
     prefix = llm_agents(procs, fleet, 4, prefix_bytes=bench.PREFIX_BYTES)
-    assert bench.fleet_of("huntp2", fleet, llm, prefix) is prefix and bench.fleet_of("hunt2t", fleet, llm, prefix) is llm
-    assert bench.fleet_of("hunt2", fleet, llm, prefix) is fleet
+    fleets = {"counts": fleet, "llm": llm, "prefix": prefix}
+    assert bench.fleet_of("huntp2", fleets) is prefix and bench.fleet_of("hunt2t", fleets) is llm
+    assert bench.fleet_of("hunt2", fleets) is fleet and bench.fleet_of("lr2", fleets) is fleet
     assert {a.agent for a in prefix}.isdisjoint(a.agent for a in llm + fleet)
-    kind, n, proxy = bench.ARMS["huntp2"]
-    g0, g1 = gateways(procs, addrs, bench.fleet_of("huntp2", fleet, llm, prefix), kind, n, proxy)  # as run_arm builds them
+    arm = bench.ARMS["huntp2"]
+    g0, g1 = gateways(procs, addrs, bench.fleet_of("huntp2", fleets), arm.kind, arm.gateways, arm.proxy)  # as run_arm builds them
     before = success(fleet)
     for i in range(6):
         status, _, _ = request((g0, g1)[i % 2].target, "POST", "/v1/completions", headers=JSON,

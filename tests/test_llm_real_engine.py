@@ -1,4 +1,4 @@
-"""The agent beside a real LLM engine (issue 43): llama-cpp-python's OpenAI
+"""The agent beside a real LLM engine: llama-cpp-python's OpenAI
 server (llama.cpp underneath) on a tiny random-weight model (`make
 setup-llama`), two servers, each with its agent, the agents a forwarding
 tier. The server runs one request at a time (workers = 1) and has no
@@ -190,7 +190,8 @@ def test_through_a_haproxy_tier_front_no_stream_reaches_the_busy_server(procs, a
     # server, so some of these land on a's agent; each must be passed on to
     # b (a's held stream would be cut, and a's log would count it, were it not).
     # Each is sent once the one before has ended (`streamed`): b is free then,
-    # and a's agent must know it (docs/llm.md § 6: what it took).
+    # and a's agent must know it (llama-cpp-python sends [DONE] 1-3 ms before
+    # the response ends, and b's agent counts the stream until it ends).
     a, b = bs = real_fleet(procs, addrs)
     front = gateway("haproxy-2.6", "front-tier.cfg", procs, addrs, bs)
     # Until an offer at a decides by the counts, b's count reaches a in beats

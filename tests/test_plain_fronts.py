@@ -1,4 +1,4 @@
-"""Plain fronts over a forwarding tier (`fleet_pass_plain`, issue 39): the
+"""Plain fronts over a forwarding tier (`fleet_pass_plain`): the
 proxy's own least-request and health check, no hunting line at all
 (`envoy-filter/examples/plain-snippet.yaml` and
 `haproxy-lua/examples/plain-snippet.cfg` pasted into stock configs, or the

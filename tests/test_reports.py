@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import agent_overhead
+import cluster_report
 import elb
 import haproxy_ablation
 import haproxy_profile
@@ -58,11 +59,11 @@ def report_of(data: Path) -> Path | None:
     return next((p for p in (RESULTS / f"{name}.md", ROOT / "docs" / f"{name}.md") if p.exists()), None)
 
 
-def not_in_data(report: str, data: str, name: str) -> list[str]:
+def not_in_data(report: str, data: str, name: str, prose: bool = True) -> list[str]:
     """The decimal numbers of `report` found whole neither in `data` nor in the
     prose of its templates (bench/reports/NAME.md, NAME.*.md: numbers written
-    there are text, found by grep in the template)."""
-    prose = "".join(t.read_text() for t in sorted(TEMPLATES.glob(f"{name}*.md")))
+    there are text, found by grep in the template; prose=False: not even there)."""
+    prose = "".join(t.read_text() for t in sorted(TEMPLATES.glob(f"{name}*.md"))) if prose else ""
     found = _whole_numbers(data) | _whole_numbers(prose)
     return [n for n in DECIMAL.findall(report) if n not in found]
 
@@ -212,11 +213,13 @@ def test_the_fleet_faults_numbers_grep_to_their_runs():
 
 
 def test_the_front_scaling_tables_are_their_runs_and_its_numbers_grep_to_them():
-    # docs/results/front-scaling.md quotes bench/front_scaling.py --report of
-    # the runs it names, verbatim; every other number of it is in those runs'
-    # printed output (bench/data/front-scaling/*.txt) or is a setting.
+    # docs/results/front-scaling.md is its template (bench/reports/front-scaling.md)
+    # with bench/front_scaling.py --report of the runs it names, verbatim; every
+    # other number of it is in those runs' printed output
+    # (bench/data/front-scaling/*.txt) or is a setting, not only in its template.
     import front_scaling
     doc = (RESULTS / "front-scaling.md").read_text()
+    assert front_scaling.page() == doc
     named = sorted(set(re.findall(r"`([\w.-]+\.json)`", doc)))
     assert named, "front-scaling.md names no run"
     tables = front_scaling.report([DATA / "front-scaling" / n for n in named])
@@ -227,5 +230,11 @@ def test_the_front_scaling_tables_are_their_runs_and_its_numbers_grep_to_them():
         prose = prose.replace(line, "")
     kept = "".join(p.read_text() for p in sorted((DATA / "front-scaling").iterdir()) if p.suffix == ".txt")
     settings = {"0.5", "0.88", "0.95", "1.5"}  # health interval, rho, the bar, ...
-    missing = [n for n in not_in_data(prose, kept + tables, "front-scaling") if n not in settings]
+    missing = [n for n in not_in_data(prose, kept + tables, "front-scaling", prose=False) if n not in settings]
     assert not missing, f"docs/results/front-scaling.md: numbers in no run of bench/data/front-scaling/: {sorted(set(missing))}"
+
+
+def test_the_cluster_report_renders_from_its_runs():
+    # make bench-cluster's runs (bench/data/cluster/*.jsonl) and the template
+    # give docs/results/cluster.md, measuring nothing
+    assert cluster_report.report() == committed("cluster")

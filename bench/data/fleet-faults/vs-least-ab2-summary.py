@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-# Run from the repository root with envoy or haproxy: the summary in
-# vs-least-PROXY-ab2-summary.txt, over vs-least-PROXY-ab2-{pre,now}-r*.jsonl,
-# which vs-least-ab2.sh wrote.
+# Run with envoy or haproxy, from anywhere: the summary in
+# vs-least-PROXY-ab2-summary.txt, over vs-least-PROXY-ab2-{pre,now}-r*.jsonl
+# beside this script, which vs-least-ab2.sh wrote.
 import json, glob, statistics, sys
-sys.path.insert(0, "bench")
+from pathlib import Path
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # bench/, for benchlib
 from benchlib.stats import median_ci95, ci95
 proxy = sys.argv[1]
 BASE, TIER = {"envoy": ("LR/full", "FWD/full"), "haproxy": ("leastconn", "FWD/least")}[proxy]
 ARMS = ("pre", "now")
 runs = {}
 for arm in ARMS:
-    for f in sorted(glob.glob(f"bench/data/fleet-faults/vs-least-{proxy}-ab2-{arm}-r*.jsonl")):
+    for f in sorted(glob.glob(str(HERE / f"vs-least-{proxy}-ab2-{arm}-r*.jsonl"))):
         r = int(f.split("-r")[-1].split(".")[0])
         for line in open(f):
             d = json.loads(line)

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-# Run from the repository root: the summary in vs-least-envoy-ab-summary.txt.
+# Run from anywhere: the summary in vs-least-envoy-ab-summary.txt, over the
+# vs-least-envoy-{pre,after}-r*.jsonl beside this script (vs-least-envoy-ab.sh wrote them).
 import json, glob, statistics, sys
-sys.path.insert(0, "bench")
+from pathlib import Path
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # bench/, for benchlib
 from benchlib.stats import median_ci95, ci95
 runs = {}
 for arm in ("pre", "after"):
-    for f in sorted(glob.glob(f"bench/data/fleet-faults/vs-least-envoy-{arm}-r*.jsonl")):
+    for f in sorted(glob.glob(str(HERE / f"vs-least-envoy-{arm}-r*.jsonl"))):
         r = int(f.split("-r")[-1].split(".")[0])
         for line in open(f):
             d = json.loads(line)

@@ -3,8 +3,9 @@
 Usage: python3 plain-paired.py RUNS.jsonl A B   (prints A over B per valid pair, median and its 95% CI)"""
 import json
 import sys
+from pathlib import Path
 
-sys.path[:0] = ["bench"]
+sys.path[:0] = [str(Path(__file__).resolve().parents[2])]  # bench/, for benchlib, from anywhere
 from benchlib.stats import median_ci95  # noqa: E402
 
 runs = [json.loads(line) for line in open(sys.argv[1])]

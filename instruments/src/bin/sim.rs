@@ -92,7 +92,7 @@ struct Args {
     /// D random peers and decides on their answers, a round trip of --fleet-delay-ms later (0: push).
     #[arg(long, default_value_t = 0)]
     fleet_probe: usize,
-    /// forward-*: how counts are shared beyond the shipped push (issue 42), comma separated keys:
+    /// forward-*: how counts are shared beyond the shipped push, comma separated keys:
     /// over the pushed sample, level=H (a change goes out only across the counts 0..=H+1),
     /// delta=D (only a change of D or more), batch=MS (at most one count every MS), piggy (a
     /// forward's answer carries the peer's count); or instead of the sample, tokens=L[,expire=MS]
