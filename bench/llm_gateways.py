@@ -74,7 +74,7 @@ from benchlib.llmfleet import gateways, llm_agents, llm_metrics, model_fleet
 from benchlib.render import render, shown_in
 from benchlib.reports import RESULTS, data_path, flag, machine, write_result
 from benchlib.stats import ci95, median_ci95
-from harness import Addrs, HaproxyRoot, Procs, binary, wait_until
+from harness import Addrs, HaproxyRoot, Procs, agent_default, binary, wait_until
 
 NAME = "llm-gateways"
 SERVERS, SEATS, TIME_SCALE = 8, 4, 0.5
@@ -126,12 +126,12 @@ PREFIX_ARMS = ("huntp1", "huntp2", "huntp4")
 # bytes); llm_prefix_bound: the agent's default (None)
 PREFIX_BYTES = 256
 # Hunting arms over agents with load = "llm" and the KV-cache rule
-# (`llm_metrics_url`: a server at or past KV_BUSY_AT of its cache counts as
-# full; docs/llm.md § 5), a fourth set of agents beside the same servers.
+# (`llm_metrics_url`: a server at or past `llm_kv_busy_at`, the agent's
+# default, of its cache counts as full; docs/llm.md § 5), a fourth set of
+# agents beside the same servers.
 # Run only when --arms names them; each against hunt{n}t (the same agents
 # without the rule).
 KV_ARMS = ("huntk1", "huntk2", "huntk4")
-KV_BUSY_AT = 0.95  # the agent's default
 # The pickers with GIE's prefix-cache-scorer: run only when --arms names them.
 PREFIX_EPP_ARMS = ("eppp1", "eppp2", "eppp4")
 PICKERS = ("epp", "eppp")
@@ -617,7 +617,7 @@ def main() -> int:
         prefix_fleet = (llm_agents(procs, fleet, SEATS, prefix_bytes=PREFIX_BYTES, prefix_bound=a.prefix_bound)
                         if any(x in PREFIX_ARMS for x in arms) else None)
         # the agents read the page as often as a picker scrapes it (GIE's 50 ms on the emulator's clock)
-        kv_fleet = (llm_agents(procs, fleet, SEATS, kv_busy_at=KV_BUSY_AT, kv_poll_ms=PICKER_INTERVAL_MS)
+        kv_fleet = (llm_agents(procs, fleet, SEATS, kv_busy_at=agent_default("llm_kv_busy_at"), kv_poll_ms=PICKER_INTERVAL_MS)
                     if any(x in KV_ARMS for x in arms) else None)
         if data is None:
             data = {"machine": machine(), "runs": []}
