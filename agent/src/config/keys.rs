@@ -52,9 +52,9 @@ pub(super) fn help_line(lines: &[&str]) -> String {
     line.strip_suffix('.').map(str::to_string).unwrap_or(line)
 }
 
-/// A key's `--help`: its help line and its default.
-pub(super) fn help(name: &str) -> String {
-    let key = super::raw::key_table().into_iter().find(|k| k.name == name).expect("a declared key");
+/// A key's `--help` (`name`, of `table`): its help line and its default.
+pub(super) fn help(table: Vec<Key>, name: &str) -> String {
+    let key = table.into_iter().find(|k| k.name == name).expect("a declared key");
     match key.shown().as_str() {
         "" => key.help,
         "required" => format!("{} [required]", key.help),
@@ -62,10 +62,10 @@ pub(super) fn help(name: &str) -> String {
     }
 }
 
-/// `huntlb-agent --print-defaults`: every key with a value when not given,
-/// and that value, as JSON (the harness and benches read theirs here).
-pub fn defaults_json() -> String {
-    let map: serde_json::Map<String, serde_json::Value> = super::raw::key_table()
+/// `--print-defaults`: every key of `table` with a value when not given, and
+/// that value, as JSON.
+pub(super) fn defaults_json(table: Vec<Key>) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = table
         .into_iter()
         .filter_map(|k| match k.default {
             KeyDefault::Value(v) => Some((k.name.to_string(), v)),
@@ -111,7 +111,7 @@ macro_rules! keys {
         pub struct $raw {
             $($extra)*
             $(
-                #[arg(long, help = super::keys::help(stringify!($name)))]
+                #[arg(long, help = super::keys::help(key_table(), stringify!($name)))]
                 pub $name: Option<$ty>,
             )*
         }

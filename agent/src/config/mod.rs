@@ -10,7 +10,7 @@ mod keys;
 mod locate;
 mod raw;
 pub use fleet::{FleetConfig, Peer, MAX_MEMBERS};
-pub use keys::{defaults_json, Key, KeyDefault, MAX_MS};
+pub use keys::{Key, KeyDefault};
 pub use raw::{key_table, Raw};
 use raw::Values;
 
@@ -96,6 +96,12 @@ pub struct Config {
 }
 
 
+
+/// `huntlb-agent --print-defaults`: every key with a value when not given,
+/// and that value, as JSON (what the harness and the benches read, not a copy).
+pub fn defaults_json() -> String {
+    keys::defaults_json(key_table())
+}
 
 /// A key's error, placed in the config file it came from: at the key's line
 /// and column when the file holds it (under its name or an old one), else
@@ -212,6 +218,12 @@ impl Raw {
             warnings.extend(f.keys.warnings(&f.key_file));
         }
         let forwarded_for = forwarded_for(&self.forwarded_for(), self.forwarded_for_trusted.as_deref())?;
+        // the limits and the timeouts: each its declared default, its range checked
+        let (drain_limit, max_connections, threads) = (self.drain_limit()?, self.max_connections()?, self.threads()?);
+        let (max_inflight, max_header_bytes, max_headers) = (self.max_inflight()?, self.max_header_bytes()?, self.max_headers()?);
+        let (app_timeout, app_stall, app_probe) = (self.app_timeout_ms()?, self.app_stall_ms()?, self.app_probe_ms()?);
+        let (idle_timeout, pool_idle) = (self.idle_timeout_ms()?, self.pool_idle_ms()?);
+        let (drain_grace, drain_timeout) = (self.drain_grace_ms()?, self.drain_timeout_ms()?);
         Ok(Config {
             fleet,
             forwarded_for,
@@ -229,19 +241,19 @@ impl Raw {
             workers,
             load,
             health_path,
-            drain_limit: self.drain_limit()?,
-            max_connections: self.max_connections()?,
-            threads: self.threads()?,
-            max_inflight: self.max_inflight()?,
-            max_header_bytes: self.max_header_bytes()?,
-            max_headers: self.max_headers()?,
-            app_timeout: self.app_timeout_ms()?,
-            app_stall: self.app_stall_ms()?,
-            app_probe: self.app_probe_ms()?,
-            idle_timeout: self.idle_timeout_ms()?,
-            pool_idle: self.pool_idle_ms()?,
-            drain_grace: self.drain_grace_ms()?,
-            drain_timeout: self.drain_timeout_ms()?,
+            drain_limit,
+            max_connections,
+            threads,
+            max_inflight,
+            max_header_bytes,
+            max_headers,
+            app_timeout,
+            app_stall,
+            app_probe,
+            idle_timeout,
+            pool_idle,
+            drain_grace,
+            drain_timeout,
         })
     }
 }
