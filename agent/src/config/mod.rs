@@ -154,8 +154,9 @@ impl Raw {
         }
         // the settings the sidecars share: validated by the policy crate, once for every host
         let named = self.id.is_some();
-        let shared = RawSettings { policy: Some(&self.policy()), workers: Some(self.workers()?.into()), id: Some(&self.id()) }
-            .validate("agent")
+        let (policy, id) = (self.policy(), self.id());
+        let shared = RawSettings { policy: Some(&policy), workers: Some(self.workers()?.into()), id: Some(&id) }
+            .validate(&id)
             .map_err(|e| invalid(e.key, e.reason))?;
         let Settings { policy, workers, id } = shared;
         self.only_with(LLM, self.load.as_deref() == Some("llm"))?;
