@@ -146,7 +146,6 @@ macro_rules! keys {
                 })*
                 Ok(())
             }
-
         }
 
         /// Each key's value as the agent runs with it: its default when not

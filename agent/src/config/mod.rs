@@ -211,9 +211,6 @@ impl Raw {
         let mut fleet = fleet::validate(&mut self, listen, tls.as_ref())?;
         if let Some(f) = fleet.as_mut() {
             f.affinity = affinity(&self, workers)?;
-        } else if let Some(key) = [("llm_prefix_bytes", self.llm_prefix_bytes.is_some()), ("llm_prefix_bound", self.llm_prefix_bound.is_some())].into_iter().find_map(|(k, set)| set.then_some(k)) {
-            // a home among members needs members
-            return Err(invalid(key, "only meaningful with fleet_listen (the home of a prefix is one of the fleet's members)"));
         }
         if let Some(f) = &fleet {
             warnings.extend(f.keys.warnings(&f.key_file));
@@ -263,14 +260,13 @@ impl Raw {
 const LLM: &str = "load = \"llm\"";
 const APACHE: &str = "load = \"apache\"";
 
-/// Prefix affinity's knobs (`load = "llm"` and a fleet already checked): None when off.
-/// The seats: the agent's `workers`, its server's (a free one means no wait).
+/// Prefix affinity's knobs (`load = "llm"` and a fleet already checked: a
+/// home among members needs members): None when off. The seats: the agent's
+/// `workers`, its server's (a free one means no wait).
 fn affinity(raw: &Raw, seats: u32) -> Result<Option<huntlb_policy::prefix::Affinity>, ConfigError> {
     let bytes = raw.llm_prefix_bytes()? as usize;
+    raw.only_with("llm_prefix_bytes above 0", bytes > 0)?;
     if bytes == 0 {
-        if raw.llm_prefix_bound.is_some() {
-            return Err(invalid("llm_prefix_bound", "only meaningful with llm_prefix_bytes above 0"));
-        }
         return Ok(None);
     }
     Ok(Some(huntlb_policy::prefix::Affinity { bytes, bound: raw.llm_prefix_bound()?, seats }))

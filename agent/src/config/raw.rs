@@ -80,7 +80,7 @@ keys! {
     /// offer would wait behind there (its load past its `workers` seats) are
     /// at most those at the least loaded this agent knows plus this (0: while
     /// a seat is free at the home).
-    llm_prefix_bound: u32 = Num(prefix::DEFAULT_BOUND), in 0 to 1000000, needs ["load = \"llm\"", "llm_prefix_bytes"];
+    llm_prefix_bound: u32 = Num(prefix::DEFAULT_BOUND), in 0 to 1000000, needs ["load = \"llm\"", "fleet_listen", "llm_prefix_bytes above 0"];
     /// With load=llm: the model server's Prometheus page, e.g.
     /// http://127.0.0.1:8000/metrics, on the app's own host; its
     /// `vllm:kv_cache_usage_perc` is polled and a server whose KV cache is at

@@ -291,6 +291,15 @@ fn help_and_docs_say_what_the_table_declares() {
     }
 }
 
+/// Every condition a key needs (`needs` in the table) is one `validate`
+/// checks with `only_with`: a misspelt one would never refuse its key.
+#[test]
+fn every_condition_a_key_needs_is_checked() {
+    let conds: std::collections::BTreeSet<&str> = key_table().iter().flat_map(|k| k.needs.iter().copied()).collect();
+    let checked = [LLM, APACHE, "llm_metrics_url", "fleet_listen", "tls_cert", "llm_prefix_bytes above 0"];
+    assert_eq!(conds, checked.into_iter().collect());
+}
+
 /// `--print-defaults`: every key with a value when not given, as the agent
 /// runs with it (what the harness and the benches read, not a copy).
 #[test]
