@@ -1,4 +1,6 @@
-//! The raw knobs, from the file and from flags alike (clap and serde read
+//! The agent's keys, each declared once below (name, type, default, range,
+//! what it needs, help line: `keys.rs` says how a row reads), and the raw
+//! knobs they make, from the file and from flags alike (clap and serde read
 //! this one struct; `Raw::load` lays flags over the file over the defaults).
 
 use clap::Parser;
@@ -86,6 +88,7 @@ keys! {
     /// `vllm:kv_cache_usage_perc` is polled and a server whose KV cache is at
     /// or past `llm_kv_busy_at` counts as full (docs/llm.md, "KV-cache use").
     llm_metrics_url: String = Words("off"), needs ["load = \"llm\""];
+    // 10 ms at least: a poll is a GET and a parse of a page of up to 2 MiB
     /// With llm_metrics_url: poll period in ms.
     llm_metrics_poll_ms: u64 = Ms(250), at least 10, needs ["load = \"llm\"", "llm_metrics_url"];
     /// With llm_metrics_url: the KV-cache use (above 0, at most 1) at and past
