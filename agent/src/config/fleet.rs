@@ -89,7 +89,8 @@ fn local_ip(ip: std::net::IpAddr) -> bool {
 }
 
 /// `None` without `fleet_listen` (and then no other tier key may be set).
-/// Takes the tier's keys out of `raw`.
+/// The strings it keeps (`fleet_peers`, `fleet_advertise`, `fleet_key_file`)
+/// are moved out of `raw`.
 pub(super) fn validate(raw: &mut Raw, listen: SocketAddr, tls: Option<&crate::tls::Tls>) -> Result<Option<FleetConfig>, ConfigError> {
     raw.only_with("fleet_listen", raw.fleet_listen.is_some())?;
     Ok(match raw.fleet_listen.take() {

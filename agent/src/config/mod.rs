@@ -95,8 +95,6 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-
-
 /// `huntlb-agent --print-defaults`: every key with a value when not given,
 /// and that value, as JSON (what the harness and the benches read, not a copy).
 pub fn defaults_json() -> String {

@@ -65,6 +65,7 @@ keys! {
     apache_scoreboard: String = Words(""), needs ["load = \"apache\""];
     /// With load=apache: poll period in ms.
     apache_poll_ms: u64 = Ms(10), at least 1;
+    // 1 to 64 bytes a token: tokenizers give 2-5 for text; past 64 the estimate is no estimate
     /// With load=llm: request body bytes per prompt token, to estimate a
     /// prompt's tokens from its Content-Length.
     llm_bytes_per_token: u32 = Num(4), in 1 to 64, needs ["load = \"llm\""];
