@@ -79,7 +79,7 @@ from benchlib.llmfleet import gateways, llm_agents, llm_metrics, model_fleet
 from benchlib.render import render, shown_in
 from benchlib.reports import RESULTS, data_path, flag, machine, write_result
 from benchlib.stats import ci95, median_ci95
-from harness import Addrs, HaproxyRoot, Procs, binary, wait_until
+from harness import Addrs, HaproxyRoot, Procs, agent_default, binary, wait_until
 
 NAME = "llm-gateways"
 SERVERS, SEATS, TIME_SCALE = 8, 4, 0.5
@@ -111,7 +111,6 @@ PICKER_INTERVAL_MS = round(50 * TIME_SCALE)
 # tokens) and past what tells two apart (its group's number, in the first 32
 # bytes); llm_prefix_bound: the agent's default (None), or --prefix-bound
 PREFIX_BYTES = 256
-KV_BUSY_AT = 0.95  # the agent's default
 
 # The sets of agents beside the same servers, by name -> their options
 # (benchlib.llmfleet.llm_agents; None: the model fleet's own agents, which
@@ -123,9 +122,9 @@ AGENTS: dict[str, dict | None] = {
     # load = "llm" and a prompt's prefix kept at its home (`llm_prefix_bytes`: docs/llm.md § 7)
     "prefix": {"prefix_bytes": PREFIX_BYTES},
     # load = "llm" and the KV-cache rule (`llm_metrics_url`: a server at or past
-    # KV_BUSY_AT of its cache counts as full; docs/llm.md § 5), the page read as
-    # often as a picker scrapes it
-    "kv": {"kv_busy_at": KV_BUSY_AT, "kv_poll_ms": PICKER_INTERVAL_MS},
+    # llm_kv_busy_at of its cache counts as full, the agent's default, read
+    # when the set starts; docs/llm.md § 5), the page read as often as a picker scrapes it
+    "kv": {"kv_busy_at": "default", "kv_poll_ms": PICKER_INTERVAL_MS},
 }
 PICKERS = ("epp", "eppp")
 
@@ -665,6 +664,8 @@ def main() -> int:
         for name, opts in AGENTS.items():
             if opts is not None and any(fleet_name(x) == name for x in arms):
                 bound = {"prefix_bound": a.prefix_bound} if name == "prefix" else {}
+                if opts.get("kv_busy_at") == "default":
+                    opts = {**opts, "kv_busy_at": agent_default("llm_kv_busy_at")}
                 fleets[name] = llm_agents(procs, fleet, SEATS, **opts, **bound)
         if data is None:
             data = {"machine": machine(), "runs": []}

@@ -45,7 +45,7 @@ TIER_EXAMPLES = {"envoy": "front-tier.yaml", "haproxy": "front-tier.cfg"}
 
 
 def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: bool = True, warm: bool = True,
-                example: str | None = None, plain_pass: bool = False, source: bool = False) -> Front:
+                example: str | None = None, pass_plain: bool = False, source: bool = False) -> Front:
     """The committed hunting front of `kind` (one of FRONTS) over `backends`,
     returned once every backend passed its health checks and it serves.
     hunting=False: the same shipped config as the plain proxy (the baseline).
@@ -53,9 +53,9 @@ def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: 
     example: another shipped front (front-tier.yaml for Envoy, front-tier.cfg for HAProxy).
     source: its connections to the backends leave from its own address (each
     front on loopback its own IP, as agents with `fleet_pass_plain` need).
-    plain_pass: the plain front over agents with `fleet_pass_plain`: the tier
+    pass_plain: the plain front over agents with `fleet_pass_plain`: the tier
     front with every hunting line removed, its source bound."""
-    if plain_pass:
+    if pass_plain:
         example, hunting, source = TIER_EXAMPLES[kind.split("-")[0]], False, True
     host = addrs.host()
     listen = f"{host}:10000"

@@ -3,28 +3,14 @@ sidecar or the HAProxy Lua sidecar), with one interface over the hosts."""
 
 from __future__ import annotations
 
-import re
 import threading
 import uuid
 
 from harness.envoy import envoy_stats, sidecar_config, start_envoy
 from harness.haproxy import HaproxyRoot, haproxy_config, start_haproxy
 from harness.net import app_stats, metrics, request, wait_tcp, wait_until
-from harness.procs import ROOT, Addrs, Procs
+from harness.procs import Addrs, Procs, agent_default
 
-
-def tier_default(name: str) -> int:
-    """A default of the forwarding tier, read from where it is written once
-    (`pub const NAME` in policy/src/forward.rs, which the agent and the
-    simulator take theirs from), so no copy here can drift from it."""
-    m = re.search(rf"^pub const {name}: \w+ = (\d+);$", (ROOT / "policy" / "src" / "forward.rs").read_text(), re.M)
-    if m is None:
-        raise LookupError(f"policy/src/forward.rs has no `pub const {name}`")
-    return int(m.group(1))
-
-
-# The peers each agent hears unless told (the agent's `fleet_sample`).
-FLEET_SAMPLE = tier_default("DEFAULT_SAMPLE")
 
 class Backend:
     def __init__(self, host, app, agent, admin, app_proc, agent_proc):
@@ -69,7 +55,7 @@ def start_fleet(procs: Procs, addrs: Addrs, n: int, policy: str = "dynamic", app
                                                **(agent_opts or {}))
         out.append(Backend(host, app, agent, admin, app_proc, agent_proc))
     # each agent hears its sample (agent_opts' fleet_sample, else the agent's default): every peer in a small fleet
-    heard = min(n - 1, int((agent_opts or {}).get("fleet_sample", FLEET_SAMPLE)) or n - 1)
+    heard = min(n - 1, int((agent_opts or {}).get("fleet_sample", agent_default("fleet_sample"))) or n - 1)
     wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == heard for b in out), what=f"every agent hearing {heard} peers")
     if wanting:
         for b in out:

@@ -5,7 +5,9 @@ side without port clashes."""
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import os
 import signal
 import socket
@@ -26,6 +28,20 @@ def binary(name: str) -> str:
     if not path.exists():
         raise FileNotFoundError(f"{path} not built: run `cargo build --workspace` first (make test does)")
     return str(path)
+
+
+@functools.cache
+def agent_defaults() -> dict:
+    """Every agent key that has a default value, with it, as the agent
+    declares it (`huntlb-agent --print-defaults`): read, never copied, so no
+    number here can drift from the agent's."""
+    out = subprocess.run([binary("huntlb-agent"), "--print-defaults"], capture_output=True, text=True, timeout=30, check=True)
+    return json.loads(out.stdout)
+
+
+def agent_default(key: str):
+    """The agent's default for `key` (`fleet_sample`, `llm_kv_busy_at`, ...)."""
+    return agent_defaults()[key]
 
 
 class Addrs:

@@ -9,7 +9,7 @@ import time
 import uuid
 
 import pytest
-from harness import FINAL, OFFER, app_stats, metrics, request, wait_until
+from harness import FINAL, OFFER, agent_default, agent_defaults, app_stats, binary, metrics, request, wait_until
 
 
 def hold(addr, n, work_ms, headers=None):
@@ -202,6 +202,24 @@ def test_config_file_and_flag_override(procs, addrs, tmp_path):
     _, agent2, admin2 = procs.agent(addrs.host(), app, config=cfg, policy="static:5")
     assert request(agent2, "GET", "/x", headers=OFFER)[0] == 200
     assert metrics(admin2)["huntlb_policy_c"] == 5
+
+
+def test_the_printed_defaults_are_what_an_agent_given_none_runs_with(procs, addrs):
+    # `huntlb-agent --print-defaults`, what the harness and the benches read
+    # (agent_default) instead of copies: an agent given none of these keys
+    # reports them, and its health path answers
+    host = addrs.host()
+    _, app = procs.workload(host, demand="const:0")
+    _, agent, admin = procs.agent(host, app)
+    m = metrics(admin)
+    assert m["huntlb_workers"] == agent_default("workers")
+    assert m["huntlb_connections_max"] == agent_default("max_connections")
+    assert request(agent, "GET", agent_default("health_path"))[0] == 200
+    assert agent_default("fleet_sample") > 0 and 0 < agent_default("llm_kv_busy_at") <= 1
+    assert "fleet_peer_port" not in agent_defaults(), "worked out from other keys: no value to print"
+    # it only prints: with a key beside it, it is refused
+    p = procs.start("agent-print-defaults", [binary("huntlb-agent"), "--print-defaults", "--workers", "3"])
+    assert p.wait(timeout=10) == 2
 
 
 def test_malformed_and_huge_requests_get_clear_errors(procs, addrs):

@@ -8,7 +8,7 @@ import subprocess
 import uuid
 
 import yaml
-from harness import EXAMPLES, ROOT, envoy_binary, path_count, request, sock, start_backends, start_envoy, wait_envoy_hosts_healthy
+from harness import EXAMPLES, ROOT, agent_default, envoy_binary, path_count, request, sock, start_backends, start_envoy, wait_envoy_hosts_healthy
 
 STOCK = """
 static_resources:
@@ -134,10 +134,8 @@ def shipped_envoy_clusters() -> dict[str, dict]:
 
 
 def agent_idle_timeout_s() -> float:
-    """The agent's `idle_timeout_ms` default, from docs/agent.md's table
-    (which the agent's own tests hold to the code)."""
-    row = re.search(r"^\| `idle_timeout_ms` \| (\d+) \|", (ROOT / "docs" / "agent.md").read_text(), re.M)
-    return int(row[1]) / 1000
+    """The agent's `idle_timeout_ms` default, as the agent declares it."""
+    return agent_default("idle_timeout_ms") / 1000
 
 
 def test_every_shipped_envoy_cluster_closes_idle_connections_before_the_agent():

@@ -30,13 +30,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import ROOT, TRIXIE, binary, metrics, request, wait_http, wait_until
+from harness import ROOT, TRIXIE, agent_default, binary, metrics, request, wait_http, wait_until
 
 CHART = ROOT / "charts" / "huntlb"
 EXAMPLE = CHART / "examples" / "shop.yaml"
 RELEASE, NAMESPACE = "shop", "shop"
 AGENT = "huntlb-agent"              # the sidecar's container name
-DEFAULTS = {"listen": "127.0.0.1:8080", "admin": "127.0.0.1:9901", "app": "127.0.0.1:9000", "health_path": "/.hunt/health"}   # docs/agent.md
+DEFAULTS = ("listen", "admin", "app", "health_path")   # what the agent takes when the chart gives none
 OPT_INS = ["networkPolicy.enabled=true", "podMonitor.enabled=true"]
 
 
@@ -145,7 +145,7 @@ class Pod:
         self.configmap = one(docs, "ConfigMap", lambda d: d["metadata"]["name"] == cm_name)
         self.toml = self.configmap["data"][os.path.basename(path)]
         self.file = tomllib.loads(self.toml)
-        self.config = {**DEFAULTS, **self.file, **{k: v for k, v in self.args.items() if k != "config"}}
+        self.config = {**{k: agent_default(k) for k in DEFAULTS}, **self.file, **{k: v for k, v in self.args.items() if k != "config"}}
 
     def port(self, ref, container=None) -> int | None:
         """A port number, or a container port's name, as a number."""

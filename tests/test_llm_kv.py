@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from harness import OFFER, Backend, binary, request, wait_http, wait_until
+from harness import OFFER, Backend, agent_default, binary, request, wait_http, wait_until
 from test_llm import events, metrics, stream
 
 SEATS = 4            # max_num_seqs, the agents' workers, and static:SEATS
@@ -261,7 +261,7 @@ def test_the_bench_arms_over_agents_with_the_kv_rule_run_them(procs, addrs):
     assert not bench.ARMS["huntk2"].by_default
     fleet = model_fleet(procs, addrs, 2, 2, 0.1)
     llm = llm_agents(procs, fleet, 2)
-    kv = llm_agents(procs, fleet, 2, kv_busy_at=bench.KV_BUSY_AT)
+    kv = llm_agents(procs, fleet, 2, kv_busy_at=agent_default("llm_kv_busy_at"))
     fleets = {"counts": fleet, "llm": llm, "kv": kv}
     assert bench.fleet_of("huntk2", fleets) is kv and bench.fleet_of("hunt2t", fleets) is llm
     assert {a.agent for a in kv}.isdisjoint(a.agent for a in llm + fleet)

@@ -107,10 +107,10 @@ def test_plain_fronts_pass_tries_on_and_a_clients_hunt_headers_decide_nothing(pr
 @pytest.mark.parametrize("kind", ["envoy", "haproxy-2.6"])
 def test_one_plain_front_alone_is_its_proxys_least_nothing_forwarded(procs, addrs, kind):
     # The shipped tier front with its hunting lines removed (the harness's
-    # plain_pass): each agent holds only this front's tries, counted for its
+    # pass_plain): each agent holds only this front's tries, counted for its
     # source IP, so it keeps every one where the front's pick placed it.
     bs = plain_fleet(procs, addrs)
-    front = start_front(kind, procs, addrs, bs, plain_pass=True)
+    front = start_front(kind, procs, addrs, bs, pass_plain=True)
     results = concurrent_statuses(front.listen, [f"/alone/{uuid.uuid4()}?work_ms=800" for _ in range(9)])
     assert results == [200] * 9
     assert sum(app_stats(b.app)["served"] for b in bs) >= 9

@@ -12,7 +12,12 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cfg = match Raw::load(Raw::parse()) {
+    let flags = Raw::parse();
+    if flags.print_defaults {
+        println!("{}", huntlb_agent::config::defaults_json());
+        return std::process::ExitCode::SUCCESS;
+    }
+    let cfg = match Raw::load(flags) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("huntlb-agent: {e}");

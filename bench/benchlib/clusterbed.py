@@ -24,7 +24,7 @@ from benchlib.fronts import Front
 from benchlib.testbed import BACKLOG, CORES, MEAN_MS, SERVERS, WORKERS, Bench
 from harness.cluster import FLEET_PORT, Cluster
 from harness.netns import inside
-from harness import FLEET_SAMPLE
+from harness import agent_default
 from harness.net import wait_until
 
 # What each proxy runs here: (hunting, tier front) per strategy.
@@ -42,7 +42,7 @@ class ClusterFleet:
             cluster.backend(app_opts={"workers": workers, "cores": k, "backlog": backlog, "demand": f"exp:{mean_ms}",
                                       "seed": 1000 + i}, workers=workers, drain_grace_ms=0)
         self.backends = cluster.backends()
-        self._wait_heard(FLEET_SAMPLE)
+        self._wait_heard(agent_default("fleet_sample"))
 
     @property
     def capacity(self) -> float:
@@ -58,7 +58,7 @@ class ClusterFleet:
             if sample is not None:
                 kw["fleet_sample"] = sample
             b.start_agent(**kw)
-        self._wait_heard(FLEET_SAMPLE if sample is None else sample)
+        self._wait_heard(agent_default("fleet_sample") if sample is None else sample)
 
     def _wait_heard(self, sample: int) -> None:
         """Until every agent hears its sample (0: every other member)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from benchlib.fronts import Front, start_front
 from harness.envoy import FULL_SCAN, FULL_SCAN_NAMED
 from benchlib.stats import jain
-from harness import FLEET_SAMPLE, Addrs, Backend, HaproxyRoot, Procs, app_stats, binary, wait_until
+from harness import Addrs, Backend, HaproxyRoot, Procs, agent_default, app_stats, binary, wait_until
 
 # How each named balancing strategy is set up: (proxy, hunting?, lb setting).
 # RR is the paper's baseline: random, no hunting. SR_* hunt with that agent policy,
@@ -71,9 +71,9 @@ HUNT_POLICIES = {"SR_4": "static:4", "SR_8": "static:8", "SR_16": "static:16", "
 # Strategies whose agents form a forwarding tier (agent `fleet_listen`, every
 # agent a member): an offer not the least of what its agent hears goes on to
 # the least peer heard; the policy decides only while no peer is heard. The
-# value is each agent's `fleet_sample`, the peers it hears: FWD as shipped (the
-# agent's default, FLEET_SAMPLE), FWDall every member (the tier before sampling).
-FORWARDING = {"FWD": FLEET_SAMPLE, "FWDall": 0, "FWDm1": FLEET_SAMPLE, "FWD4": 4, "FWDp": FLEET_SAMPLE, "FWDnone": FLEET_SAMPLE}
+# value is each agent's `fleet_sample`, the peers it hears: FWD as shipped (None:
+# the agent's default, not given), FWDall every member (the tier before sampling).
+FORWARDING = {"FWD": None, "FWDall": 0, "FWDm1": None, "FWD4": 4, "FWDp": None, "FWDnone": None}
 # Agent settings a forwarding strategy changes from the defaults: FWDm1 keeps an
 # offer while its backend holds at most one more than the least peer (a forward
 # only for a gap of two), fewer forwards for a coarser balance. FWD4: each agent
@@ -103,8 +103,8 @@ class Fleet:
     mean_ms: float = 10.0
     policy: str = "always"
     forward: bool = False
-    # with forward: each agent's fleet_sample (0: every member)
-    sample: int = FLEET_SAMPLE
+    # with forward: each agent's fleet_sample (0: every member; None: the agent's default)
+    sample: int | None = None
     backends: list[Backend] = field(default_factory=list)
     # settings every agent of this fleet gets, whatever the strategy (e.g. threads)
     agent_opts: dict = field(default_factory=dict)
@@ -124,12 +124,13 @@ class Fleet:
         """Requests/s the apps can serve: sum of cores / mean demand."""
         return sum(self.cores) / (self.mean_ms / 1000)
 
-    def set_policy(self, policy: str, forward: bool = False, sample: int = FLEET_SAMPLE, opts: dict | None = None) -> None:
+    def set_policy(self, policy: str, forward: bool = False, sample: int | None = None, opts: dict | None = None) -> None:
         """Restart every agent in place with this acceptance policy (fresh state).
         `{cores}` in it becomes each backend's own cores, rounded up (a
         capacity-aware fleet: `dynamic:c_min={cores}`). forward: the agents
         form a forwarding tier, each hearing `sample` peers (0: every other;
-        all of them when the fleet is smaller), returned once each hears them.
+        all of them when the fleet is smaller; None: the agent's default),
+        returned once each hears them.
         opts: more agent settings (FORWARD_OPTS)."""
         for b in self.backends:
             b.agent_proc.stop()
@@ -138,6 +139,7 @@ class Fleet:
             self._start_agent(i)
         if forward:
             n = len(self.backends)
+            sample = agent_default("fleet_sample") if sample is None else sample
             heard = n - 1 if sample == 0 else min(sample, n - 1)
             def peers(b: Backend) -> int:
                 try:
@@ -152,7 +154,7 @@ class Fleet:
         b = self.backends[i]
         fleet = {"fleet_listen": f"{b.host}:{FLEET_PORT}", "fleet_key_file": self.procs.fleet_key(),
                  "fleet_peers": ",".join(f"{o.host}:{FLEET_PORT}" for o in self.backends),
-                 "fleet_sample": self.sample, **self.opts} if self.forward else {}
+                 **({} if self.sample is None else {"fleet_sample": self.sample}), **self.opts} if self.forward else {}
         b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=self.policy.format(cores=math.ceil(self.cores[i])),
                                               workers=self.workers, drain_grace_ms=0, **self.agent_opts, **fleet)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from benchlib import wikitrace
 from benchlib.fleet import FLEET_PORT, FORWARDING, HUNT_POLICIES, STRATEGIES
 from benchlib.fronts import start_front, wait_all_up
-from harness import Addrs, HaproxyRoot, Procs, binary, metrics, request
+from harness import Addrs, HaproxyRoot, Procs, agent_default, binary, metrics, request
 from harness import wiki
 
 # How often each agent reads its Apache's busy workers (a scoreboard read costs microseconds).
@@ -72,18 +72,17 @@ class Bed:
 
     def set_agents(self, policy: str, forward: bool) -> None:
         """Every agent restarted with this policy (fresh state), forming a tier
-        when `forward` (each hearing FORWARDING's sample)."""
+        when `forward` (each hearing the agent's default sample, as FORWARDING's FWD)."""
         if self.policy == (policy, forward):
             return
         peers = ",".join(f"{r.host}:{FLEET_PORT}" for r in self.replicas)
         for r in self.replicas:
             r.agent_proc.stop()
-            fleet = {"fleet_listen": f"{r.host}:{FLEET_PORT}", "fleet_key_file": self.procs.fleet_key(), "fleet_peers": peers,
-                     "fleet_sample": FORWARDING["FWD"]} if forward else {}
+            fleet = {"fleet_listen": f"{r.host}:{FLEET_PORT}", "fleet_key_file": self.procs.fleet_key(), "fleet_peers": peers} if forward else {}
             r.agent_proc, _, _ = self.procs.agent(r.host, r.apache.addr, policy=policy, **wiki.agent_load(r.apache, self.t["load"], POLL_MS),
                                                   **self._agent_base(), **fleet)
         if forward:
-            heard = min(FORWARDING["FWD"], len(self.replicas) - 1)
+            heard = min(agent_default("fleet_sample"), len(self.replicas) - 1)
             deadline = time.monotonic() + 20
             while not all(_peers(r.admin) >= heard for r in self.replicas):
                 if time.monotonic() > deadline:

@@ -1,7 +1,8 @@
 //! The forwarding tier's configuration: its members, its key, TLS to peers,
 //! and the forwarding knobs, validated once with errors that name the key.
 
-use super::{addr, invalid, ms, ConfigError, Raw};
+use super::{invalid, keys::addr, ConfigError, Raw};
+use super::raw::Values;
 use huntlb_policy::forward;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -82,118 +83,35 @@ pub struct FleetConfig {
 /// DNS answer can add to the tier's tables is bounded (and a sample with them).
 pub const MAX_MEMBERS: usize = 4096;
 
-/// `fleet_commit_ms`'s default.
-pub const DEFAULT_COMMIT_MS: u64 = 10;
-
-/// The tier's knobs, taken from `Raw` before the rest is validated.
-pub(super) struct Knobs {
-    fleet_listen: Option<String>,
-    fleet_peers: Option<String>,
-    fleet_advertise: Option<String>,
-    fleet_key_file: Option<String>,
-    fleet_peer_port: Option<u16>,
-    fleet_tls_ca: Option<String>,
-    fleet_tls_name: Option<String>,
-    forward_peer_margin: Option<u32>,
-    forward_seen_margin: Option<u32>,
-    fleet_heartbeat_ms: Option<u64>,
-    fleet_dead_after_ms: Option<u64>,
-    fleet_commit_ms: Option<u64>,
-    fleet_key_readable_by_others: Option<bool>,
-    fleet_settle_ms: Option<u64>,
-    fleet_resolve_ms: Option<u64>,
-    fleet_sample: Option<u32>,
-    fleet_resample_ms: Option<u64>,
-    fleet_sample_keep: Option<u32>,
-    fleet_pass_plain: Option<bool>,
-}
-
-impl Knobs {
-    pub(super) fn take(raw: &mut Raw) -> Knobs {
-        Knobs {
-            fleet_listen: raw.fleet_listen.take(),
-            fleet_peers: raw.fleet_peers.take(),
-            fleet_advertise: raw.fleet_advertise.take(),
-            fleet_key_file: raw.fleet_key_file.take(),
-            fleet_peer_port: raw.fleet_peer_port.take(),
-            fleet_tls_ca: raw.fleet_tls_ca.take(),
-            fleet_tls_name: raw.fleet_tls_name.take(),
-            forward_peer_margin: raw.forward_peer_margin.take(),
-            forward_seen_margin: raw.forward_seen_margin.take(),
-            fleet_heartbeat_ms: raw.fleet_heartbeat_ms.take(),
-            fleet_dead_after_ms: raw.fleet_dead_after_ms.take(),
-            fleet_commit_ms: raw.fleet_commit_ms.take(),
-            fleet_key_readable_by_others: raw.fleet_key_readable_by_others.take(),
-            fleet_settle_ms: raw.fleet_settle_ms.take(),
-            fleet_resolve_ms: raw.fleet_resolve_ms.take(),
-            fleet_sample: raw.fleet_sample.take(),
-            fleet_resample_ms: raw.fleet_resample_ms.take(),
-            fleet_sample_keep: raw.fleet_sample_keep.take(),
-            fleet_pass_plain: raw.fleet_pass_plain.take(),
-        }
-    }
-}
-
 /// An address of this host (it can be bound).
 fn local_ip(ip: std::net::IpAddr) -> bool {
     std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 /// `None` without `fleet_listen` (and then no other tier key may be set).
-pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tls>, client_ca: Option<&str>) -> Result<Option<FleetConfig>, ConfigError> {
-    Ok(match k.fleet_listen {
-        None => {
-            for (key, set) in [
-                ("fleet_peers", k.fleet_peers.is_some()),
-                ("fleet_advertise", k.fleet_advertise.is_some()),
-                ("fleet_key_file", k.fleet_key_file.is_some()),
-                ("fleet_peer_port", k.fleet_peer_port.is_some()),
-                ("fleet_tls_ca", k.fleet_tls_ca.is_some()),
-                ("fleet_tls_name", k.fleet_tls_name.is_some()),
-                ("forward_peer_margin", k.forward_peer_margin.is_some()),
-                ("forward_seen_margin", k.forward_seen_margin.is_some()),
-                ("fleet_heartbeat_ms", k.fleet_heartbeat_ms.is_some()),
-                ("fleet_dead_after_ms", k.fleet_dead_after_ms.is_some()),
-                ("fleet_commit_ms", k.fleet_commit_ms.is_some()),
-                ("fleet_key_readable_by_others", k.fleet_key_readable_by_others.is_some()),
-                ("fleet_settle_ms", k.fleet_settle_ms.is_some()),
-                ("fleet_resolve_ms", k.fleet_resolve_ms.is_some()),
-                ("fleet_sample", k.fleet_sample.is_some()),
-                ("fleet_resample_ms", k.fleet_resample_ms.is_some()),
-                ("fleet_sample_keep", k.fleet_sample_keep.is_some()),
-                // No tier, nothing to pass a try on to: an agent alone is
-                // what its front sends it (and `true` here would silently do nothing).
-                ("fleet_pass_plain", k.fleet_pass_plain.is_some()),
-            ] {
-                if set {
-                    return Err(invalid(key, "only meaningful with fleet_listen"));
-                }
-            }
-            None
-        }
+/// The strings it keeps (`fleet_peers`, `fleet_advertise`, `fleet_key_file`)
+/// are moved out of `raw`.
+pub(super) fn validate(raw: &mut Raw, listen: SocketAddr, tls: Option<&crate::tls::Tls>) -> Result<Option<FleetConfig>, ConfigError> {
+    raw.only_with("fleet_listen", raw.fleet_listen.is_some())?;
+    Ok(match raw.fleet_listen.take() {
+        None => None,
         Some(l) => {
             // With TLS on `listen`, forwards to peers use it too: a peer
             // with mTLS takes nothing else, and requests do not cross
             // between backends in clear.
-            let peer_tls = match (tls, k.fleet_tls_ca.as_deref().or(client_ca)) {
-                (None, _) => {
-                    for (key, set) in [("fleet_tls_ca", k.fleet_tls_ca.is_some()), ("fleet_tls_name", k.fleet_tls_name.is_some())] {
-                        if set {
-                            return Err(invalid(key, "only meaningful with tls_cert"));
-                        }
-                    }
-                    None
-                }
+            raw.only_with("tls_cert", tls.is_some())?;
+            let peer_tls = match (tls, raw.fleet_tls_ca.as_deref().or(raw.tls_client_ca.as_deref())) {
+                (None, _) => None,
                 (Some(_), None) => {
                     return Err(invalid("fleet_tls_ca", "required with tls_cert and fleet_listen (or tls_client_ca): the CA the peers' certificates chain to"))
                 }
                 (Some(t), Some(ca)) => {
-                    let key = if k.fleet_tls_ca.is_some() { "fleet_tls_ca" } else { "tls_client_ca" };
-                    Some(crate::tls::peer_config(&t.files.cert, &t.files.key, (key, ca), k.fleet_tls_name.as_deref())?)
+                    let key = if raw.fleet_tls_ca.is_some() { "fleet_tls_ca" } else { "tls_client_ca" };
+                    Some(crate::tls::peer_config(&t.files.cert, &t.files.key, (key, ca), raw.fleet_tls_name.as_deref())?)
                 }
             };
-            let listen_udp = addr("fleet_listen", Some(l), "")?;
-            let peers_raw = k.fleet_peers.ok_or_else(|| invalid("fleet_peers", "required with fleet_listen"))?;
+            let listen_udp = addr("fleet_listen", &l)?;
+            let peers_raw = raw.fleet_peers.take().ok_or_else(|| invalid("fleet_peers", "required with fleet_listen"))?;
             let peers = peers_raw
                 .split(',')
                 .map(str::trim)
@@ -205,7 +123,7 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
             }
             // Peers forward here: an address they can reach, which an
             // unspecified one (0.0.0.0, [::]) is not.
-            let advertise = match k.fleet_advertise {
+            let advertise = match raw.fleet_advertise.take() {
                 // A bare IP takes listen's port, bracketed when IPv6: a pod's
                 // IP from the downward API needs no port pasted on, which an
                 // IPv6 one would need brackets for (`$(POD_IP):8080` is
@@ -250,51 +168,45 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
             } else {
                 listen_udp
             };
-            let key_file = k.fleet_key_file.ok_or_else(|| {
+            let key_file = raw.fleet_key_file.take().ok_or_else(|| {
                 invalid("fleet_key_file", "required with fleet_listen: reports are sealed with a shared key (`openssl rand -hex 32 > fleet.key`)")
             })?;
-            let key_readers = if k.fleet_key_readable_by_others == Some(true) { crate::seal::Readers::Any } else { crate::seal::Readers::Owner };
+            let key_readers = if raw.fleet_key_readable_by_others() { crate::seal::Readers::Any } else { crate::seal::Readers::Owner };
             let keys = crate::seal::Keys::load(&key_file, key_readers).map_err(|e| invalid("fleet_key_file", e))?;
-            let peer_port = match k.fleet_peer_port {
+            let peer_port = match raw.fleet_peer_port {
                 Some(0) => return Err(invalid("fleet_peer_port", "0 is no port")),
                 Some(p) => p,
                 None => listen.port(),
             };
-            let heartbeat = ms("fleet_heartbeat_ms", k.fleet_heartbeat_ms, 50, 1)?;
-            let dead_after = ms("fleet_dead_after_ms", k.fleet_dead_after_ms, 250, 1)?;
+            let heartbeat = raw.fleet_heartbeat_ms()?;
+            let dead_after = raw.fleet_dead_after_ms()?;
             if dead_after <= heartbeat {
                 return Err(invalid("fleet_dead_after_ms", "must be longer than fleet_heartbeat_ms, or every peer is dead between beats"));
             }
-            // A LAN's round trip and a loaded agent's wakeup, with room: a
-            // peer slower than this to say it takes a forward costs that
-            // forward this long, then it is served here.
-            let commit = ms("fleet_commit_ms", k.fleet_commit_ms, DEFAULT_COMMIT_MS, 1)?;
+            let commit = raw.fleet_commit_ms()?;
             if commit >= dead_after {
                 return Err(invalid("fleet_commit_ms", "must be shorter than fleet_dead_after_ms"));
             }
-            let settle = ms("fleet_settle_ms", k.fleet_settle_ms, 2, 0)?;
+            let settle = raw.fleet_settle_ms()?;
             if settle > dead_after {
                 return Err(invalid("fleet_settle_ms", "must not be longer than fleet_dead_after_ms"));
             }
             // A subscription lasts fleet_dead_after_ms and is renewed at each
             // draw: a draw must come within it, with room for one lost renewal.
-            let resample = ms("fleet_resample_ms", k.fleet_resample_ms, forward::DEFAULT_RESAMPLE_MS, 1)?;
+            let resample = raw.fleet_resample_ms()?;
             if resample * 2 > dead_after {
                 return Err(invalid("fleet_resample_ms", "must be at most half of fleet_dead_after_ms: each draw renews the sample's subscriptions, which last that long"));
             }
             // The sample's defaults are the policy crate's, which the simulator uses too.
-            let sample = k.fleet_sample.map_or(forward::DEFAULT_SAMPLE, |v| v as usize);
-            if sample > MAX_MEMBERS {
-                return Err(invalid("fleet_sample", format!("at most {} (0: every member)", MAX_MEMBERS)));
-            }
-            let keep = k.fleet_sample_keep.map_or(forward::default_sample_keep(sample), |v| v as usize);
-            if sample == 0 && k.fleet_sample_keep.is_some() {
+            let sample = raw.fleet_sample()? as usize;
+            let keep = raw.fleet_sample_keep.map_or(forward::default_sample_keep(sample), |v| v as usize);
+            if sample == 0 && raw.fleet_sample_keep.is_some() {
                 return Err(invalid("fleet_sample_keep", "only meaningful with a sample (fleet_sample above 0)"));
             }
             if sample > 0 && keep >= sample {
                 return Err(invalid("fleet_sample_keep", format!("must be below fleet_sample ({sample}): each draw brings in at least one new peer")));
             }
-            if k.fleet_resolve_ms.is_some() && !peers.iter().any(|p| matches!(p, Peer::Name { .. })) {
+            if raw.fleet_resolve_ms.is_some() && !peers.iter().any(|p| matches!(p, Peer::Name { .. })) {
                 return Err(invalid("fleet_resolve_ms", "only meaningful with a name in fleet_peers"));
             }
             Some(FleetConfig {
@@ -309,18 +221,18 @@ pub(super) fn validate(k: Knobs, listen: SocketAddr, tls: Option<&crate::tls::Tl
                 tls: peer_tls,
                 forwarding: forward::Forwarding {
                     // The policy crate's defaults, written once there.
-                    peer_margin: k.forward_peer_margin.unwrap_or(forward::Forwarding::default().peer_margin),
-                    seen_margin: k.forward_seen_margin.or(forward::Forwarding::default().seen_margin),
+                    peer_margin: raw.forward_peer_margin(),
+                    seen_margin: raw.forward_seen_margin.or(forward::Forwarding::default().seen_margin),
                 },
                 heartbeat,
                 dead_after,
                 commit,
                 settle,
-                resolve: ms("fleet_resolve_ms", k.fleet_resolve_ms, 1000, 100)?,
+                resolve: raw.fleet_resolve_ms()?,
                 sample,
                 resample,
                 keep,
-                pass_plain: k.fleet_pass_plain.unwrap_or(false),
+                pass_plain: raw.fleet_pass_plain(),
                 affinity: None,
             })
         }

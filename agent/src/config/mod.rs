@@ -6,10 +6,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 mod fleet;
+mod keys;
 mod locate;
 mod raw;
 pub use fleet::{FleetConfig, Peer, MAX_MEMBERS};
-pub use raw::Raw;
+pub use keys::{Key, KeyDefault};
+pub use raw::{key_table, Raw};
+use raw::Values;
 
 pub use crate::error::ConfigError;
 use crate::error::invalid;
@@ -92,12 +95,10 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-
-
-macro_rules! overlay {
-    ($into:ident, $from:ident, $given:ident, $($f:ident),*) => {
-        $( if $from.$f.is_some() { $into.$f = $from.$f; $given.push(stringify!($f)); } )*
-    };
+/// `huntlb-agent --print-defaults`: every key with a value when not given,
+/// and that value, as JSON (what the harness and the benches read, not a copy).
+pub fn defaults_json() -> String {
+    keys::defaults_json(key_table())
 }
 
 /// A key's error, placed in the config file it came from: at the key's line
@@ -139,13 +140,7 @@ impl Raw {
         flags.take_renamed()?;
         raw.warnings.append(&mut flags.warnings);
         // the keys given as flags: an error in one of them is the flag's, not the file's
-        let mut from_flags: Vec<&'static str> = Vec::new();
-        overlay!(raw, flags, from_flags, id, listen, admin, app, app_protocol, agent_check, policy, workers, load, apache_status_url, apache_scoreboard, apache_poll_ms, llm_bytes_per_token, llm_prefill_tokens_per_seat, llm_prefix_bytes, llm_prefix_bound, llm_metrics_url, llm_metrics_poll_ms, llm_kv_busy_at,
-            health_path, drain_limit, max_connections, threads, max_inflight, max_header_bytes, max_headers, app_timeout_ms,
-            app_stall_ms, idle_timeout_ms, app_probe_ms, pool_idle_ms, drain_grace_ms, drain_timeout_ms, tls_cert, tls_key, tls_client_ca,
-            fleet_listen, fleet_peers, fleet_advertise, fleet_key_file, fleet_peer_port, fleet_tls_ca, fleet_tls_name, forward_peer_margin, forward_seen_margin, fleet_heartbeat_ms, fleet_dead_after_ms, fleet_commit_ms, fleet_key_readable_by_others,
-            fleet_settle_ms, fleet_resolve_ms, fleet_sample, fleet_resample_ms, fleet_sample_keep, fleet_pass_plain,
-            forwarded_for, forwarded_for_trusted);
+        let from_flags = raw.overlay(flags);
         raw.validate().map_err(|e| in_file(e, source.as_ref(), &from_flags))
     }
 
@@ -155,41 +150,23 @@ impl Raw {
         if let Some(w) = self.policy.as_deref().and_then(huntlb_policy::spec_warning) {
             warnings.push(format!("config key `policy`: {w}"));
         }
-        let knobs = fleet::Knobs::take(&mut self);
         // the settings the sidecars share: validated by the policy crate, once for every host
         let named = self.id.is_some();
-        let shared = RawSettings { policy: self.policy.as_deref(), workers: self.workers.map(u64::from), id: self.id.as_deref() }
-            .validate("agent")
+        let (policy, id) = (self.policy(), self.id());
+        let shared = RawSettings { policy: Some(&policy), workers: Some(self.workers()?.into()), id: Some(&id) }
+            .validate(&id)
             .map_err(|e| invalid(e.key, e.reason))?;
         let Settings { policy, workers, id } = shared;
-        let llm_key = [
-            ("llm_bytes_per_token", self.llm_bytes_per_token.is_some()),
-            ("llm_prefill_tokens_per_seat", self.llm_prefill_tokens_per_seat.is_some()),
-            ("llm_prefix_bytes", self.llm_prefix_bytes.is_some()),
-            ("llm_prefix_bound", self.llm_prefix_bound.is_some()),
-            ("llm_metrics_url", self.llm_metrics_url.is_some()),
-            ("llm_metrics_poll_ms", self.llm_metrics_poll_ms.is_some()),
-            ("llm_kv_busy_at", self.llm_kv_busy_at.is_some()),
-        ]
-            .into_iter()
-            .find_map(|(k, set)| set.then_some(k));
-        if let (Some(key), false) = (llm_key, self.load.as_deref() == Some("llm")) {
-            return Err(invalid(key, "only meaningful with load = \"llm\""));
-        }
-        let app = addr("app", self.app, "127.0.0.1:9000")?;
-        let load = match self.load.as_deref().unwrap_or("inflight") {
+        self.only_with(LLM, self.load.as_deref() == Some("llm"))?;
+        let app = self.app()?;
+        let load = match self.load().as_str() {
             "inflight" => {
-                if self.apache_status_url.is_some() {
-                    return Err(invalid("apache_status_url", "only meaningful with load = \"apache\""));
-                }
-                if self.apache_scoreboard.is_some() {
-                    return Err(invalid("apache_scoreboard", "only meaningful with load = \"apache\""));
-                }
+                self.only_with(APACHE, false)?;
                 LoadSource::Inflight
             }
             "apache" => {
-                let poll = ms("apache_poll_ms", self.apache_poll_ms, 10, 1)?;
-                match (self.apache_scoreboard, self.apache_status_url) {
+                let poll = self.apache_poll_ms()?;
+                match (self.apache_scoreboard.take(), self.apache_status_url.take()) {
                     (Some(_), Some(_)) => return Err(invalid("apache_scoreboard", "give apache_scoreboard or apache_status_url, not both")),
                     (None, None) => {
                         return Err(invalid("apache_scoreboard", "required with load = \"apache\" (or apache_status_url, to poll mod_status)"))
@@ -205,55 +182,18 @@ impl Raw {
                 }
             }
             "llm" => {
-                if self.apache_status_url.is_some() {
-                    return Err(invalid("apache_status_url", "only meaningful with load = \"apache\""));
-                }
-                if self.apache_scoreboard.is_some() {
-                    return Err(invalid("apache_scoreboard", "only meaningful with load = \"apache\""));
-                }
-                // 1 to 64 bytes a token: tokenizers give 2-5 for text; past 64 the estimate is no estimate
-                let bytes_per_token = self.llm_bytes_per_token.unwrap_or(4);
-                if !(1..=64).contains(&bytes_per_token) {
-                    return Err(invalid("llm_bytes_per_token", format!("{bytes_per_token} is out of range (1 to 64)")));
-                }
-                let tokens_per_seat = self.llm_prefill_tokens_per_seat.unwrap_or(512);
-                if !(1..=1_000_000).contains(&tokens_per_seat) {
-                    return Err(invalid("llm_prefill_tokens_per_seat", format!("{tokens_per_seat} is out of range (1 to 1000000)")));
-                }
+                self.only_with(APACHE, false)?;
+                let (bytes_per_token, tokens_per_seat) = (self.llm_bytes_per_token()?, self.llm_prefill_tokens_per_seat()?);
                 LoadSource::Llm(huntlb_policy::llm::LlmWeights { bytes_per_token, tokens_per_seat, workers })
             }
             other => return Err(invalid("load", format!("`{other}` is not a load source (expected inflight, apache or llm)"))),
         };
-        let llm_kv = kv(self.llm_metrics_url.as_deref(), self.llm_metrics_poll_ms, self.llm_kv_busy_at, app)?;
-        let health_path = self.health_path.unwrap_or_else(|| huntlb_policy::protocol::HEALTH_PATH.into());
+        let llm_kv = kv(&self, app)?;
+        let health_path = self.health_path();
         if !health_path.starts_with('/') || health_path.contains(char::is_whitespace) {
             return Err(invalid("health_path", format!("`{health_path}` must be a path starting with /")));
         }
-        let max_connections = self.max_connections.unwrap_or(10_000);
-        if max_connections == 0 {
-            return Err(invalid("max_connections", "must be at least 1"));
-        }
-        let threads = self.threads.unwrap_or(1);
-        if !(1..=64).contains(&threads) {
-            return Err(invalid("threads", format!("{threads} is out of range (1 to 64)")));
-        }
-        let max_inflight = self.max_inflight.unwrap_or(4096);
-        if max_inflight == 0 {
-            return Err(invalid("max_inflight", "must be at least 1"));
-        }
-        let max_header_bytes = self.max_header_bytes.unwrap_or(65_536);
-        if !(8192..=1 << 20).contains(&max_header_bytes) {
-            return Err(invalid("max_header_bytes", format!("{max_header_bytes} is out of range (8192 to 1048576)")));
-        }
-        let max_headers = self.max_headers.unwrap_or(160);
-        if !(16..=10_000).contains(&max_headers) {
-            return Err(invalid("max_headers", format!("{max_headers} is out of range (16 to 10000)")));
-        }
-        let drain_limit = self.drain_limit.unwrap_or(1 << 20);
-        if drain_limit > 64 << 20 {
-            return Err(invalid("drain_limit", format!("{drain_limit} is above 64 MiB")));
-        }
-        let app_h2 = match self.app_protocol.as_deref().unwrap_or("http1") {
+        let app_h2 = match self.app_protocol().as_str() {
             "http1" => false,
             "h2" => true,
             other => return Err(invalid("app_protocol", format!("`{other}` is not http1 or h2"))),
@@ -265,18 +205,21 @@ impl Raw {
             (None, None, Some(_)) => return Err(invalid("tls_client_ca", "only meaningful with tls_cert and tls_key")),
             (None, None, None) => None,
         };
-        let listen = addr("listen", self.listen, "127.0.0.1:8080")?;
-        let mut fleet = fleet::validate(knobs, listen, tls.as_ref(), self.tls_client_ca.as_deref())?;
+        let listen = self.listen()?;
+        let mut fleet = fleet::validate(&mut self, listen, tls.as_ref())?;
         if let Some(f) = fleet.as_mut() {
-            f.affinity = affinity(self.llm_prefix_bytes, self.llm_prefix_bound, workers)?;
-        } else if let Some(key) = [("llm_prefix_bytes", self.llm_prefix_bytes.is_some()), ("llm_prefix_bound", self.llm_prefix_bound.is_some())].into_iter().find_map(|(k, set)| set.then_some(k)) {
-            // a home among members needs members
-            return Err(invalid(key, "only meaningful with fleet_listen (the home of a prefix is one of the fleet's members)"));
+            f.affinity = affinity(&self, workers)?;
         }
         if let Some(f) = &fleet {
             warnings.extend(f.keys.warnings(&f.key_file));
         }
-        let forwarded_for = forwarded_for(self.forwarded_for.as_deref(), self.forwarded_for_trusted.as_deref())?;
+        let forwarded_for = forwarded_for(&self.forwarded_for(), self.forwarded_for_trusted.as_deref())?;
+        // the limits and the timeouts: each its declared default, its range checked
+        let (drain_limit, max_connections, threads) = (self.drain_limit()?, self.max_connections()?, self.threads()?);
+        let (max_inflight, max_header_bytes, max_headers) = (self.max_inflight()?, self.max_header_bytes()?, self.max_headers()?);
+        let (app_timeout, app_stall, app_probe) = (self.app_timeout_ms()?, self.app_stall_ms()?, self.app_probe_ms()?);
+        let (idle_timeout, pool_idle) = (self.idle_timeout_ms()?, self.pool_idle_ms()?);
+        let (drain_grace, drain_timeout) = (self.drain_grace_ms()?, self.drain_timeout_ms()?);
         Ok(Config {
             fleet,
             forwarded_for,
@@ -284,13 +227,10 @@ impl Raw {
             tls,
             app_h2,
             listen,
-            admin: addr("admin", self.admin, "127.0.0.1:9901")?,
+            admin: self.admin()?,
             app,
             llm_kv,
-            agent_check: match self.agent_check {
-                Some(v) => Some(addr("agent_check", Some(v), "")?),
-                None => None,
-            },
+            agent_check: self.agent_check.as_deref().map(|v| keys::addr("agent_check", v)).transpose()?,
             served_by: if named { Some(http::HeaderValue::from_str(&id).map_err(|_| invalid("id", "must be a header value"))?) } else { None },
             id,
             policy,
@@ -303,36 +243,31 @@ impl Raw {
             max_inflight,
             max_header_bytes,
             max_headers,
-            app_timeout: ms("app_timeout_ms", self.app_timeout_ms, 55_000, 1)?,
-            app_stall: ms("app_stall_ms", self.app_stall_ms, 10_000, 0)?,
-            app_probe: ms("app_probe_ms", self.app_probe_ms, 250, 10)?,
-            idle_timeout: ms("idle_timeout_ms", self.idle_timeout_ms, 120_000, 1_000)?,
-            pool_idle: ms("pool_idle_ms", self.pool_idle_ms, 1_000, 100)?,
-            drain_grace: ms("drain_grace_ms", self.drain_grace_ms, 2_000, 0)?,
-            drain_timeout: ms("drain_timeout_ms", self.drain_timeout_ms, 30_000, 0)?,
+            app_timeout,
+            app_stall,
+            app_probe,
+            idle_timeout,
+            pool_idle,
+            drain_grace,
+            drain_timeout,
         })
     }
 }
 
-/// Prefix affinity's knobs (`load = "llm"` and a fleet already checked): None when off.
-/// `seats`: the agent's `workers`, its server's seats (a free one means no wait).
-fn affinity(bytes: Option<u32>, bound: Option<u32>, seats: u32) -> Result<Option<huntlb_policy::prefix::Affinity>, ConfigError> {
-        use huntlb_policy::prefix::{Affinity, DEFAULT_BOUND, MAX_PREFIX};
-        let bytes = bytes.unwrap_or(0) as usize;
-        if bytes > MAX_PREFIX {
-            return Err(invalid("llm_prefix_bytes", format!("{bytes} is out of range (0, off, to {MAX_PREFIX})")));
-        }
-        if bytes == 0 {
-            if bound.is_some() {
-                return Err(invalid("llm_prefix_bound", "only meaningful with llm_prefix_bytes above 0"));
-            }
-            return Ok(None);
-        }
-        let bound = bound.unwrap_or(DEFAULT_BOUND);
-        if bound > 1_000_000 {
-            return Err(invalid("llm_prefix_bound", format!("{bound} is out of range (0 to 1000000)")));
-        }
-        Ok(Some(Affinity { bytes, bound, seats }))
+/// What the llm keys and the apache keys need (`needs` in the table).
+const LLM: &str = "load = \"llm\"";
+const APACHE: &str = "load = \"apache\"";
+
+/// Prefix affinity's knobs (`load = "llm"` and a fleet already checked: a
+/// home among members needs members): None when off. The seats: the agent's
+/// `workers`, its server's (a free one means no wait).
+fn affinity(raw: &Raw, seats: u32) -> Result<Option<huntlb_policy::prefix::Affinity>, ConfigError> {
+    let bytes = raw.llm_prefix_bytes()? as usize;
+    raw.only_with("llm_prefix_bytes above 0", bytes > 0)?;
+    if bytes == 0 {
+        return Ok(None);
+    }
+    Ok(Some(huntlb_policy::prefix::Affinity { bytes, bound: raw.llm_prefix_bound()?, seats }))
 }
 
 /// A page the agent polls for its server's load (`apache_status_url`,
@@ -353,17 +288,14 @@ fn app_page(key: &'static str, url: &str, app: SocketAddr) -> Result<http::Uri, 
 }
 
 /// The KV-cache rule's keys (already known to come with `load = "llm"`): None without a URL.
-fn kv(url: Option<&str>, poll_ms: Option<u64>, busy_at: Option<f64>, app: SocketAddr) -> Result<Option<LlmKv>, ConfigError> {
-    let Some(url) = url else {
-        if let Some(key) = [("llm_metrics_poll_ms", poll_ms.is_some()), ("llm_kv_busy_at", busy_at.is_some())].into_iter().find_map(|(k, set)| set.then_some(k)) {
-            return Err(invalid(key, "only meaningful with llm_metrics_url"));
-        }
+fn kv(raw: &Raw, app: SocketAddr) -> Result<Option<LlmKv>, ConfigError> {
+    let Some(url) = raw.llm_metrics_url.as_deref() else {
+        raw.only_with("llm_metrics_url", false)?;
         return Ok(None);
     };
     let parsed = app_page("llm_metrics_url", url, app)?;
-    // 10 ms at least: a poll is a GET and a parse of a page of up to 2 MiB
-    let poll = ms("llm_metrics_poll_ms", poll_ms, 250, 10)?;
-    let busy_at = busy_at.unwrap_or(0.95);
+    let poll = raw.llm_metrics_poll_ms()?;
+    let busy_at = raw.llm_kv_busy_at();
     let fixed = huntlb_policy::llm::kv_fixed(busy_at).filter(|&f| f > 0);
     let Some(busy_at_fixed) = fixed else {
         return Err(invalid("llm_kv_busy_at", format!("{busy_at} is out of range (above 0, at most 1: a fraction of the KV cache)")));
@@ -375,9 +307,9 @@ fn kv(url: Option<&str>, poll_ms: Option<u64>, busy_at: Option<f64>, app: Socket
 }
 
 /// `forwarded_for` and `forwarded_for_trusted`: None when off.
-fn forwarded_for(mode: Option<&str>, trusted: Option<&str>) -> Result<Option<crate::forwarded::ForwardedFor>, ConfigError> {
+fn forwarded_for(mode: &str, trusted: Option<&str>) -> Result<Option<crate::forwarded::ForwardedFor>, ConfigError> {
     use crate::forwarded::ForwardedFor;
-    match mode.unwrap_or("append") {
+    match mode {
         "append" => {
             let trusted = trusted.map(ForwardedFor::parse_trusted).transpose().map_err(|e| invalid("forwarded_for_trusted", e))?;
             Ok(Some(ForwardedFor { trusted }))
@@ -386,19 +318,6 @@ fn forwarded_for(mode: Option<&str>, trusted: Option<&str>) -> Result<Option<cra
         "off" => Ok(None),
         other => Err(invalid("forwarded_for", format!("`{other}` is not append or off"))),
     }
-}
-
-fn addr(key: &'static str, v: Option<String>, default: &str) -> Result<SocketAddr, ConfigError> {
-        let v = v.unwrap_or_else(|| default.to_string());
-        v.parse().map_err(|_| invalid(key, format!("`{v}` is not an ip:port address")))
-}
-
-fn ms(key: &'static str, v: Option<u64>, default: u64, min: u64) -> Result<Duration, ConfigError> {
-        let v = v.unwrap_or(default);
-        if v < min || v > 86_400_000 {
-            return Err(invalid(key, format!("{v} is out of range ({min} to 86400000 ms)")));
-        }
-        Ok(Duration::from_millis(v))
 }
 
 #[cfg(test)]

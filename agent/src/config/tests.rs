@@ -217,29 +217,20 @@ fn fleet_pass_plain_is_off_by_default_and_only_with_the_tier() {
 }
 
 /// The tier's defaults are written once, in the policy crate (the simulator
-/// takes them from there too); `--help` and docs/agent.md quote them.
+/// takes them from there too); the table quotes them, and a tier given no
+/// knob runs with every default the table declares for it.
 #[test]
-fn the_tier_defaults_are_the_policy_crates_and_help_and_docs_quote_them() {
+fn the_tier_runs_with_the_declared_defaults_the_policy_crates_among_them() {
     use huntlb_policy::forward::{default_sample_keep, Forwarding, DEFAULT_RESAMPLE_MS, DEFAULT_SAMPLE, DEFAULT_SAMPLE_KEEP};
     let f = Forwarding::default();
     let seen = f.seen_margin.expect("the tier consults the front's count by default");
-    let keep = format!("half the sample, at most {DEFAULT_SAMPLE_KEEP}");
-    let quoted = [
-        ("fleet_sample", DEFAULT_SAMPLE.to_string()),
-        ("fleet_sample_keep", keep),
-        ("fleet_resample_ms", DEFAULT_RESAMPLE_MS.to_string()),
-        ("forward_peer_margin", f.peer_margin.to_string()),
-        ("forward_seen_margin", seen.to_string()),
-    ];
-    let cmd = <Raw as clap::CommandFactory>::command();
-    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/agent.md")).unwrap();
-    for (key, default) in &quoted {
-        let arg = cmd.get_arguments().find(|a| a.get_id() == *key).unwrap_or_else(|| panic!("no flag for {key}"));
-        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
-        assert!(help.ends_with(&format!("[default: {default}]")), "--help of {key}: {help}");
-        let row = format!("| `{key}` | {default} |");
-        assert!(docs.lines().any(|l| l.starts_with(&row)), "docs/agent.md has no row starting {row}");
-    }
+    let table = key_table();
+    let shown = |key: &str| table.iter().find(|k| k.name == key).unwrap_or_else(|| panic!("{key} is declared")).shown();
+    assert_eq!(shown("fleet_sample"), DEFAULT_SAMPLE.to_string());
+    assert_eq!(shown("fleet_sample_keep"), format!("half the sample, at most {DEFAULT_SAMPLE_KEEP}"));
+    assert_eq!(shown("fleet_resample_ms"), DEFAULT_RESAMPLE_MS.to_string());
+    assert_eq!(shown("forward_peer_margin"), f.peer_margin.to_string());
+    assert_eq!(shown("forward_seen_margin"), seen.to_string());
 
     let key = std::env::temp_dir().join(format!("huntlb-config-defaults-{}.key", std::process::id()));
     std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
@@ -252,9 +243,85 @@ fn the_tier_defaults_are_the_policy_crates_and_help_and_docs_quote_them() {
     .unwrap()
     .fleet
     .unwrap();
+    std::fs::remove_file(&key).unwrap();
     let resample = Duration::from_millis(DEFAULT_RESAMPLE_MS);
     assert_eq!((c.sample, c.keep, c.resample, c.forwarding), (DEFAULT_SAMPLE, default_sample_keep(DEFAULT_SAMPLE), resample, f));
-    std::fs::remove_file(&key).unwrap();
+    let ms = |key: &str| Duration::from_millis(shown(key).parse().unwrap());
+    let runs = [
+        ("fleet_heartbeat_ms", c.heartbeat),
+        ("fleet_dead_after_ms", c.dead_after),
+        ("fleet_commit_ms", c.commit),
+        ("fleet_settle_ms", c.settle),
+        ("fleet_resolve_ms", c.resolve),
+        ("fleet_resample_ms", c.resample),
+    ];
+    for (key, runs_with) in runs {
+        assert_eq!(runs_with, ms(key), "{key}");
+    }
+    assert_eq!((shown("fleet_pass_plain"), shown("fleet_key_readable_by_others")), (c.pass_plain.to_string(), "false".to_string()));
+    assert_eq!(c.key_readers, crate::seal::Readers::Owner);
+}
+
+/// Every key is declared once, in the table: `--help` and docs/agent.md's
+/// row say its default, its range and what it needs as the table does.
+#[test]
+fn help_and_docs_say_what_the_table_declares() {
+    let cmd = <Raw as clap::CommandFactory>::command();
+    let docs = documented_keys();
+    for key in key_table() {
+        let k = key.name;
+        let arg = cmd.get_arguments().find(|a| a.get_id() == k).unwrap_or_else(|| panic!("no flag for {k}"));
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        let (default, meaning) = docs.get(k).unwrap_or_else(|| panic!("docs/agent.md has no row for `{k}`"));
+        let shown = key.shown();
+        assert_eq!(default.replace('`', ""), shown, "docs/agent.md's default of `{k}`");
+        match shown.as_str() {
+            "" => assert!(!help.contains("[default"), "--help of {k}: {help}"),
+            "required" => assert!(help.ends_with("[required]"), "--help of {k}: {help}"),
+            _ => assert!(help.ends_with(&format!("[default: {shown}]")), "--help of {k}: {help}"),
+        }
+        if let Some(range) = key.range {
+            assert_eq!(documented_range(meaning), Some(range), "docs/agent.md's range of `{k}`: {meaning}");
+        }
+        // the row's opening "with ...:" names every key or setting it needs
+        let with = meaning.split(':').next().unwrap_or("").replace('`', "");
+        for need in key.needs {
+            assert!(meaning.starts_with("with ") && with.contains(need), "docs/agent.md's `{k}` row does not open with {need}: {meaning}");
+        }
+    }
+}
+
+/// Every condition a key needs (`needs` in the table) is one `validate`
+/// checks with `only_with`: a misspelt one would never refuse its key.
+#[test]
+fn every_condition_a_key_needs_is_checked() {
+    let conds: std::collections::BTreeSet<&str> = key_table().iter().flat_map(|k| k.needs.iter().copied()).collect();
+    let checked = [LLM, APACHE, "llm_metrics_url", "fleet_listen", "tls_cert", "llm_prefix_bytes above 0"];
+    assert_eq!(conds, checked.into_iter().collect());
+}
+
+/// `--print-defaults`: every key with a value when not given, as the agent
+/// runs with it (what the harness and the benches read, not a copy).
+#[test]
+fn the_printed_defaults_are_what_the_agent_runs_with() {
+    let printed: serde_json::Value = serde_json::from_str(&defaults_json()).unwrap();
+    let c = raw(|_| {}).unwrap();
+    assert_eq!(printed["workers"], c.workers);
+    assert_eq!(printed["threads"], c.threads);
+    assert_eq!(printed["id"], c.id.as_str());
+    assert_eq!(printed["listen"], c.listen.to_string());
+    assert_eq!(printed["app_timeout_ms"], c.app_timeout.as_millis() as u64);
+    assert_eq!(printed["health_path"], c.health_path.as_str());
+    assert!(printed.get("fleet_peer_port").is_none(), "a default worked out from other keys has no value to print");
+    let kv = raw(|r| {
+        r.load = Some("llm".into());
+        r.llm_metrics_url = Some("http://127.0.0.1:9000/metrics".into());
+    })
+    .unwrap()
+    .llm_kv
+    .unwrap();
+    assert_eq!(huntlb_policy::llm::kv_fixed(printed["llm_kv_busy_at"].as_f64().unwrap()), Some(kv.bound.busy_at));
+    assert_eq!(printed["llm_kv_busy_at"], 0.95);
 }
 
 #[test]
@@ -548,11 +615,13 @@ fn the_documented_keys_are_the_agents() {
     let cmd = <Raw as clap::CommandFactory>::command();
     let flags: std::collections::BTreeSet<String> = cmd
         .get_arguments()
-        .filter(|a| !a.is_hide_set() && !["config", "help", "version"].contains(&a.get_id().as_str()))
+        .filter(|a| !a.is_hide_set() && !["config", "print_defaults", "help", "version"].contains(&a.get_id().as_str()))
         .map(|a| a.get_id().to_string())
         .collect();
     let documented: std::collections::BTreeSet<String> = documented_keys().into_keys().collect();
     assert_eq!(documented, flags);
+    let declared: std::collections::BTreeSet<String> = key_table().into_iter().map(|k| k.name.to_string()).collect();
+    assert_eq!(declared, flags);
 }
 
 /// A key's range, as its row in docs/agent.md writes it: `(LO to HI` or
