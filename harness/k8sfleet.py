@@ -97,26 +97,33 @@ def front_configs() -> dict[str, str]:
     name = f"{RELEASE}-pods.{NS}.svc.cluster.local"
     envoy = (dist / "envoy.yaml").read_text()
     envoy = envoy.replace("address: 127.0.0.11", f"address: {k8s.DNS_IP}").replace("address: backends", f"address: {name}")
+    # what the image's entrypoint fills in from compose/.env (Envoy reads no environment)
+    ms = int(FRONT_ENV["HEALTH_INTERVAL_MS"])
+    for k, v in {"HEALTH_INTERVAL_S": f"{ms // 1000}.{ms % 1000:03d}", "HEALTH_FALL": FRONT_ENV["HEALTH_FALL"],
+                 "HEALTH_RISE": FRONT_ENV["HEALTH_RISE"], "KEEPALIVE_S": FRONT_ENV["KEEPALIVE_S"]}.items():
+        envoy = envoy.replace("${" + k + "}", v)
     hap = (dist / "haproxy.cfg").read_text()
     # 24 slots: the fleet scales to 16 here
     hap = re.sub(r"server-template web 1-\d+ backends:8080", f"server-template web 1-24 {name}:8080", hap)
     hap = hap.replace("nameserver dns 127.0.0.11:53", f"nameserver dns {k8s.DNS_IP}:53")
-    assert name in envoy and name in hap and "127.0.0.11" not in envoy + hap
+    assert name in envoy and name in hap and "127.0.0.11" not in envoy + hap and "${" not in envoy
     return {"envoy.yaml": envoy, "haproxy.cfg": hap}
 
 
 def fronts_manifest(images: dict[str, str], replicas: int) -> str:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fronts"}, "data": front_configs()}
     env = [{"name": k, "value": v} for k, v in FRONT_ENV.items()]
-    # Envoy: fail the admin's health check and drain its listeners (HTTP/1
-    # responses then say `Connection: close`), while the endpoints drop the
-    # pod; HAProxy: a soft stop (SIGUSR1 to the master): no new connection,
-    # each open one closed after its response
-    stop = {"envoy": ["bash", "-c", "for p in /healthcheck/fail '/drain_listeners?graceful'; do "
-                      "exec 3<>/dev/tcp/127.0.0.1/9901 && printf 'POST %s HTTP/1.0\\r\\n\\r\\n' \"$p\" >&3 && cat <&3 >/dev/null; "
-                      "done; sleep 8"],
+    # On delete, while the endpoints drop the pod, each front sends its
+    # clients elsewhere before it stops. Envoy: its listeners drained, every
+    # HTTP/1 response then saying `Connection: close` at once (the immediate
+    # strategy; the default, gradual over 600 s, leaves a client's kept
+    # connection on a front about to exit). HAProxy: a soft stop (SIGUSR1 to
+    # the master): no new connection, each open one closed after its response.
+    stop = {"envoy": ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9901 && "
+                      "printf 'POST /drain_listeners?graceful HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3 >/dev/null; sleep 8"],
             "haproxy": ["sh", "-c", "sleep 3; kill -USR1 1; sleep 10"]}
-    cmd = {"envoy": ["sh", "-c", "cp /etc/fronts/envoy.yaml /etc/envoy/envoy.yaml && exec entrypoint.sh"],
+    cmd = {"envoy": ["envoy", "-c", "/etc/fronts/envoy.yaml", "--concurrency", FRONT_ENV["ENVOY_CONCURRENCY"],
+                     "--disable-hot-restart", "-l", "warning", "--drain-time-s", "5", "--drain-strategy", "immediate"],
            "haproxy": ["haproxy", "-W", "-db", "-f", "/etc/fronts/haproxy.cfg"]}
     docs = [cm, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{RELEASE}-pods"},
                  # the apps' pods as a gateway sees endpoints: ready ones only
