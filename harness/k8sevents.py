@@ -134,7 +134,7 @@ def _unauthenticated(f: Fleet) -> float:
 def _front(f: Fleet) -> dict:
     gone = []
     for p in PROXIES:
-        pod = f.pods(f"front={p}")[0]["metadata"]["name"]
+        pod = next(x for x in f.pods(f"front={p}") if x["metadata"].get("deletionTimestamp") is None)["metadata"]["name"]
         f.kubectl("delete", "pod", pod, "--wait=false")
         gone.append(pod)
     for p in PROXIES:

@@ -120,7 +120,9 @@ def fronts_manifest(images: dict[str, str], replicas: int) -> str:
     # connection on a front about to exit). HAProxy: a soft stop (SIGUSR1 to
     # the master): no new connection, each open one closed after its response.
     stop = {"envoy": ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9901 && "
-                      "printf 'POST /drain_listeners?graceful HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3 >/dev/null; sleep 8"],
+                      # (Envoy's admin answers HTTP/1.0 with 426: 1.1, closed after)
+                      "printf 'POST /drain_listeners?graceful HTTP/1.1\\r\\nHost: admin\\r\\nContent-Length: 0\\r\\n"
+                      "Connection: close\\r\\n\\r\\n' >&3 && cat <&3 >/dev/null; sleep 8"],
             "haproxy": ["sh", "-c", "sleep 3; kill -USR1 1; sleep 10"]}
     cmd = {"envoy": ["envoy", "-c", "/etc/fronts/envoy.yaml", "--concurrency", FRONT_ENV["ENVOY_CONCURRENCY"],
                      "--disable-hot-restart", "-l", "warning", "--drain-time-s", "5", "--drain-strategy", "immediate"],
