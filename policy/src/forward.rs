@@ -18,12 +18,12 @@
 //!
 //! One job a module, every one pure so that every host decides and reads alike:
 //! * `route`: where an offer goes, two rules in one function, [`route`];
-//! * `sample`: how many peers an agent hears, and how often it draws them;
+//! * `sample`: which peers an agent hears, drawn again now and then ([`redraw`]);
 //! * `report`: the wire format of a count, [`Report`];
 //! * `seal`: the report sealed with a MAC and opened ([`seal`], [`open`]); the
 //!   MAC itself is the host's (HMAC-SHA256).
 //!
-//! `policy/vectors/forward.json` holds routes and reports.
+//! `policy/vectors/forward.json` holds routes and reports, `sample.json` draws.
 
 mod report;
 mod route;
@@ -32,7 +32,7 @@ mod seal;
 
 pub use report::{is_forward_addr, Report, ReportRef, Sub, MAX_REPORT_LEN};
 pub use route::{kept_by_seen, route, route_with, Forwarding, Route};
-pub use sample::{default_sample_keep, DEFAULT_RESAMPLE_MS, DEFAULT_SAMPLE, DEFAULT_SAMPLE_KEEP};
+pub use sample::{default_sample_keep, redraw, DEFAULT_RESAMPLE_MS, DEFAULT_SAMPLE, DEFAULT_SAMPLE_KEEP};
 pub use seal::{append_tag, open, open_ref, seal, Rejected, TAG_LEN};
 
 #[cfg(test)]

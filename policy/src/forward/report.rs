@@ -27,8 +27,8 @@ const MAGIC: &str = "hunt-fleet/3";
 ///
 /// A report never says where to send a request: a forward goes to a member of
 /// the receiver's own configured peer set, at the address it configured.
-/// On the wire it is sealed ([`seal`]): its text, a space, and the hex of a
-/// MAC over that text under the fleet's shared key ([`open`] checks it before
+/// On the wire it is sealed ([`seal`](fn@super::seal)): its text, a space, and the hex of a
+/// MAC over that text under the fleet's shared key ([`open`](super::open) checks it before
 /// anything else of the datagram is believed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
@@ -118,7 +118,7 @@ impl Report {
     }
 }
 
-/// A [`Report`] whose addresses are borrowed: from a datagram ([`open_ref`],
+/// A [`Report`] whose addresses are borrowed: from a datagram ([`open_ref`](super::open_ref),
 /// [`ReportRef::parse`]), or from the sender's own texts as it writes one
 /// ([`ReportRef::write_text`]). The same report, the same text: no
 /// allocation on either side of the wire.
