@@ -1,4 +1,5 @@
 use super::*;
+use crate::Try;
 use Field::*;
 
 #[test]
