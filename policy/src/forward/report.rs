@@ -30,10 +30,13 @@ const MAGIC: &str = "hunt-fleet/3";
 /// On the wire it is sealed ([`seal`](fn@super::seal)): its text, a space, and the hex of a
 /// MAC over that text under the fleet's shared key ([`open`](super::open) checks it before
 /// anything else of the datagram is believed).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    pub from: String,
-    pub to: String,
+///
+/// `A`, the addresses' type: a [`Report`] owns them, a [`ReportRef`] borrows
+/// them; the fields, the text and the checks are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportOf<A> {
+    pub from: A,
+    pub to: A,
     /// The sender's boot: random, drawn when it starts. Never 0.
     pub boot: u64,
     pub seq: u64,
@@ -118,22 +121,14 @@ impl Report {
     }
 }
 
+/// A report owning its addresses: what a host keeps.
+pub type Report = ReportOf<String>;
+
 /// A [`Report`] whose addresses are borrowed: from a datagram ([`open_ref`](super::open_ref),
-/// [`ReportRef::parse`]), or from the sender's own texts as it writes one
-/// ([`ReportRef::write_text`]). The same report, the same text: no
+/// `ReportRef::parse`), or from the sender's own texts as it writes one
+/// (`ReportRef::write_text`). The same report, the same text: no
 /// allocation on either side of the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReportRef<'a> {
-    pub from: &'a str,
-    pub to: &'a str,
-    pub boot: u64,
-    pub seq: u64,
-    pub busy: u32,
-    pub ready: bool,
-    pub sub: Sub,
-    pub mine: u64,
-    pub yours: u64,
-}
+pub type ReportRef<'a> = ReportOf<&'a str>;
 
 impl<'a> ReportRef<'a> {
     /// The report, owning its addresses.
