@@ -18,7 +18,8 @@
 //! (their proxy does the draining and health) and pass [`Gates::OPEN`].
 //! `policy/vectors/admission.json` holds the Rust and Lua answers together.
 
-use crate::{Decision, Load, Policy, State, Try};
+use crate::decision::{Decision, Load, State, Try};
+use crate::policy::Policy;
 
 /// What a host knows about its backend besides the load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -20,7 +20,7 @@ pub struct Load {
     /// Worker count `n`. SR_dyn never raises `c` above `n` (Algorithm 2: `c < n`).
     pub workers: u32,
     /// On an offer, the front's own count of its requests at this backend when
-    /// it chose it (`hunt-seen`), if it sent one: see [`DynamicParams::seen_margin`](crate::DynamicParams::seen_margin).
+    /// it chose it (`hunt-seen`), if it sent one: see [`DynamicParams::seen_margin`](crate::policy::DynamicParams::seen_margin).
     pub seen: Option<u32>,
 }
 

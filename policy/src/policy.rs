@@ -2,7 +2,7 @@
 //! step, [`Policy::decide`], pure: state in, state out. The algorithms are the
 //! SRLB paper's, one function each (`sr_c`, `sr_dyn`).
 
-use crate::{Decision, Load, Outcome, State, Try};
+use crate::decision::{Decision, Load, Outcome, State, Try};
 
 /// SR_dyn's parameters. Defaults are the paper's: window 50, thresholds 0.4/0.6, c0 = 1.
 #[derive(Debug, Clone, Copy, PartialEq)]

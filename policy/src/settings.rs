@@ -5,7 +5,8 @@
 //! and calls [`RawSettings::validate`]. `policy/vectors/settings.json` holds the
 //! Lua port to the same answers and error keys.
 
-use crate::{protocol, Policy};
+use crate::policy::Policy;
+use crate::protocol;
 use std::fmt;
 
 /// SR_dyn with the paper's parameters: the default everywhere.

@@ -1,6 +1,8 @@
 //! One policy shared by many threads of one host (the agent's), without a lock.
 
-use crate::{admission, Decision, Gates, Load, Policy, State, Try, Verdict};
+use crate::admission::{self, Gates, Verdict};
+use crate::decision::{Decision, Load, State, Try};
+use crate::policy::Policy;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A policy shared by many threads without a lock: the state is packed into one

@@ -10,7 +10,7 @@
 //! `slack` is `seen_margin`'s old name: it still parses, to the same policy,
 //! and [`spec_warning`] gives the line a host logs once at load about it.
 
-use crate::{DynamicParams, Policy};
+use crate::policy::{DynamicParams, Policy};
 use std::fmt;
 use std::str::FromStr;
 

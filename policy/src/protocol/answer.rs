@@ -2,6 +2,7 @@
 //! and whether a refusal takes the backend out of an Envoy front's rotation.
 
 use super::{BUSY_STATUS, CARRIER_STATUS};
+use crate::admission::Reason;
 #[cfg(doc)]
 use super::ENVOY_HC_FAIL;
 
@@ -10,8 +11,8 @@ use super::ENVOY_HC_FAIL;
 /// answer, or an offer refused as `app_down`) or is draining, every try sent
 /// there is refused until its health checks say otherwise. A busy refusal
 /// (`policy`, `overload`) is about this moment's load only: never.
-pub fn leaves_rotation(why: crate::Reason) -> bool {
-    matches!(why, crate::Reason::AppDown | crate::Reason::Draining)
+pub fn leaves_rotation(why: Reason) -> bool {
+    matches!(why, Reason::AppDown | Reason::Draining)
 }
 
 /// The agent's side of "the refusal space is the agent's": the status (and the

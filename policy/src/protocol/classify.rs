@@ -2,7 +2,7 @@
 //! the hunt's own.
 
 use super::{MAX_MARK_LEN, MAX_SEEN_DIGITS};
-use crate::Try;
+use crate::decision::Try;
 
 /// What a backend makes of a try's hunt headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
