@@ -30,7 +30,7 @@ mod route;
 mod sample;
 mod seal;
 
-pub use report::{is_forward_addr, Report, ReportRef, Sub, MAX_REPORT_LEN};
+pub use report::{is_forward_addr, Report, ReportOf, ReportRef, Sub, MAX_REPORT_LEN};
 pub use route::{kept_by_seen, route, route_with, Forwarding, Route};
 pub use sample::{default_sample_keep, redraw, DEFAULT_RESAMPLE_MS, DEFAULT_SAMPLE, DEFAULT_SAMPLE_KEEP};
 pub use seal::{append_tag, open, open_ref, seal, Rejected, TAG_LEN};
