@@ -31,6 +31,8 @@ impl Load {
     }
 }
 
+/// What a policy answers a try: a refusal is "busy" (425), and the front
+/// sends the request on to its second candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     Accept,
@@ -42,7 +44,6 @@ impl Decision {
         self == Decision::Accept
     }
 }
-
 
 /// What a policy remembers between decisions. For SR_dyn: the current `c` and the
 /// window's counters, exactly Algorithm 2's variables. Static policies never change it.
