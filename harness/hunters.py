@@ -15,11 +15,11 @@ from harness.procs import ROOT, Addrs, Procs
 
 def tier_default(name: str) -> int:
     """A default of the forwarding tier, read from where it is written once
-    (`pub const NAME` in policy/src/forward/sample.rs, which the agent and the
+    (`pub const NAME` in policy/src/forward.rs, which the agent and the
     simulator take theirs from), so no copy here can drift from it."""
-    m = re.search(rf"^pub const {name}: \w+ = (\d+);$", (ROOT / "policy" / "src" / "forward" / "sample.rs").read_text(), re.M)
+    m = re.search(rf"^pub const {name}: \w+ = (\d+);$", (ROOT / "policy" / "src" / "forward.rs").read_text(), re.M)
     if m is None:
-        raise LookupError(f"policy/src/forward/sample.rs has no `pub const {name}`")
+        raise LookupError(f"policy/src/forward.rs has no `pub const {name}`")
     return int(m.group(1))
 
 
