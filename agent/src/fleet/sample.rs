@@ -10,7 +10,7 @@
 
 use super::batch::{scratch, Batch};
 use super::{Fleet, Link, Listener, ReportFn, KEYS_EVERY};
-use huntlb_policy::forward::{append_tag, redraw, ReportRef, Sub};
+use huntlb_policy::forward::{append_tag, ReportRef, Sub};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -103,7 +103,7 @@ impl Fleet {
                     .map(|(m, p)| (*m, p.busy.saturating_add(p.sent.len() as u32)))
                     .collect()
             };
-            redraw(&kept_from, &others, k, self.cfg.keep, || self.draw())
+            huntlb_policy::forward::redraw(&kept_from, &others, k, self.cfg.keep, || self.draw())
         };
         // A member new to the sample answers its subscription at once: it is
         // asked. One kept is renewed, and answers at its next beat.
