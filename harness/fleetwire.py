@@ -1,4 +1,4 @@
-"""The forwarding tier's datagram (`hunt-fleet/3`, policy/src/forward.rs), as
+"""The forwarding tier's datagram (`hunt-fleet/3`, policy/src/forward/report.rs), as
 tests play it: seal and open reports, a member played over a plain socket
 (with the nonce handshake), and the tools of an attacker on the machine:
 recording datagrams on loopback and sending them again from a forged source.

@@ -47,7 +47,7 @@ def test_the_upgrade_page_names_the_wire_and_the_metric_the_code_has():
     """docs/upgrading.md says what an operator sees in a roll across tier
     versions: the wire version and the counter are the code's own."""
     page = (ROOT / "docs" / "upgrading.md").read_text()
-    magic = re.search(r'const MAGIC: &str = "([^"]+)";', (ROOT / "policy" / "src" / "forward.rs").read_text())[1]
+    magic = re.search(r'const MAGIC: &str = "([^"]+)";', (ROOT / "policy" / "src" / "forward" / "report.rs").read_text())[1]
     assert f"`{magic}`" in page, magic
     metrics = (ROOT / "policy" / "src" / "metrics.rs").read_text()
     assert '"huntlb_fleet_reports_bad_total"' in metrics and '"version"' in metrics

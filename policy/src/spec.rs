@@ -10,8 +10,9 @@
 //! `slack` is `seen_margin`'s old name: it still parses, to the same policy,
 //! and [`spec_warning`] gives the line a host logs once at load about it.
 
-use crate::{DynamicParams, Policy};
+use crate::policy::{DynamicParams, Policy};
 use std::fmt;
+use std::str::FromStr;
 
 /// A spec that does not parse. `key` names the offending part (`policy`, `c`,
 /// `window`, ...) so a config error can point at it.
@@ -169,32 +170,35 @@ fn parse_dynamic(args: &str) -> Result<DynamicParams, SpecError> {
     Ok(p)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_old_name_is_the_same_policy_and_warns() {
-        let old: Policy = "dynamic:c0=2,slack=1".parse().unwrap();
-        let new: Policy = "dynamic:c0=2,seen_margin=1".parse().unwrap();
-        assert_eq!(old, new);
-        assert_eq!(old.to_string(), "dynamic:window=50,low=0.4,high=0.6,c0=2,seen_margin=1", "Display writes the new name");
-        assert_eq!(
-            spec_warning(" dynamic:c0=2, slack =1").as_deref(),
-            Some("policy key `slack` is deprecated: write `seen_margin` (same meaning)")
-        );
-        for quiet in ["dynamic:seen_margin=1", "dynamic", "static:4", "always", "dynamic:slackness=1", "fastest:slack=1"] {
-            assert_eq!(spec_warning(quiet), None, "{quiet}");
-        }
-    }
-
-    #[test]
-    fn old_and_new_name_together_are_one_key_given_twice() {
-        let e = parse("dynamic:slack=1,seen_margin=2").unwrap_err();
-        assert_eq!(e.key, "seen_margin");
-        assert!(e.reason.contains("`slack`") && e.reason.contains("twice"), "{e}");
-        assert_eq!(parse("dynamic:seen_margin=1,slack=2").unwrap_err().key, "seen_margin", "in either order");
-        // an error in a value names the key as it was written
-        assert_eq!(parse("dynamic:slack=x").unwrap_err().key, "slack");
+impl FromStr for Policy {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        parse(s)
     }
 }
+
+impl fmt::Display for Policy {
+    /// The canonical spec: parsing it gives the same policy back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::Always => write!(f, "always"),
+            Policy::Static { c } => write!(f, "static:{c}"),
+            Policy::Dynamic(p) => {
+                write!(f, "dynamic:window={},low={},high={},c0={}", p.window, p.low, p.high, p.c0)?;
+                if let Some(m) = p.c_max {
+                    write!(f, ",c_max={m}")?;
+                }
+                if p.c_min > 0 {
+                    write!(f, ",c_min={}", p.c_min)?;
+                }
+                if let Some(k) = p.seen_margin {
+                    write!(f, ",seen_margin={k}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

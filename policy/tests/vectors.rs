@@ -363,6 +363,27 @@ fn forward_vectors() {
 }
 
 #[test]
+fn sample_vectors() {
+    use huntlb_policy::forward::redraw;
+    let doc = vectors("sample.json");
+    let cases = doc["redraw"].as_array().unwrap();
+    let n = |c: &Value, k: &str| c[k].as_u64().unwrap_or_else(|| panic!("sample.json: `{k}` in {c}"));
+    fn names(v: &Value) -> Vec<&str> {
+        v.as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect()
+    }
+    for c in cases {
+        let name = c["name"].as_str().unwrap();
+        let kept_from: Vec<(&str, u32)> = c["kept_from"].as_array().unwrap().iter().map(|e| (e[0].as_str().unwrap(), e[1].as_u64().unwrap() as u32)).collect();
+        let draws: Vec<u64> = c["draws"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+        let mut left = draws.iter();
+        let got = redraw(&kept_from, &names(&c["others"]), n(c, "sample") as usize, n(c, "keep") as usize, || *left.next().unwrap_or_else(|| panic!("sample.json `{name}`: more draws asked than listed")));
+        assert_eq!(got, names(&c["expect"]), "sample.json `{name}`");
+        assert_eq!(left.len(), 0, "sample.json `{name}`: draws listed but not used");
+    }
+    assert!(cases.len() >= 10);
+}
+
+#[test]
 fn llm_vectors() {
     use huntlb_policy::llm::LlmWeights;
     let doc = vectors("llm.json");

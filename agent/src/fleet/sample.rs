@@ -93,28 +93,17 @@ impl Fleet {
             others
         } else {
             let now = Instant::now();
-            let mut kept: Vec<(u32, u64, SocketAddr)> = {
+            // What may be kept: the old sample's members ready and heard
+            // within dead_after, at their count plus what we forwarded since.
+            let kept_from: Vec<(SocketAddr, u32)> = {
                 let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
                 old.iter()
                     .filter_map(|m| peers.get(m).map(|p| (m, p)))
                     .filter(|(_, p)| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after)
-                    .map(|(m, p)| (p.busy.saturating_add(p.sent.len() as u32), self.draw(), *m))
+                    .map(|(m, p)| (*m, p.busy.saturating_add(p.sent.len() as u32)))
                     .collect()
             };
-            // The least first, ties in random order (a fixed order would
-            // keep the same peer in every agent's sample).
-            kept.sort_unstable();
-            kept.truncate(self.cfg.keep);
-            let mut new: Vec<SocketAddr> = kept.into_iter().map(|(_, _, m)| m).collect();
-            let mut pool: Vec<SocketAddr> = others.into_iter().filter(|m| !new.contains(m)).collect();
-            // A partial Fisher-Yates shuffle: the first `need` of the pool, uniformly.
-            let need = (k - new.len()).min(pool.len());
-            for i in 0..need {
-                let j = i + (self.draw() % (pool.len() - i) as u64) as usize;
-                pool.swap(i, j);
-                new.push(pool[i]);
-            }
-            new
+            huntlb_policy::forward::redraw(&kept_from, &others, k, self.cfg.keep, || self.draw())
         };
         // A member new to the sample answers its subscription at once: it is
         // asked. One kept is renewed, and answers at its next beat.

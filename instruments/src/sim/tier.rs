@@ -40,7 +40,8 @@
 
 use super::share::Share;
 use super::Datagrams;
-use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
+use huntlb_policy::forward::redraw;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::collections::VecDeque;
 
 /// The agent's `WANT_FOR`: it wants its peers' changes this long after an
@@ -139,7 +140,7 @@ impl Tier {
         let samples: Vec<Vec<usize>> = if k == 0 {
             Vec::new()
         } else {
-            (0..n).map(|a| draw(&mut rng, n, a, &[], k)).collect()
+            (0..n).map(|a| draw(&mut rng, n, a, k)).collect()
         };
         // At start every agent subscribes to its sample, and each member answers.
         let pairs = (n * k) as u64;
@@ -347,7 +348,7 @@ impl Tier {
         let d = self.spec.probe;
         self.sent.asks += d as u64;
         self.sent.counts += d as u64;
-        draw(&mut self.rng, self.n, a, &[], d)
+        draw(&mut self.rng, self.n, a, d)
     }
 
     /// Pull on demand: the peers agent `a` decides over at `now` and their
@@ -420,12 +421,8 @@ impl Tier {
         // Keep the b members it sees lowest (unknown ones last), ties at random.
         let (peers, counts) = self.view(a, now, |_| 0);
         let old = self.samples[a].clone();
-        let mut ranked: Vec<(u32, u64, usize)> =
-            old.iter().map(|&m| (peers.iter().position(|&p| p == m).map_or(u32::MAX, |i| counts[i]), self.rng.gen(), m)).collect();
-        ranked.sort_unstable();
-        let kept: Vec<usize> = ranked.iter().take(b).map(|&(_, _, m)| m).collect();
-        let mut new = draw(&mut self.rng, self.n, a, &kept, k - kept.len());
-        new.extend(&kept);
+        let kept_from: Vec<(usize, u32)> = old.iter().map(|&m| (m, peers.iter().position(|&p| p == m).map_or(u32::MAX, |i| counts[i]))).collect();
+        let mut new = redraw(&kept_from, &others(self.n, a), k, b, || self.rng.gen());
         new.sort_unstable();
         let mut sub_at = Vec::with_capacity(k);
         let wanting = self.subscribed[a];
@@ -660,11 +657,15 @@ fn heard_at(h: &mut VecDeque<(f64, u32)>, at: f64) -> (f64, u32) {
     h[0]
 }
 
-/// `k` servers drawn uniformly among those neither `a` nor in `not`, in order.
-fn draw(rng: &mut SmallRng, n: usize, a: usize, not: &[usize], k: usize) -> Vec<usize> {
-    let mut pool: Vec<usize> = (0..n).filter(|&s| s != a && !not.contains(&s)).collect();
-    let k = k.min(pool.len());
-    let mut drawn = pool.partial_shuffle(rng, k).0.to_vec();
+/// The servers but `a`.
+fn others(n: usize, a: usize) -> Vec<usize> {
+    (0..n).filter(|&s| s != a).collect()
+}
+
+/// `k` servers drawn uniformly among those but `a`, in order: a sample drawn
+/// with none to keep (the agent's own draw, `redraw`).
+fn draw(rng: &mut SmallRng, n: usize, a: usize, k: usize) -> Vec<usize> {
+    let mut drawn = redraw(&[], &others(n, a), k, 0, || rng.gen());
     drawn.sort_unstable();
     drawn
 }
