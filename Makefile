@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster test-k8s setup-llama test-llama demo demo-swarm fuzz \
+.PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster test-k8s demo-k8s setup-llama test-llama demo demo-swarm fuzz \
 	bench bench-quick bench-many-fronts bench-many-fronts-sim bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
@@ -28,10 +28,19 @@ setup-k8s:
 # cluster here"): three node containers, started, used, torn down with nothing
 # left; needs root and Docker. Builds Kubernetes, etcd and CoreDNS the first
 # time (scripts/k8s-build.sh, about 40 min on 2 cores), cached after; Helm
-# (setup-k8s) for the chart's install on it. Not in make test.
+# (setup-k8s) for the chart's install on it; the images (make image,
+# compose/build.sh) when missing. About 25 min once built. Not in make test.
 test-k8s: setup-k8s
 	./scripts/docker-setup.sh install
 	HUNTLB_K8S_TEST=1 $(PYTEST) -q tests/test_k8s_cluster.py
+
+# huntlb on that cluster under load through what an orchestrator does: the
+# chart by docs/kubernetes.md's install, 4 Envoy and 4 HAProxy fronts, a
+# rolling restart, a pod deleted, a node drained, 12 -> 16 -> 12, a key
+# rotation, fronts restarted (scripts/k8s_demo.py): about 16 min once built.
+demo-k8s: setup-k8s
+	./scripts/docker-setup.sh install
+	$(PYTHON) scripts/k8s_demo.py --build
 
 # The Wikipedia replay's setup (make bench-wiki): the bench's tools and MediaWiki
 # with PHP 8.2 under Apache (in every setup too: tests/test_wiki.py needs it).

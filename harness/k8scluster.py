@@ -77,8 +77,8 @@ def log(msg: str) -> None:
 
 
 def run(argv: list[str], timeout: float = 300, check: bool = True, input: bytes | None = None,
-        env: dict | None = None) -> str:
-    p = subprocess.run(argv, capture_output=True, timeout=timeout, input=input, env=env)
+        env: dict | None = None, cwd: Path | None = None) -> str:
+    p = subprocess.run(argv, capture_output=True, timeout=timeout, input=input, env=env, cwd=cwd)
     if check and p.returncode:
         raise RuntimeError(f"{' '.join(argv)} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
     return p.stdout.decode(errors="replace")

@@ -2,6 +2,7 @@
 cluster (harness/k8sfleet.py): each event runs while both proxies' fronts take
 open-loop load, and is counted at the client and at the apps.
 
+    steady    none: the fleet as it runs, its forwards counted
     rollout   kubectl rollout restart of the apps' Deployment
     delete    one app pod deleted (kubectl delete pod: its grace, the agent's drain)
     drain     a node drained (kubectl drain: its pods evicted), then uncordoned
@@ -29,7 +30,7 @@ from harness.k8sfleet import NS, PROXIES, RELEASE, Fleet, tally
 
 # Seconds of load around each event: long enough for it on 2 busy cores (a
 # rollout of 12 pods waits out each old pod's drain, 5 s, three at a time).
-BUDGET = {"rollout": 120, "delete": 60, "drain": 100, "scale": 120, "rotate": 180, "front": 60}
+BUDGET = {"steady": 40, "rollout": 120, "delete": 60, "drain": 100, "scale": 120, "rotate": 180, "front": 60}
 LEAD_S = 5  # load before the event starts
 
 
@@ -143,8 +144,14 @@ def _front(f: Fleet) -> dict:
     return {"deleted": gone}
 
 
+def _steady(f: Fleet) -> dict:
+    """No event: the fleet as it runs (its forwards, its CPU)."""
+    time.sleep(BUDGET["steady"] - LEAD_S - 10)
+    return {}
+
+
 EVENTS: dict[str, Callable[[Fleet], dict]] = {
-    "rollout": _rollout, "delete": _delete, "drain": _drain, "scale": _scale, "rotate": _rotate, "front": _front}
+    "steady": _steady, "rollout": _rollout, "delete": _delete, "drain": _drain, "scale": _scale, "rotate": _rotate, "front": _front}
 
 
 def run(f: Fleet, names: list[str], rate: float = 50, log=print) -> list[dict]:
@@ -153,6 +160,7 @@ def run(f: Fleet, names: list[str], rate: float = 50, log=print) -> list[dict]:
     for name in names:
         budget = BUDGET[name]
         phase = f"{name}-{run_id}"
+        sent0 = f.forwards_sent()
         load = f.start_load(phase, rate, budget)
         time.sleep(LEAD_S)
         t0 = time.monotonic()
@@ -163,6 +171,9 @@ def run(f: Fleet, names: list[str], rate: float = 50, log=print) -> list[dict]:
             err = f"{type(e).__name__}: {e}"
         took = time.monotonic() - t0
         out = f.finish(load)
+        # the tier at work: forwards the agents that ran through the phase sent
+        sent = {p: n - sent0[p] for p, n in f.forwards_sent().items() if p in sent0}
+        found["forwards_sent"] = int(sum(sent.values()))
         row = {"event": name, "took_s": round(took, 1), "budget_s": budget, "error": err, "found": found,
                "proxies": tally(out, f.arrivals(), phase)}
         row["outlasted_load"] = took + LEAD_S > budget

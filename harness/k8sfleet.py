@@ -33,6 +33,7 @@ import os
 import random
 import re
 import secrets
+import shlex
 import subprocess
 import tempfile
 import threading
@@ -44,7 +45,8 @@ from pathlib import Path
 from harness import k8scluster as k8s
 
 ROOT = k8s.ROOT
-NS, RELEASE = "hunt", "shop"
+# docs/kubernetes.md's install: the release `shop` in the namespace `shop`
+NS, RELEASE = "shop", "shop"
 HELM = ROOT / ".cache" / "bin" / "helm"
 ARRIVALS = "/var/lib/huntlb-arrivals"  # on each node (a hostPath)
 # the fronts' port for the proxy's own least-request (compose/configs.py's :10001)
@@ -60,6 +62,18 @@ def app_version() -> str:
         if line.startswith("appVersion:"):
             return line.split(":", 1)[1].strip().strip('"')
     raise RuntimeError("charts/huntlb/Chart.yaml: no appVersion")
+
+
+def ensure_images() -> None:
+    """The agent's image (make image) and compose's (compose/build.sh: the
+    app, Envoy, HAProxy), each built when missing (make demo-k8s builds them
+    afresh)."""
+    def have(ref: str) -> bool:
+        return subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
+    if not have(f"huntlb/agent:{app_version()}"):
+        subprocess.run([str(ROOT / "scripts/image.sh")], check=True, timeout=3600)
+    if not all(have(f"huntlb/{p}:dev") for p in ("app", "envoy", "haproxy")):
+        subprocess.run([str(ROOT / "compose/build.sh")], check=True, timeout=3600)
 
 
 def values(app_image: str, apps: int) -> str:
@@ -90,7 +104,7 @@ agent:
 
 def front_configs() -> dict[str, str]:
     """compose's proxy configs (compose/build.sh stages them in compose/dist),
-    pointed at the cluster: the apps by CoreDNS, `shop-pods` in `hunt`."""
+    pointed at the cluster: the apps by CoreDNS, `shop-pods` in `shop`."""
     dist = ROOT / "compose/dist/config"
     if not (dist / "envoy.yaml").exists():
         subprocess.run([str(ROOT / "compose/build.sh"), "--stage"], check=True, capture_output=True, timeout=1800)
@@ -108,6 +122,14 @@ def front_configs() -> dict[str, str]:
     hap = hap.replace("nameserver dns 127.0.0.11:53", f"nameserver dns {k8s.DNS_IP}:53")
     assert name in envoy and name in hap and "127.0.0.11" not in envoy + hap and "${" not in envoy
     return {"envoy.yaml": envoy, "haproxy.cfg": hap}
+
+
+def doc_commands(first: str) -> list[list[str]]:
+    """The shell commands of the docs/kubernetes.md block that has `first`,
+    continuation lines joined, each as its words."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if first in b)
+    return [shlex.split(c) for c in re.sub(r"\\\n\s*", " ", block).strip().splitlines()]
 
 
 def fronts_manifest(images: dict[str, str], replicas: int) -> str:
@@ -176,23 +198,42 @@ class Fleet:
         return self.c.kubectl("-n", NS, *args, timeout=timeout, check=check, input=input)
 
     def install(self, apps: int = 12, fronts: int = 4) -> None:
-        images = {"agent": self.c.push(f"huntlb/agent:{app_version()}").rsplit(":", 1)[0],
-                  "app": self.c.push("huntlb/app:dev"), "envoy": self.c.push("huntlb/envoy:dev"),
-                  "haproxy": self.c.push("huntlb/haproxy:dev")}
+        """docs/kubernetes.md's steps 2 and 4 pasted (the key, `helm install`
+        with the example's values), then the operator's own values by `helm
+        upgrade` (`apps` replicas of compose's app, arrivals to the node),
+        the fronts and the load pod. The images under the names the chart and
+        the docs use, served by the cluster's registry (harness/k8snode's
+        containerd mirrors docker.io to it)."""
+        ensure_images()
+        for ref in (f"huntlb/agent:{app_version()}", "huntlb/app:dev", "huntlb/envoy:dev", "huntlb/haproxy:dev"):
+            self.c.push(ref)
+        images = {p: f"huntlb/{p}:dev" for p in ("app", "envoy", "haproxy")}
+        self.work.mkdir(parents=True, exist_ok=True)
+        for words in doc_commands("openssl rand -hex 32 > fleet.key") + doc_commands("helm install shop charts/huntlb"):
+            self.run_doc(words)
+        self.kubectl("rollout", "status", f"deploy/{RELEASE}", "--timeout=300s", timeout=310)
         self.values_file.write_text(values(images["app"], apps))
-        (self.key_file.parent).mkdir(parents=True, exist_ok=True)
-        self.key_file.write_text(secrets.token_hex(32) + "\n")
-        self.key_file.chmod(0o600)
-        # docs/kubernetes.md's install, the images named in the cluster's registry
-        self.helm("install", RELEASE, str(ROOT / "charts/huntlb"), "-n", NS, "--create-namespace",
-                  "-f", str(self.values_file), "--set-file", f"fleetKey.value={self.key_file}",
-                  "--set", f"image.repository={images['agent']}")
+        self.helm("upgrade", RELEASE, str(ROOT / "charts/huntlb"), "-n", NS, "--reuse-values", "-f", str(self.values_file))
         self.kubectl("apply", "-f", "-", input=fronts_manifest(images, fronts).encode())
         for d in (f"deploy/{RELEASE}", "deploy/envoy", "deploy/haproxy"):
             self.kubectl("rollout", "status", d, "--timeout=300s", timeout=310)
         self.kubectl("wait", "--for=condition=Ready", "pod/load", "--timeout=120s", timeout=130)
         k8s._wait("every agent hearing its sample", lambda: all(
             m.get("huntlb_fleet_peers", -1) == min(8, apps - 1) for m in self.agent_metrics().values()), 60)
+
+    def run_doc(self, words: list[str]) -> None:
+        """One of the docs' shell commands as written: `fleet.key` is this
+        fleet's (in its work folder), helm the one `make setup-k8s` builds,
+        charts/ the repository's."""
+        if words[0] == "(umask":  # (umask 077 && openssl rand -hex 32 > fleet.key)
+            assert words[-2:] == [">", "fleet.key)"], words
+            self.key_file.write_text(secrets.token_hex(32) + "\n")
+            self.key_file.chmod(0o600)
+            return
+        assert words[0] == "helm", words
+        argv = [str(HELM), *[w.replace("fleet.key", str(self.key_file)) if w.startswith("fleetKey.value=") else w
+                             for w in words[1:]]]
+        k8s.run(argv, timeout=180, env={**os.environ, "KUBECONFIG": str(self.c.kubeconfig)}, cwd=ROOT)
 
     # ------------------------------------------------------------ what runs
 
@@ -216,6 +257,10 @@ class Fleet:
             out[p["metadata"]["name"]] = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
                                           if line and not line.startswith("#") and len(line.split()) == 2}
         return out
+
+    def forwards_sent(self) -> dict[str, float]:
+        """Each running agent's huntlb_forwards_total{outcome="sent"}."""
+        return {p: m.get('huntlb_forwards_total{outcome="sent"}', 0.0) for p, m in self.agent_metrics().items()}
 
     def arrivals(self) -> dict[str, Counter]:
         """Every path each app processed (its pod name -> paths), from the

@@ -8,7 +8,7 @@ scale-out 12 -> 16 -> 12, a key rotation by `helm upgrade` and two fronts
 restarted, each under open-loop load through both proxies, counted at the
 client and at the apps.
 
-  make demo-k8s                        (docs/kubernetes.md, "A real cluster here")
+  make demo-k8s                        (docs/kubernetes.md, "A real cluster here"; --build)
   scripts/k8s_demo.py --events rollout,scale --rate 50 --json out.json --keep
 
 Exits 1 if any event cost a client error, processed a request twice, or
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +56,7 @@ def main() -> int:
     ap.add_argument("--fronts", type=int, default=4, help="front pods of each proxy")
     ap.add_argument("--json", type=Path, help="write every row here")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up")
+    ap.add_argument("--build", action="store_true", help="build the images afresh (make image, compose/build.sh)")
     args = ap.parse_args()
     names = [n for n in args.events.split(",") if n]
     unknown = [n for n in names if n not in k8sevents.EVENTS]
@@ -65,6 +67,9 @@ def main() -> int:
     try:
         c = k8s.up(3)
         print(f"cluster: 3 nodes up in {time.monotonic() - t0:.0f} s", flush=True)
+        if args.build:  # with the cluster's dockerd up
+            for cmd in (ROOT / "scripts/image.sh", ROOT / "compose/build.sh"):
+                subprocess.run([str(cmd)], check=True, timeout=3600)
         with tempfile.TemporaryDirectory(prefix="huntlb-k8s-demo-") as tmp:
             f = Fleet(c, Path(tmp))
             f.install(apps=args.apps, fronts=args.fronts)

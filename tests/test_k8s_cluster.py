@@ -31,6 +31,8 @@ import pytest
 
 from harness import ROOT
 from harness import k8scluster as k8s
+from harness import k8sevents
+from harness.k8sfleet import HELM, Fleet, doc_commands
 
 pytestmark = pytest.mark.skipif(os.environ.get("HUNTLB_K8S_TEST") != "1",
                                 reason="a real cluster needs Docker, root and the Kubernetes build: make test-k8s")
@@ -219,26 +221,21 @@ def test_failed_start_tears_down_what_it_made(before, monkeypatch):
 
 
 def test_the_chart_installs_a_fleet_on_the_cluster(before, tmp_path):
-    """charts/huntlb's example (docs/kubernetes.md's install, the images
-    named in the cluster's registry) on the real cluster: 3 pods of app and
-    agent Running on the 3 nodes, each agent hearing the other two through
-    the headless Service (CoreDNS) under the Secret's key, requests through
-    the Service answered."""
-    helm = ROOT / ".cache" / "bin" / "helm"
-    if not helm.exists():
+    """docs/kubernetes.md's key and install commands, pasted (the images
+    under their plain names, which the nodes' containerd takes from the
+    cluster's registry), on the real cluster: 3 pods of app and agent Running
+    on the 3 nodes, each agent hearing the other two through the headless
+    Service (CoreDNS) under the Secret's key, requests through the Service
+    answered."""
+    if not HELM.exists():
         pytest.skip("no helm: make setup-k8s")
     try:
         c = k8s.up(3)
-        agent = c.push(f"huntlb/agent:{chart_version()}").rsplit(":", 1)[0]
-        app = c.push("huntlb/app:dev")
-        values = tmp_path / "shop.yaml"
-        values.write_text((ROOT / "charts/huntlb/examples/shop.yaml").read_text().replace("image: huntlb/app:dev", f"image: {app}"))
-        key = tmp_path / "fleet.key"
-        key.write_text(os.urandom(32).hex() + "\n")
-        key.chmod(0o600)
-        subprocess.run([str(helm), "install", "shop", str(ROOT / "charts/huntlb"), "-n", "shop", "--create-namespace",
-                        "-f", str(values), "--set-file", f"fleetKey.value={key}", "--set", f"image.repository={agent}"],
-                       env={**os.environ, "KUBECONFIG": str(c.kubeconfig)}, check=True, capture_output=True, timeout=120)
+        c.push(f"huntlb/agent:{chart_version()}")
+        c.push("huntlb/app:dev")
+        f = Fleet(c, tmp_path)
+        for words in doc_commands("openssl rand -hex 32 > fleet.key") + doc_commands("helm install shop charts/huntlb"):
+            f.run_doc(words)
         c.kubectl("-n", "shop", "rollout", "status", "deploy/shop", "--timeout=180s", timeout=190)
         pods = json.loads(c.kubectl("-n", "shop", "get", "pods", "-o", "json"))["items"]
         assert len(pods) == 3 and all(p["status"]["phase"] == "Running" for p in pods)
@@ -255,6 +252,43 @@ def test_the_chart_installs_a_fleet_on_the_cluster(before, tmp_path):
     finally:
         left = k8s.down()
     assert not any(left.values()), left
+
+
+def test_every_rollout_event_under_load_through_both_proxies(before, tmp_path):
+    """The fleet of docs/kubernetes.md's install with the operator's values
+    (12 apps), 4 Envoy and 4 HAProxy front pods (the proxies' own
+    least-request, fleet_pass_plain) and a load pod sending 50 req/s to each
+    proxy's fronts, every path unique; through each event (harness/k8sevents.py:
+    steady, rollout restart, a pod deleted, a node drained, 12 -> 16 -> 12,
+    the key rotated by helm upgrade, two fronts restarted): 0 client errors,
+    nothing processed twice, every answered request seen at an app; the tier
+    forwards at 8 fronts; scaled out, every agent knows the 16 within
+    seconds; through the rotation no member leaves any agent's view and no
+    report is refused."""
+    if not HELM.exists():
+        pytest.skip("no helm: make setup-k8s")
+    try:
+        c = k8s.up(3)
+        f = Fleet(c, tmp_path)
+        f.install(apps=12, fronts=4)
+        rows = {r["event"]: r for r in k8sevents.run(f, list(k8sevents.EVENTS), rate=50)}
+    finally:
+        left = k8s.down()
+    assert not any(left.values()), left
+    for name, r in rows.items():
+        assert r["error"] is None and not r["outlasted_load"], (name, r["error"], r["took_s"])
+        for proxy, t in r["proxies"].items():
+            assert t["sent"] > 0 and t["errors"] == 0, (name, proxy, t["errors"], t["error_statuses"], t["failed_arrived_at"])
+            assert t["twice"] == [] and t["answered_not_arrived"] == [], (name, proxy, t["twice"][:5], t["answered_not_arrived"][:5])
+    assert rows["steady"]["found"]["forwards_sent"] > 0
+    scale = rows["scale"]
+    assert len(scale["found"]["new"]) == 4 and scale["found"]["members_s"] < 30, scale["found"]
+    for proxy, t in scale["proxies"].items():  # each new pod served both proxies' requests
+        assert set(scale["found"]["new"]) <= set(t["pods"]), (proxy, scale["found"]["new"], t["pods"])
+    rot = rows["rotate"]["found"]
+    assert rot["views"] > 10 and rot["view_short"] == 0 and rot["unauthenticated"] == 0, rot
+    drain = rows["drain"]["found"]
+    assert drain["evicted"] > 0, drain
 
 
 def chart_version() -> str:
