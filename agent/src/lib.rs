@@ -32,5 +32,6 @@ pub mod relay;
 pub mod respond;
 pub mod seal;
 pub mod server;
+mod sync;
 pub mod tls;
 pub mod upstream;

@@ -78,7 +78,7 @@ impl Agent {
         let (d, on) = (decided.clone(), on_continue.clone());
         hyper::ext::on_informational(&mut req, move |r| {
             if r.status() == StatusCode::CONTINUE && d.compare_exchange(PENDING, GO, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                if let Some((go, taken)) = on.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+                if let Some((go, taken)) = crate::sync::lock(&on).take() {
                     let _ = go.send(());
                     let _ = taken.send(());
                 }
@@ -90,7 +90,7 @@ impl Agent {
         let withdraw = || {
             let won = decided.compare_exchange(PENDING, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire).is_ok();
             if won {
-                drop(on_continue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+                drop(crate::sync::lock(&on_continue).take());
             }
             won
         };
