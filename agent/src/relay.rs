@@ -2,7 +2,7 @@
 //! `Fleet::pick` chose, at its own address, committed by the handshake of
 //! `commit`; served here if the peer did not take it in time.
 
-use crate::dispatch::Agent;
+use crate::agent::Agent;
 use crate::metrics::Fate;
 use crate::fleet::Target;
 use crate::headers::{strip_hop_by_hop, strip_reserved_response_headers, to_peer};
@@ -94,7 +94,7 @@ impl Agent {
             }
             won
         };
-        let mut sending = Box::pin(self.peer_client.request(req));
+        let mut sending = Box::pin(self.clients.peer.request(req));
         let deadline = tokio::time::sleep(fleet.commit());
         tokio::pin!(deadline);
         // Before go: what the peer said, if anything.
