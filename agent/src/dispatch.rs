@@ -68,7 +68,7 @@ impl Agent {
         }
         let t = match self.read_try(req.headers_mut(), remote) {
             Ok(t) => t,
-            Err(refused) => return Ok(refused),
+            Err(why) => return Ok(plain(StatusCode::BAD_REQUEST, why)),
         };
         if t.commit {
             return Ok(self.serve_forward(req, &t).await);
@@ -88,15 +88,15 @@ impl Agent {
 
     /// Read the try's hunt headers (by its source, with `fleet_pass_plain`),
     /// and give the app's `X-Forwarded-For` its source. Err: a stray
-    /// `hunt-commit`, refused before anything is processed.
-    pub(crate) fn read_try(&self, h: &mut HeaderMap, remote: SocketAddr) -> Result<Try, Response<AgentBody>> {
+    /// `hunt-commit`, refused (400, saying why) before anything is processed.
+    pub(crate) fn read_try(&self, h: &mut HeaderMap, remote: SocketAddr) -> Result<Try, &'static str> {
         let source = self.source(remote);
         let Hunt { mark, named_by_target, from_envoy, front, seen, pass, commit, stray_commit } = read_try_from(h, source);
         if stray_commit {
             // Before "I take it": nothing processed; a real forward from a
             // source no member has is served by its peer (`relay`).
             debug!(%remote, "hunt-commit from an IP that is no member's: refused, not processed");
-            return Err(plain(StatusCode::BAD_REQUEST, "huntlb agent: hunt-commit is a peer's forward, taken only from a fleet member's IP\n"));
+            return Err("huntlb agent: hunt-commit is a peer's forward, taken only from a fleet member's IP\n");
         }
         // A front that cannot say what it counts here names itself instead:
         // what it counts is what this agent holds from it (None: a new front

@@ -32,6 +32,15 @@
 //! at most, when no other thread is reading, and otherwise asks the reader
 //! and waits for it at most 0.5 ms (`Fleet::fresh`). So a flood of junk on
 //! the fleet port costs an offer one batch's checks and that wait at most.
+//!
+//! One lock holds the tier's tables (`State`): an offer, a report taken, a
+//! draw or a scrape takes it once, for table work only (a datagram's MAC is
+//! checked before it, a report sealed and sent after it). Not a task that
+//! owns them: an offer decides in `pick`, synchronously, on the runtime's
+//! thread, and a message to a task and its wake-up would cost that offer more
+//! than a lock only the reader thread ever contends. Beside it: the socket's
+//! inbox, held by whoever reads (taken before the tables' lock, never under
+//! it), and the offers' asks to the reader (held alone).
 
 use crate::config::FleetConfig;
 use crate::seal::Keys;
