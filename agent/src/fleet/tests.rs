@@ -689,3 +689,59 @@ async fn bench_offer_path() {
         f.drain();
     }
 }
+
+/// The reader's cost a report: eight members send 64 reports each (sealed,
+/// newer, for us), held queued, then taken in one drain (`recvmmsg`, the
+/// MAC, the tables). Prints the median ns a report of 15 rounds; run it
+/// alone, as `bench_offer_path`.
+#[tokio::test]
+#[ignore]
+async fn bench_take_path() {
+    let a = "127.77.31.1:9700";
+    let others: Vec<String> = (2..=9).map(|i| format!("127.77.31.{i}:9700")).collect();
+    let mut all: Vec<&str> = vec![a];
+    all.extend(others.iter().map(String::as_str));
+    let count = Count::default();
+    count.set(5, true);
+    let fa = agent(cfg(a, &all), &count).await;
+    assert!(fa.redraw());
+    let mut fakes: Vec<Fake> = others.iter().map(|o| Fake::new(o, a)).collect();
+    let report = |f: &mut Fake| {
+        f.seq += 1;
+        let text = Report { from: f.addr.clone(), to: f.to.clone(), boot: f.boot, seq: f.seq, busy: 10, ready: true, sub: Sub::Changes, mine: f.mine, yours: f.theirs }.to_string();
+        let d = seal(&text, &f.keys.tag(text.as_bytes())).into_bytes();
+        f.sock.send_to(&d, f.to.as_str()).unwrap();
+    };
+    for f in fakes.iter_mut() {
+        f.handshake(10);
+        f.drain();
+        report(f);
+    }
+    soon("eight in view, eight wanting", || fa.ready_peers() == 8 && fa.peers_wanting() == 8);
+    let mut runs = Vec::new();
+    for _ in 0..15 {
+        let taken = fa.gauges().taken;
+        let took = drain_held(&fa, || {
+            for _ in 0..64 {
+                for f in fakes.iter_mut() {
+                    report(f);
+                }
+            }
+        });
+        let n = fa.gauges().taken - taken;
+        assert_eq!(n, 512, "every report taken");
+        runs.push(took.as_nanos() as f64 / n as f64);
+    }
+    runs.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    println!("BENCH take (a report): median {:.0} ns/op (min {:.0}, max {:.0}, 15 rounds of 512)", runs[7], runs[0], runs[14]);
+}
+
+/// `send` with the socket's reader held off, then one drain, timed.
+fn drain_held(f: &Fleet, send: impl FnOnce()) -> Duration {
+    let mut inbox = lock(&f.inbox);
+    send();
+    std::thread::sleep(Duration::from_millis(5));
+    let t = Instant::now();
+    assert!(f.drain(&mut inbox, usize::MAX));
+    t.elapsed()
+}
