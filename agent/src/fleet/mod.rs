@@ -114,23 +114,6 @@ struct Listener {
     told: Instant,
 }
 
-/// Why a datagram was dropped, in `huntlb_fleet_reports_bad_total`'s label order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bad {
-    Stranger = 0,
-    Malformed = 1,
-    Unauthenticated = 2,
-    Replayed = 3,
-    /// Sealed, but echoing a nonce this agent did not give the sender or no
-    /// longer holds: a first contact, a restart on either side, or a replay.
-    Unproven = 4,
-    /// Sealed by an agent of an earlier version (`hunt-fleet/2`).
-    Version = 5,
-}
-
-/// How many reasons `Bad` has.
-pub const BAD_REASONS: usize = 6;
-
 pub use crate::config::MAX_MEMBERS;
 
 /// This agent's count and whether it takes forwards, as the agent tells it
@@ -171,7 +154,9 @@ pub struct Fleet {
     cfg: FleetConfig,
     sock: Socket,
     /// The tables (`State`). Never held while waiting: no other lock is
-    /// taken under it, and the reader's inbox, when both are held, first.
+    /// taken under it (the reader's inbox, when both are held, first), and
+    /// the one call out of the tier made under it, this agent's count
+    /// (`report`), reads atomics (and the accept queue at most once a ms).
     state: Mutex<State>,
     /// This agent's boot, as its reports name it: random, so no clock decides.
     boot: u64,
@@ -385,6 +370,7 @@ impl Fleet {
 }
 
 pub use offer::{Gauges, Outstanding, Pick, Target};
+pub use read::{Bad, BAD_REASONS};
 
 mod batch;
 mod members;

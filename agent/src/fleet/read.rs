@@ -7,7 +7,7 @@
 use super::batch::{Inbox, INBOX};
 use super::members::Members;
 use crate::sync::wait_while;
-use super::{lock, nonce, Bad, Fleet, Link, Peer, State, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY, READ_QUIET_MAX};
+use super::{lock, nonce, Fleet, Link, Peer, State, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY, READ_QUIET_MAX};
 use crate::seal::Keys;
 use huntlb_policy::forward::{open_ref, ReportRef, Rejected};
 use std::collections::VecDeque;
@@ -266,3 +266,20 @@ enum Taken {
     /// From a member no longer one.
     Gone,
 }
+
+/// Why a datagram was dropped, in `huntlb_fleet_reports_bad_total`'s label order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bad {
+    Stranger = 0,
+    Malformed = 1,
+    Unauthenticated = 2,
+    Replayed = 3,
+    /// Sealed, but echoing a nonce this agent did not give the sender or no
+    /// longer holds: a first contact, a restart on either side, or a replay.
+    Unproven = 4,
+    /// Sealed by an agent of an earlier version (`hunt-fleet/2`).
+    Version = 5,
+}
+
+/// How many reasons `Bad` has.
+pub const BAD_REASONS: usize = 6;
