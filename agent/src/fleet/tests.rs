@@ -639,33 +639,48 @@ async fn a_late_beat_is_not_counted_unheard_and_a_silent_member_is() {
     soon("B heard again", || fa.unheard_peers() == 1);
 }
 
-/// The offer path's cost, in process: `pick` with eight members in view
-/// (kept here: each holds more), `changed` to eight listeners that want every
-/// change (eight sealed datagrams, one `sendmmsg`), and a scrape's `gauges`.
-/// Prints the median ns/op of 7 rounds; run it alone:
-/// `cargo test -p huntlb-agent --release bench_offer_path -- --ignored --nocapture`.
-#[tokio::test]
-#[ignore]
-async fn bench_offer_path() {
-    let a = "127.77.30.1:9700";
-    let others: Vec<String> = (2..=9).map(|i| format!("127.77.30.{i}:9700")).collect();
-    let mut all: Vec<&str> = vec![a];
-    all.extend(others.iter().map(String::as_str));
+/// An agent (its count 5) whose eight members (each 10) are in view and
+/// want its every change, for the benches; `net`: the third byte of their
+/// addresses (127.77.net.x).
+async fn eight_wanting(net: u8) -> (Arc<Fleet>, Vec<Fake>, Count) {
+    let a = format!("127.77.{net}.1:9700");
+    let others: Vec<String> = (2..=9).map(|i| format!("127.77.{net}.{i}:9700")).collect();
+    let all: Vec<&str> = std::iter::once(a.as_str()).chain(others.iter().map(String::as_str)).collect();
     let count = Count::default();
     count.set(5, true);
-    let fa = agent(cfg(a, &all), &count).await;
+    let fa = agent(cfg(&a, &all), &count).await;
     assert!(fa.redraw());
-    let mut fakes: Vec<Fake> = others.iter().map(|o| Fake::new(o, a)).collect();
+    let mut fakes: Vec<Fake> = others.iter().map(|o| Fake::new(o, &a)).collect();
     for f in fakes.iter_mut() {
         f.handshake(10);
         f.drain();
-        // subscribed to every change (a member whose offers decide by the counts)
-        f.seq += 1;
-        let text = Report { from: f.addr.clone(), to: f.to.clone(), boot: f.boot, seq: f.seq, busy: 10, ready: true, sub: Sub::Changes, mine: f.mine, yours: f.theirs }.to_string();
-        let d = seal(&text, &f.keys.tag(text.as_bytes())).into_bytes();
-        f.raw(&d);
+        f.changes();
     }
     soon("eight in view, eight wanting", || fa.ready_peers() == 8 && fa.peers_wanting() == 8);
+    (fa, fakes, count)
+}
+
+impl Fake {
+    /// A report asking for every change (a member whose offers decide by the
+    /// counts), sent but not recorded.
+    fn changes(&mut self) {
+        self.seq += 1;
+        let text = Report { from: self.addr.clone(), to: self.to.clone(), boot: self.boot, seq: self.seq, busy: 10, ready: true, sub: Sub::Changes, mine: self.mine, yours: self.theirs }.to_string();
+        self.sock.send_to(seal(&text, &self.keys.tag(text.as_bytes())).as_bytes(), self.to.as_str()).unwrap();
+    }
+}
+
+/// The offer path's cost, in process: `pick` with eight members in view
+/// (kept here: each holds more), `changed` to eight listeners that want every
+/// change (eight sealed datagrams, one `sendmmsg`), and a scrape's `gauges`.
+/// Prints the median ns/op of 7 rounds; run it alone, optimized:
+/// `cargo test -p huntlb-agent --release --lib bench_ -- --ignored --nocapture --test-threads=1`
+/// (or, building only this crate and the policy's optimized,
+/// `--config 'profile.dev.package.huntlb-agent.opt-level=3' --config 'profile.dev.package.huntlb-policy.opt-level=3'`).
+#[tokio::test]
+#[ignore]
+async fn bench_offer_path() {
+    let (fa, mut fakes, _count) = eight_wanting(30).await;
     assert_eq!(fa.pick(5, None), Pick::Keep);
     let median = |what: &str, n: u32, f: &mut dyn FnMut()| {
         let mut runs: Vec<f64> = (0..7)
@@ -693,38 +708,18 @@ async fn bench_offer_path() {
 /// The reader's cost a report: eight members send 64 reports each (sealed,
 /// newer, for us), held queued, then taken in one drain (`recvmmsg`, the
 /// MAC, the tables). Prints the median ns a report of 15 rounds; run it
-/// alone, as `bench_offer_path`.
+/// alone, optimized, as `bench_offer_path`.
 #[tokio::test]
 #[ignore]
 async fn bench_take_path() {
-    let a = "127.77.31.1:9700";
-    let others: Vec<String> = (2..=9).map(|i| format!("127.77.31.{i}:9700")).collect();
-    let mut all: Vec<&str> = vec![a];
-    all.extend(others.iter().map(String::as_str));
-    let count = Count::default();
-    count.set(5, true);
-    let fa = agent(cfg(a, &all), &count).await;
-    assert!(fa.redraw());
-    let mut fakes: Vec<Fake> = others.iter().map(|o| Fake::new(o, a)).collect();
-    let report = |f: &mut Fake| {
-        f.seq += 1;
-        let text = Report { from: f.addr.clone(), to: f.to.clone(), boot: f.boot, seq: f.seq, busy: 10, ready: true, sub: Sub::Changes, mine: f.mine, yours: f.theirs }.to_string();
-        let d = seal(&text, &f.keys.tag(text.as_bytes())).into_bytes();
-        f.sock.send_to(&d, f.to.as_str()).unwrap();
-    };
-    for f in fakes.iter_mut() {
-        f.handshake(10);
-        f.drain();
-        report(f);
-    }
-    soon("eight in view, eight wanting", || fa.ready_peers() == 8 && fa.peers_wanting() == 8);
+    let (fa, mut fakes, _count) = eight_wanting(31).await;
     let mut runs = Vec::new();
     for _ in 0..15 {
         let taken = fa.gauges().taken;
         let took = drain_held(&fa, || {
             for _ in 0..64 {
                 for f in fakes.iter_mut() {
-                    report(f);
+                    f.changes();
                 }
             }
         });
