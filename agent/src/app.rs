@@ -2,7 +2,7 @@
 //! the agent's own headers only; once more on a fresh connection when the
 //! app had closed the pooled one before any of it was written (`upstream`).
 
-use crate::dispatch::Agent;
+use crate::agent::Agent;
 use crate::headers::{keep_body_framing, strip_hop_by_hop, strip_request_headers, strip_reserved_response_headers, takes_trailers, upgrade_of, is_grpc, GRPC_TRAILERS};
 use crate::load::{InflightGuard, PerFrontGuard, PrefillGuard, RelayGuard, Slot};
 use crate::respond::{plain, source_chain, unreachable_response, AgentBody};
@@ -98,7 +98,7 @@ impl Agent {
         let mut req = Request::from_parts(parts, body);
         let cap = back.is_some().then(|| capture_connection(&mut req));
         let deadline = tokio::time::Instant::now() + self.cfg.app_timeout;
-        let mut sent = tokio::time::timeout_at(deadline, self.client.request(req)).await;
+        let mut sent = tokio::time::timeout_at(deadline, self.clients.app.request(req)).await;
         let unwritten = matches!(&sent, Ok(Err(e)) if !e.is_connect()) && cap.as_ref().is_some_and(closed_before_write);
         if let (true, Some(back), Some(head)) = (unwritten, back, head) {
             // Nothing of it was written: the app never saw it, and it goes
@@ -109,7 +109,7 @@ impl Agent {
                 m.app_resends.fetch_add(1, Ordering::Relaxed);
                 let mut again = Request::new(Lent::new(held, rest, None));
                 (*again.method_mut(), *again.uri_mut(), *again.version_mut(), *again.headers_mut()) = head;
-                sent = tokio::time::timeout_at(deadline, self.fresh_client.request(again)).await;
+                sent = tokio::time::timeout_at(deadline, self.clients.fresh.request(again)).await;
             }
         }
         drop(waiting);

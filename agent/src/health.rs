@@ -1,7 +1,7 @@
 //! The agent's health: what it answers the fronts' checks, and how it watches
 //! its app (up, unreachable, stalled).
 
-use crate::dispatch::Agent;
+use crate::agent::Agent;
 use crate::respond::{plain, AgentBody};
 use http::{Response, StatusCode};
 use std::sync::atomic::Ordering;

@@ -13,7 +13,8 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use crate::sync::lock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub mod kv;
@@ -145,13 +146,13 @@ pub const MAX_FRONTS: usize = crate::config::MAX_MEMBERS;
 impl PerFront {
     #[cfg(test)]
     pub fn get(&self, front: &[u8]) -> u32 {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).get(front).copied().unwrap_or(0)
+        lock(&self.0).get(front).copied().unwrap_or(0)
     }
 
     /// What `front` holds here, or None if it has nothing here and the table
     /// is full (its tries are counted for no front until there is room).
     pub fn seen(&self, front: &[u8]) -> Option<u32> {
-        let m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let m = lock(&self.0);
         match m.get(front) {
             Some(n) => Some(*n),
             None => (m.len() < MAX_FRONTS).then_some(0),
@@ -161,7 +162,7 @@ impl PerFront {
     /// Count one request for `front` until the guard drops; None (not
     /// counted) if `front` is new and `MAX_FRONTS` are counted already.
     pub fn enter(self: &Arc<Self>, front: &[u8]) -> Option<PerFrontGuard> {
-        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut m = lock(&self.0);
         let room = m.len() < MAX_FRONTS;
         match m.get_mut(front) {
             Some(n) => *n += 1,
@@ -176,7 +177,7 @@ impl PerFront {
     /// Fronts with requests in flight (a front's entry goes with its last request).
     #[cfg(test)]
     pub fn fronts(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+        lock(&self.0).len()
     }
 }
 
@@ -184,7 +185,7 @@ pub struct PerFrontGuard(Arc<PerFront>, Box<[u8]>);
 
 impl Drop for PerFrontGuard {
     fn drop(&mut self) {
-        let mut m = self.0 .0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut m = lock(&self.0 .0);
         if let Some(n) = m.get_mut(&self.1) {
             *n -= 1;
             if *n == 0 {

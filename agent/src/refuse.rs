@@ -1,7 +1,7 @@
 //! Refusing an offer: `425 hunt: busy` at once, its body drained when small,
 //! or held until the front surely has all of it (`hold`).
 
-use crate::dispatch::Agent;
+use crate::agent::Agent;
 use crate::metrics::Fate;
 use crate::respond::{busy_response, plain, AgentBody};
 use http::{header, Request, Response, StatusCode};

@@ -2,7 +2,7 @@
 //! `Fleet::pick` chose, at its own address, committed by the handshake of
 //! `commit`; served here if the peer did not take it in time.
 
-use crate::dispatch::Agent;
+use crate::agent::Agent;
 use crate::metrics::Fate;
 use crate::fleet::Target;
 use crate::headers::{strip_hop_by_hop, strip_reserved_response_headers, to_peer};
@@ -78,7 +78,7 @@ impl Agent {
         let (d, on) = (decided.clone(), on_continue.clone());
         hyper::ext::on_informational(&mut req, move |r| {
             if r.status() == StatusCode::CONTINUE && d.compare_exchange(PENDING, GO, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                if let Some((go, taken)) = on.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+                if let Some((go, taken)) = crate::sync::lock(&on).take() {
                     let _ = go.send(());
                     let _ = taken.send(());
                 }
@@ -90,11 +90,11 @@ impl Agent {
         let withdraw = || {
             let won = decided.compare_exchange(PENDING, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire).is_ok();
             if won {
-                drop(on_continue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+                drop(crate::sync::lock(&on_continue).take());
             }
             won
         };
-        let mut sending = Box::pin(self.peer_client.request(req));
+        let mut sending = Box::pin(self.clients.peer.request(req));
         let deadline = tokio::time::sleep(fleet.commit());
         tokio::pin!(deadline);
         // Before go: what the peer said, if anything.

@@ -3,7 +3,8 @@
 //! on SIGTERM. `run` is all a binary calls.
 
 use crate::config::LoadSource;
-use crate::dispatch::Agent;
+use crate::agent::Agent;
+use crate::listen::bind_tcp;
 use crate::{fleet, load, tls};
 use anyhow::Context;
 use bytes::Bytes;
@@ -113,8 +114,8 @@ impl Drop for Open {
 /// `tls`, each connection first completes a TLS handshake (a client certificate
 /// from `tls_client_ca` when set); one that fails is closed before any request.
 async fn serve(listener: TcpListener, agent: Arc<Agent>, closing: Closing, open: Arc<AtomicUsize>) {
-    let slots = agent.connections.clone();
-    agent.listen_fd.store(std::os::fd::AsRawFd::as_raw_fd(&listener), std::sync::atomic::Ordering::Release);
+    let slots = agent.door.slots.clone();
+    agent.door.open(&listener);
     let tls = agent.cfg.tls.as_ref().map(|t| {
         let current = Arc::new(tls::Current::new(t.server.clone()));
         tokio::spawn(tls::watch(t.files.clone(), current.clone()));
@@ -163,33 +164,6 @@ async fn serve(listener: TcpListener, agent: Arc<Agent>, closing: Closing, open:
             drop((permit, counted));
         });
     }
-}
-
-/// A listening TCP socket's accept queue: (connections waiting, its backlog),
-/// from Linux's TCP_INFO (which reports them as `tcpi_unacked` and
-/// `tcpi_sacked` for a socket in LISTEN).
-pub fn accept_queue(fd: std::os::fd::RawFd) -> Option<(u32, u32)> {
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: a valid buffer of `len` bytes for the kernel to fill.
-    let r = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
-    (r == 0 && info.tcpi_state == 10 /* TCP_LISTEN */).then_some((info.tcpi_unacked, info.tcpi_sacked))
-}
-
-/// A listening socket as tokio's `bind` makes one (SO_REUSEADDR, backlog
-/// 1024), but an IPv6 one takes IPv4 too (IPV6_V6ONLY off): `[::]:8080`
-/// serves a dual-stack fleet whatever the host's `net.ipv6.bindv6only`.
-pub(crate) fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    s.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        s.set_only_v6(false)?;
-    }
-    s.bind(&addr.into())?;
-    s.listen(1024)?;
-    s.set_nonblocking(true)?;
-    TcpListener::from_std(s.into())
 }
 
 /// One proxy connection, plaintext or TLS: HTTP/1.1, or HTTP/2 with prior
@@ -378,18 +352,5 @@ async fn drain_on_signal(agent: Arc<Agent>, closing: tokio::sync::watch::Sender<
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// `[::]` takes IPv4 too, whatever net.ipv6.bindv6only says.
-    #[tokio::test]
-    async fn an_ipv6_any_listener_is_dual_stack() {
-        let l = super::bind_tcp("[::]:0".parse().unwrap()).unwrap();
-        assert!(!socket2::SockRef::from(&l).only_v6().unwrap());
-        let port = l.local_addr().unwrap().port();
-        let (v4, _) = tokio::join!(tokio::net::TcpStream::connect(("127.0.0.1", port)), l.accept());
-        assert!(v4.is_ok());
     }
 }

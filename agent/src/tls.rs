@@ -16,7 +16,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use std::os::unix::fs::MetadataExt;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use crate::sync::{lock, write};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 use tracing::{error, info};
 
@@ -66,7 +67,7 @@ impl FailureLog {
     /// Whether this failure gets its own line, and how many went unlogged
     /// in the windows since the last line (to say with it).
     pub fn admit(&self, now: Instant) -> (bool, u64) {
-        let mut g = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut g = lock(&self.0);
         let (start, logged, unlogged) = &mut *g;
         if start.is_none_or(|s| now.duration_since(s) >= LOG_WINDOW) {
             (*start, *logged) = (Some(now), 0);
@@ -113,7 +114,7 @@ impl Current {
     }
 
     pub fn get(&self) -> Arc<ServerConfig> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner).clone()
+        crate::sync::read(&self.0).clone()
     }
 }
 
@@ -133,7 +134,7 @@ pub async fn watch(files: Files, current: Arc<Current>) {
         last = now;
         match server_config(&files.cert, &files.key, files.client_ca.as_deref()) {
             Ok(t) => {
-                *current.0.write().unwrap_or_else(PoisonError::into_inner) = t.server;
+                *write(&current.0) = t.server;
                 info!(cert = %files.cert, "TLS files changed: new connections get the new certificate");
             }
             Err(e) => error!(error = %e, "TLS files changed but do not load: the certificate in use stays"),

@@ -29,7 +29,13 @@
 //! `pool_idle_ms` (1 s by default, under gunicorn's 2 s, Node's and Apache's 5
 //! s) bounds it before that.
 
+use crate::body::Lent;
+use crate::commit::Gated;
+use crate::config::Config;
 use hyper_util::client::legacy::connect::{CaptureConnection, Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::net::SocketAddr;
 use crate::tls::PeerTls;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
@@ -299,5 +305,56 @@ impl AsyncWrite for WatchedStream {
 impl Connection for WatchedStream {
     fn connected(&self) -> Connected {
         self.tcp.tcp().connected().extra(self.closed.clone())
+    }
+}
+
+/// The agent's HTTP clients: to its app (pooled, and `fresh`, unpooled), and
+/// to its peers (HTTP/1.1, TLS with `fleet_tls_ca`).
+pub(crate) struct Clients {
+    pub(crate) app: Client<Watched, Lent>,
+    /// No pool: a request whose pooled connection the app had closed before
+    /// any of it was written goes again on a connection of its own.
+    pub(crate) fresh: Client<Watched, Lent>,
+    pub(crate) peer: Client<Watched, Gated>,
+}
+
+impl Clients {
+    pub(crate) fn new(cfg: &Config) -> Clients {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(1)));
+        // A peer that does not take the connection within this took nothing:
+        // the offer is refused to its front, which re-sends it (a connect
+        // error, never a timeout after the try may have been sent).
+        let mut peer_connector = connector.clone();
+        peer_connector.set_connect_timeout(Some(cfg.fleet.as_ref().map_or(Duration::from_secs(1), |f| f.dead_after.min(Duration::from_secs(1)))));
+        // Forwards leave from this agent's member IP (its reports' source):
+        // a peer with `fleet_pass_plain` takes a forward only from a member's
+        // IP, and a socket left unbound leaves by the route's address (on
+        // loopback 127.0.0.1 for every agent). An IP this host cannot bind (a
+        // NAT's, a published port's) is left to the route, and said.
+        if let Some(f) = &cfg.fleet {
+            let ip = f.from.ip();
+            if std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok() {
+                peer_connector.set_local_address(Some(ip));
+            } else if f.pass_plain {
+                tracing::warn!(%ip, "fleet_pass_plain: forwards to peers cannot leave from this agent's member IP (not this host's); peers with fleet_pass_plain take them for a plain front's tries unless the route's source is a member's");
+            }
+        }
+        let peer = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(cfg.pool_idle)
+            .pool_timer(TokioTimer::new())
+            .build(Watched::http1_tls(peer_connector, cfg.fleet.as_ref().and_then(|f| f.tls.clone())));
+        let app = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(cfg.pool_idle)
+            // Without a timer the pool never reaps: an idle connection goes only
+            // when a checkout meets it, so the pool stayed as deep as the
+            // busiest moment so far (the soak's fds crept up 330 -> 360).
+            .pool_timer(TokioTimer::new())
+            .pool_max_idle_per_host(cfg.max_inflight as usize)
+            .http2_only(cfg.app_h2)
+            .build(if cfg.app_h2 { Watched::http2(connector.clone()) } else { Watched::http1(connector.clone()) });
+        let fresh = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).http2_only(cfg.app_h2).build(Watched::http1(connector));
+        Clients { app, fresh, peer }
     }
 }

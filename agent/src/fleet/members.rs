@@ -2,11 +2,11 @@
 //! `fleet_resolve_ms`; the list itself again on SIGHUP), bounded by
 //! `MAX_MEMBERS`; the tables keep members only.
 
-use super::{Fleet, BUFFERED_PER_MEMBER, MAX_MEMBERS, MIN_RCVBUF};
+use super::{lock, Fleet, BUFFERED_PER_MEMBER, MAX_MEMBERS, MIN_RCVBUF};
 use crate::config::Peer as PeerEntry;
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -58,19 +58,21 @@ impl Fleet {
                 warn!(asked = want, got, members = set.len(), "fleet_listen: receive buffer capped by net.core.rmem_max; a burst of reports may be dropped (raise it: sysctl -w net.core.rmem_max={want})");
             }
         }
-        self.links.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
-        self.peers.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
-        self.listeners.lock().unwrap_or_else(PoisonError::into_inner).retain(|k, _| set.contains(k));
-        self.sample.lock().unwrap_or_else(PoisonError::into_inner).retain(|k| set.contains(k));
         let ips = set.iter().map(|a| a.ip().to_canonical()).chain([self.cfg.from.ip().to_canonical()]).collect();
         let ranked: Vec<Option<SocketAddr>> = std::iter::once(None).chain(others.iter().copied().map(Some)).collect();
         let ids = ranked.iter().map(|a| huntlb_policy::prefix::member_id(&a.unwrap_or(self.cfg.from).to_string())).collect();
-        *self.members.write().unwrap_or_else(PoisonError::into_inner) = Members { list, resolved, set, others, ips, ranked, ids };
+        // The tables and the list change together: no one sees the one without the other.
+        let mut st = lock(&self.state);
+        st.links.retain(|k, _| set.contains(k));
+        st.peers.retain(|k, _| set.contains(k));
+        st.listeners.retain(|k, _| set.contains(k));
+        st.sample.retain(|k| set.contains(k));
+        st.members = Arc::new(Members { list, resolved, set, others, ips, ranked, ids });
     }
 
     /// Is `ip` a member's (`fleet_pass_plain`: may it mark a try)?
     pub fn is_member_ip(&self, ip: IpAddr) -> bool {
-        self.members.read().unwrap_or_else(PoisonError::into_inner).ips.contains(&ip.to_canonical())
+        lock(&self.state).members.ips.contains(&ip.to_canonical())
     }
 
     /// `fleet_pass_plain`: a try no member marked is passed for its source IP.
@@ -89,7 +91,7 @@ impl Fleet {
             tokio::time::sleep(self.cfg.resolve).await;
             // the list a SIGHUP may have changed since the last round
             let (list, old) = {
-                let m = self.members.read().unwrap_or_else(PoisonError::into_inner);
+                let m = lock(&self.state).members.clone();
                 if !m.list.iter().any(|p| matches!(p, PeerEntry::Name { .. })) {
                     continue;
                 }
@@ -97,7 +99,7 @@ impl Fleet {
             };
             let new = resolve_all(&list, &old).await;
             // a reload while this round resolved wins: its list is newer
-            if new != old && self.members.read().unwrap_or_else(PoisonError::into_inner).list == list {
+            if new != old && lock(&self.state).members.list == list {
                 info!(members = new.iter().flatten().count(), "fleet_peers resolved to a new set");
                 self.set_members(list, new);
             }
@@ -109,7 +111,7 @@ impl Fleet {
     /// and sent to without a gap. False if the list did not change.
     pub async fn reload_peers(&self, list: Vec<PeerEntry>) -> bool {
         let before = {
-            let m = self.members.read().unwrap_or_else(PoisonError::into_inner);
+            let m = lock(&self.state).members.clone();
             if m.list == list {
                 return false;
             }

@@ -32,18 +32,27 @@
 //! at most, when no other thread is reading, and otherwise asks the reader
 //! and waits for it at most 0.5 ms (`Fleet::fresh`). So a flood of junk on
 //! the fleet port costs an offer one batch's checks and that wait at most.
+//!
+//! One lock holds the tier's tables (`State`): an offer, a report taken, a
+//! draw or a scrape takes it once, for table work only (a datagram's MAC is
+//! checked before it, a report sealed and sent after it). Not a task that
+//! owns them: an offer decides in `pick`, synchronously, on the runtime's
+//! thread, and a message to a task and its wake-up would cost that offer more
+//! than a lock only the reader thread ever contends. Beside it: the socket's
+//! inbox, held by whoever reads (taken before the tables' lock, never under
+//! it), and the offers' asks to the reader (held alone).
 
 use crate::config::FleetConfig;
 use crate::seal::Keys;
-use huntlb_policy::forward::{kept_by_seen, route, Route};
+use crate::sync::lock;
+use batch::Inbox;
 use members::{resolve_all, Members};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tracing::debug;
 
 struct Peer {
     busy: u32,
@@ -105,57 +114,60 @@ struct Listener {
     told: Instant,
 }
 
-/// Why a datagram was dropped, in `huntlb_fleet_reports_bad_total`'s label order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bad {
-    Stranger = 0,
-    Malformed = 1,
-    Unauthenticated = 2,
-    Replayed = 3,
-    /// Sealed, but echoing a nonce this agent did not give the sender or no
-    /// longer holds: a first contact, a restart on either side, or a replay.
-    Unproven = 4,
-    /// Sealed by an agent of an earlier version (`hunt-fleet/2`).
-    Version = 5,
-}
-
-/// How many reasons `Bad` has.
-pub const BAD_REASONS: usize = 6;
-
 pub use crate::config::MAX_MEMBERS;
 
 /// This agent's count and whether it takes forwards, as the agent tells it
 /// (None once the agent is gone: nothing more is sent).
 pub type ReportFn = Box<dyn Fn() -> Option<(u32, bool)> + Send + Sync>;
 
+/// What the tier knows, behind one lock (`Fleet::state`): the tables an
+/// offer, a report taken and a draw each read and write together, so one
+/// acquisition does where there were five (a report taken went through the
+/// members, the keys, the links, the peers and the listeners in turn).
+/// Held for table work only: a datagram is checked before it (`take`),
+/// and written under it but sealed and sent after it (`send_with`).
+struct State {
+    /// Members' last reports, by member address; only members have entries.
+    peers: HashMap<SocketAddr, Peer>,
+    /// What this agent and each member know of each other (nonces, sequence);
+    /// only members have entries.
+    links: HashMap<SocketAddr, Link>,
+    /// Who the members are (`fleet_peers` resolved): the only senders
+    /// heard, the only places counts and forwards go. Shared with the reader
+    /// for a batch of datagrams (`drain`), replaced whole when it changes.
+    members: Arc<Members>,
+    /// The members this agent hears (and whose counts decide its forwards).
+    sample: Vec<SocketAddr>,
+    /// The members that sample this agent.
+    listeners: HashMap<SocketAddr, Listener>,
+    /// Shared as `members` is: a batch's MACs are checked, and a send's
+    /// reports sealed, outside the lock.
+    keys: Arc<Keys>,
+    /// Counts this boot's reports from 1 (peers order them per boot, under
+    /// their nonce: no clock is read). The count is read under the lock that
+    /// numbers it, so a later number always carries a later count (threads
+    /// race to send).
+    seq: u64,
+}
+
 pub struct Fleet {
     cfg: FleetConfig,
     sock: Socket,
-    keys: RwLock<Keys>,
-    /// Members' last reports, by member address; only members have entries.
-    peers: Mutex<HashMap<SocketAddr, Peer>>,
-    /// What this agent and each member know of each other (nonces, sequence);
-    /// only members have entries. Locked before `peers` when both are.
-    links: Mutex<HashMap<SocketAddr, Link>>,
+    /// The tables (`State`). Never held while waiting: no other lock is
+    /// taken under it (the reader's inbox, when both are held, first), and
+    /// the one call out of the tier made under it, this agent's count
+    /// (`report`), reads atomics (and the accept queue at most once a ms).
+    state: Mutex<State>,
     /// This agent's boot, as its reports name it: random, so no clock decides.
     boot: u64,
     /// `cfg.from` as our reports name it (`from`), written once.
     from_text: Box<str>,
-    /// Who the members are (`fleet_peers` resolved): the only senders
-    /// heard, the only places counts and forwards go.
-    members: RwLock<Members>,
-    /// The members this agent hears (and whose counts decide its forwards).
-    sample: Mutex<Vec<SocketAddr>>,
-    /// The members that sample this agent.
-    listeners: Mutex<HashMap<SocketAddr, Listener>>,
-    /// Counts this boot's reports from 1 (peers order them per boot, under
-    /// their nonce: no clock is read). Locked while the count is read, so a
-    /// later number always carries a later count (threads race to send).
-    seq: Mutex<u64>,
     /// The stream for draws and ties (splitmix64 over a counter).
     draws: AtomicU64,
-    /// Lines about bad datagrams (or failed reads) logged in the current 10 s window.
-    bad_logged: Mutex<(Instant, u32)>,
+    /// Lines about bad datagrams (or failed reads) logged in the current 10 s
+    /// window: the window's number since `born` (high half) and the count.
+    /// No lock: a flood of junk never touches `state`.
+    bad_logged: AtomicU64,
     /// Datagrams dropped, by `Bad`.
     bad: [AtomicU64; BAD_REASONS],
     /// Reports sent, and reports taken: the tier's cost.
@@ -169,16 +181,13 @@ pub struct Fleet {
     told_changes: AtomicBool,
     /// Where this agent's count comes from (`start`).
     report: OnceLock<ReportFn>,
-    /// Offers' asks for a fresh view, and the reader's answers (`fresh`).
+    /// The socket's reader: whoever holds it (the reader thread, or an offer:
+    /// `fresh`) reads, one at a time, so reports are taken in the order they came.
+    inbox: Mutex<Inbox>,
+    /// Offers' asks for a fresh view, and the reader's answers (`fresh`),
+    /// both ways over `woken`. Held alone: never with `state` or `inbox`.
     asks: Mutex<Asks>,
-    /// Held by whoever reads the socket (the reader, or an offer: `fresh`):
-    /// one at a time, so reports are taken in the order they came.
-    reading: Mutex<()>,
-    /// The reader does nothing while set (tests: a reader that is late).
-    #[cfg(test)]
-    reader_paused: AtomicBool,
-    asked: Condvar,
-    drained: Condvar,
+    woken: Condvar,
 }
 
 /// How many times offers asked the reader to drain, and up to which ask it has.
@@ -225,43 +234,6 @@ const ANSWER_EVERY: Duration = Duration::from_millis(10);
 const BENCH_FIRST: Duration = Duration::from_millis(100);
 const BENCH_MAX: Duration = Duration::from_millis(800);
 
-/// Where one offer goes.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Pick {
-    /// No ready peer: the acceptance policy decides, as without a fleet.
-    NoPeers,
-    /// Here: this backend is the least of what it hears (or the front knew its load).
-    Keep,
-    /// To this member's agent, as a final.
-    Forward(Target),
-}
-
-/// A member, and where its agent takes forwards: its own address, resolved
-/// here, on `fleet_peer_port`. Nothing a datagram says goes into it.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub member: SocketAddr,
-    pub authority: String,
-    /// This agent's forwards in flight there (`Outstanding` counts one).
-    pub outstanding: Arc<AtomicU32>,
-}
-
-impl PartialEq for Target {
-    fn eq(&self, o: &Target) -> bool {
-        (self.member, &self.authority) == (o.member, &o.authority)
-    }
-}
-impl Eq for Target {}
-
-/// One forward the peer took, until its answer ends (`Fleet::took`).
-pub struct Outstanding(Arc<AtomicU32>);
-
-impl Drop for Outstanding {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 impl Peer {
     /// Ready, heard within `dead_after`, and not benched by a failed forward.
     fn in_view(&self, now: Instant, dead_after: Duration) -> bool {
@@ -295,28 +267,19 @@ pub(crate) fn nonce() -> u64 {
     }
 }
 
-/// The tier's gauges and counters, for `/metrics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gauges {
-    /// Sampled members heard within `dead_after` and taking forwards.
-    pub peers: usize,
-    /// Sampled members heard and ready, but benched by a forward not taken.
-    pub benched: usize,
-    /// Members asked for their count over `dead_after` ago, not heard since.
-    pub unheard: usize,
-    /// Members, this agent not counted.
-    pub members: usize,
-    /// Members sampling this agent that want every change.
-    pub wanting: usize,
-    pub sent: u64,
-    pub taken: u64,
-    pub bad: [u64; BAD_REASONS],
-}
-
 impl Fleet {
     /// Bind `fleet_listen` and start the reader thread. Nothing is sent
     /// until `start` says where this agent's count comes from.
     pub async fn bind(cfg: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
+        let fleet = Fleet::open(cfg).await?;
+        let reader = fleet.clone();
+        std::thread::Builder::new().name("huntlb-fleet".into()).spawn(move || reader.read_forever()).map_err(|e| anyhow::anyhow!("fleet_listen: reader thread: {e}"))?;
+        Ok(fleet)
+    }
+
+    /// Bind `fleet_listen`, with no reader thread yet: offers read what is
+    /// queued themselves (`fresh`), as they do whenever the reader is late.
+    pub(super) async fn open(cfg: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
         use anyhow::Context;
         let sock = Socket::new(Domain::for_address(cfg.listen), Type::DGRAM, Some(Protocol::UDP)).context("config key `fleet_listen`: socket")?;
         // `[::]` hears IPv4 members too, whatever net.ipv6.bindv6only says
@@ -328,17 +291,19 @@ impl Fleet {
         let resolved = resolve_all(&cfg.peers, &[]).await;
         let fleet = Fleet {
             sock,
-            keys: RwLock::new(cfg.keys.clone()),
-            peers: Mutex::new(HashMap::new()),
-            links: Mutex::new(HashMap::new()),
+            state: Mutex::new(State {
+                peers: HashMap::new(),
+                links: HashMap::new(),
+                members: Arc::default(),
+                sample: Vec::new(),
+                listeners: HashMap::new(),
+                keys: Arc::new(cfg.keys.clone()),
+                seq: 0,
+            }),
             boot: nonce(),
             from_text: cfg.from.to_string().into(),
-            members: RwLock::new(Members::default()),
-            sample: Mutex::new(Vec::new()),
-            listeners: Mutex::new(HashMap::new()),
-            seq: Mutex::new(0),
             draws: AtomicU64::new(nonce()),
-            bad_logged: Mutex::new((Instant::now(), 0)),
+            bad_logged: AtomicU64::new(0),
             bad: Default::default(),
             sent: AtomicU64::new(0),
             taken: AtomicU64::new(0),
@@ -346,152 +311,13 @@ impl Fleet {
             consulted_us: AtomicU64::new(0),
             told_changes: AtomicBool::new(false),
             report: OnceLock::new(),
+            inbox: Mutex::new(Inbox::default()),
             asks: Mutex::new(Asks::default()),
-            reading: Mutex::new(()),
-            #[cfg(test)]
-            reader_paused: AtomicBool::new(false),
-            asked: Condvar::new(),
-            drained: Condvar::new(),
+            woken: Condvar::new(),
             cfg,
         };
         fleet.set_members(fleet.cfg.peers.clone(), resolved);
-        let fleet = Arc::new(fleet);
-        let reader = fleet.clone();
-        std::thread::Builder::new().name("huntlb-fleet".into()).spawn(move || reader.read_forever()).context("fleet_listen: reader thread")?;
-        Ok(fleet)
-    }
-
-    /// Where this offer goes, by the sample's ready members heard from within `dead_after`.
-    pub fn pick(&self, busy: u32, seen: Option<u32>) -> Pick {
-        let now = Instant::now();
-        // The front knew this backend's load: kept whatever the peers hold.
-        // With one front every offer is such.
-        if kept_by_seen(self.cfg.forwarding, busy, seen) {
-            return if self.ready_peers() > 0 { Pick::Keep } else { Pick::NoPeers };
-        }
-        self.consult();
-        self.fresh();
-        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut members = Vec::with_capacity(sample.len());
-        let mut counts = Vec::with_capacity(sample.len());
-        for member in sample {
-            let Some(p) = peers.get_mut(&member) else { continue };
-            if !p.in_view(now, self.cfg.dead_after) {
-                continue;
-            }
-            while p.sent.front().is_some_and(|t| now.duration_since(*t) > self.cfg.settle) {
-                p.sent.pop_front();
-            }
-            members.push(member);
-            counts.push(p.count());
-        }
-        if counts.is_empty() {
-            return Pick::NoPeers;
-        }
-        match route(self.cfg.forwarding, busy, seen, &counts, self.draw()) {
-            Route::Keep => {
-                debug!(busy, ?seen, least = counts.iter().min(), peers = counts.len(), "offer kept: the least of its sample");
-                Pick::Keep
-            }
-            Route::Forward(i) => {
-                let member = members[i];
-                // Why this offer was forwarded: its inputs, as `route` saw them.
-                debug!(busy, ?seen, to = %member, least = counts[i], peers = counts.len(), "offer forwarded: not the least of its sample");
-                let outstanding = match peers.get_mut(&member) {
-                    Some(p) => {
-                        p.sent.push_back(now);
-                        p.outstanding.clone()
-                    }
-                    None => Arc::default(),
-                };
-                Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), self.cfg.peer_port).to_string(), outstanding })
-            }
-        }
-    }
-
-    /// Where an offer goes when its prompt's prefix hashed to `prefix`
-    /// (prefix affinity, `llm_prefix_bytes`): to the prefix's home among every
-    /// member, when the wait there is within `llm_prefix_bound` of the wait
-    /// at the least this agent knows (`huntlb_policy::prefix::home`); else, or
-    /// with no prefix, as [`Fleet::pick`] decides. A prefixed offer the home
-    /// declined is decided by the peers' counts alone, not by its front's
-    /// (`seen`): the front counts here what affinity sent to homes, so its
-    /// count here says nothing of this backend's load (with one gateway it
-    /// kept offers at full servers: TTFT p90 2.3x least-request's).
-    /// The second value: the offer went to its prefix's home.
-    pub fn pick_for(&self, busy: u32, seen: Option<u32>, prefix: Option<u64>) -> (Pick, bool) {
-        match (prefix, self.cfg.affinity) {
-            (Some(h), Some(a)) => match self.pick_home(busy, h, a) {
-                Some(p) => (p, true),
-                None => (self.pick(busy, None), false),
-            },
-            _ => (self.pick(busy, seen), false),
-        }
-    }
-
-    /// Is this agent prefix-affine (`llm_prefix_bytes` above 0)? How many bytes of a prompt name its home.
-    pub fn prefix_bytes(&self) -> Option<usize> {
-        self.cfg.affinity.map(|a| a.bytes)
-    }
-
-    /// The home of `prefix`, if its count is known and the wait there within
-    /// `a.bound` of the wait at the least (`huntlb_policy::prefix::home`):
-    /// kept here, or forwarded there. None: the ordinary rule decides
-    /// (no peer in view, the home's count unknown, or the home too busy).
-    fn pick_home(&self, busy: u32, prefix: u64, a: huntlb_policy::prefix::Affinity) -> Option<Pick> {
-        let now = Instant::now();
-        self.consult();
-        self.fresh();
-        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        // members before peers, never the other way
-        let members = self.members.read().unwrap_or_else(PoisonError::into_inner);
-        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        let dead_after = self.cfg.dead_after;
-        let settle = self.cfg.settle;
-        // What this agent takes a peer to hold, if it is in view.
-        let mut count = |member: &SocketAddr| -> Option<u32> {
-            let p = peers.get_mut(member).filter(|p| p.in_view(now, dead_after))?;
-            while p.sent.front().is_some_and(|t| now.duration_since(*t) > settle) {
-                p.sent.pop_front();
-            }
-            Some(p.count())
-        };
-        // the least count known: this agent's and its sample's view (what `pick` compares with)
-        let view: Vec<u32> = sample.iter().filter_map(&mut count).collect();
-        if view.is_empty() {
-            return None;
-        }
-        let least = view.into_iter().fold(busy, u32::min);
-        // The home's count: its own, or any member heard (its sample's, or one that samples this agent).
-        let i = huntlb_policy::prefix::home(prefix, a, &members.ids, least, |i| match members.ranked[i] {
-            None => Some(busy),
-            Some(m) => count(&m),
-        })?;
-        let Some(member) = members.ranked[i] else {
-            debug!(busy, least, "offer kept: its prefix's home");
-            return Some(Pick::Keep);
-        };
-        debug!(busy, least, to = %member, "offer forwarded: its prefix's home");
-        let p = peers.get_mut(&member)?;
-        p.sent.push_back(now);
-        Some(Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), self.cfg.peer_port).to_string(), outstanding: p.outstanding.clone() }))
-    }
-
-    /// An offer here decides by the counts: from now on (for WANT_FOR) this
-    /// agent wants every change of its sample's counts, and they hear so now:
-    /// not at this agent's next change of count (`changed`), which a forward
-    /// does not make, nor at its next beat, up to `fleet_heartbeat_ms` later,
-    /// while they send beats only and the next offers here decide on counts
-    /// that old (docs/llm.md § 6).
-    fn consult(&self) {
-        self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
-        if !self.told_changes.swap(true, Ordering::Relaxed) {
-            batch::scratch(|to| {
-                to.extend(self.sample.lock().unwrap_or_else(PoisonError::into_inner).iter());
-                self.send(to)
-            });
-        }
+        Ok(Arc::new(fleet))
     }
 
     /// How long a peer has to say it takes a forward (`fleet_commit_ms`).
@@ -507,79 +333,6 @@ impl Fleet {
     /// Datagrams dropped, by reason (`Bad`'s order).
     pub fn reports_bad(&self) -> [u64; BAD_REASONS] {
         self.bad.each_ref().map(|a| a.load(Ordering::Relaxed))
-    }
-
-    /// Sampled members heard from within `dead_after` and taking forwards.
-    pub fn ready_peers(&self) -> usize {
-        let now = Instant::now();
-        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
-        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        sample.iter().filter_map(|m| peers.get(m)).filter(|p| p.in_view(now, self.cfg.dead_after)).count()
-    }
-
-    /// Sampled members heard and ready that a failed forward keeps out of the view.
-    pub fn benched_peers(&self) -> usize {
-        let now = Instant::now();
-        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
-        let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        sample
-            .iter()
-            .filter_map(|m| peers.get(m))
-            .filter(|p| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after && p.benched.is_some_and(|t| now < t))
-            .count()
-    }
-
-    /// Members asked for their count more than `dead_after` ago with no
-    /// report taken since (`Link::asked`). Not "sampled and not heard now":
-    /// a member just drawn is that for a round trip, which at 1000 agents
-    /// drawing 40 members a second would read as a dead member or more.
-    pub fn unheard_peers(&self) -> usize {
-        let now = Instant::now();
-        let links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
-        links.values().filter(|l| l.asked.is_some_and(|t| now.duration_since(t) > self.cfg.dead_after)).count()
-    }
-
-    /// Members sampling this agent, renewed within `dead_after`, that want every change of our count.
-    pub fn peers_wanting(&self) -> usize {
-        let now = Instant::now();
-        self.listeners.lock().unwrap_or_else(PoisonError::into_inner).values().filter(|l| l.changes && now.duration_since(l.renewed) <= self.cfg.dead_after).count()
-    }
-
-    pub fn gauges(&self) -> Gauges {
-        Gauges {
-            peers: self.ready_peers(),
-            benched: self.benched_peers(),
-            unheard: self.unheard_peers(),
-            members: self.members.read().unwrap_or_else(PoisonError::into_inner).others.len(),
-            wanting: self.peers_wanting(),
-            sent: self.sent.load(Ordering::Relaxed),
-            taken: self.taken.load(Ordering::Relaxed),
-            bad: self.reports_bad(),
-        }
-    }
-
-    /// A forward to `member` was not taken (no connection, no word within
-    /// `fleet_commit_ms`, refused): out of the view for `BENCH_FIRST`, twice
-    /// that after each failure in a row, at most `BENCH_MAX`, whatever it
-    /// reports meanwhile (a member flooded with connections, or frozen, may
-    /// still say it is ready).
-    pub fn lost(&self, member: SocketAddr) {
-        if let Some(p) = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&member) {
-            p.strikes = p.strikes.saturating_add(1);
-            let bench = BENCH_FIRST.saturating_mul(1 << (p.strikes - 1).min(8)).min(BENCH_MAX);
-            p.benched = Some(Instant::now() + bench);
-            debug!(peer = %member, strikes = p.strikes, bench_ms = bench.as_millis() as u64, "peer benched: a forward was not taken");
-        }
-    }
-
-    /// A forward to `target` was taken by its peer: the strikes are forgotten,
-    /// and the forward counts there until its answer ends (drop the guard).
-    pub fn took(&self, target: &Target) -> Outstanding {
-        if let Some(p) = self.peers.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&target.member) {
-            (p.strikes, p.benched) = (0, None);
-        }
-        target.outstanding.fetch_add(1, Ordering::AcqRel);
-        Outstanding(target.outstanding.clone())
     }
 
     fn draw(&self) -> u64 {
@@ -616,8 +369,12 @@ impl Fleet {
     }
 }
 
+pub use offer::{Gauges, Outstanding, Pick, Target};
+pub use read::{Bad, BAD_REASONS};
+
 mod batch;
 mod members;
+mod offer;
 mod read;
 mod sample;
 #[cfg(test)]

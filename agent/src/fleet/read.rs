@@ -5,13 +5,15 @@
 //! than the last.
 
 use super::batch::{Inbox, INBOX};
-use super::{nonce, Bad, Fleet, Link, Peer, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY, READ_QUIET_MAX};
-use huntlb_policy::forward::{open_ref, Rejected};
+use super::members::Members;
+use crate::sync::wait_while;
+use super::{lock, nonce, Fleet, Link, Peer, State, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY, READ_QUIET_MAX};
+use crate::seal::Keys;
+use huntlb_policy::forward::{open_ref, ReportRef, Rejected};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::PoisonError;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tracing::{debug, info, warn};
 
 impl Fleet {
@@ -26,26 +28,18 @@ impl Fleet {
         // Quiet, only liveness rides on reading: a tenth of dead_after will
         // do, within 50 ms (a first contact's handshake waits for a read).
         let read_quiet = (self.cfg.dead_after / 10).clamp(READ_EVERY, READ_QUIET_MAX);
-        let mut asks = self.asks.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
+            // Before `asks` is taken: it is held alone.
             let every = if self.quiet() { read_quiet } else { READ_EVERY };
-            asks = self.asked.wait_timeout_while(asks, every, |a| a.asked == a.done).unwrap_or_else(PoisonError::into_inner).0;
-            #[cfg(test)]
-            if self.reader_paused.load(Ordering::Relaxed) {
-                drop(asks);
-                std::thread::sleep(Duration::from_millis(1));
-                asks = self.asks.lock().unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            let target = asks.asked;
-            drop(asks);
-            {
-                let _reading = self.reading.lock().unwrap_or_else(PoisonError::into_inner);
-                Inbox::with(|inbox| self.drain(inbox, READ_AT_MOST));
-            }
-            asks = self.asks.lock().unwrap_or_else(PoisonError::into_inner);
-            asks.done = target;
-            self.drained.notify_all();
+            let target = {
+                let asks = lock(&self.asks);
+                wait_while(&self.woken, asks, every, |a| a.asked == a.done).asked
+            };
+            self.drain(&mut lock(&self.inbox), READ_AT_MOST);
+            lock(&self.asks).done = target;
+            // Offers wait on the same condition variable as the reader: all
+            // are woken, each looks whether its ask is answered.
+            self.woken.notify_all();
         }
     }
 
@@ -57,9 +51,16 @@ impl Fleet {
         while read < most {
             match inbox.recv(&self.sock, most - read) {
                 Ok((n, all)) => {
+                    // The members and the keys as of this batch: its datagrams
+                    // are checked without the lock (a flood of junk keeps no
+                    // offer from the tables).
+                    let (members, keys) = {
+                        let st = lock(&self.state);
+                        (st.members.clone(), st.keys.clone())
+                    };
                     for i in 0..n {
                         if let (d, Some(from)) = inbox.get(i) {
-                            self.take(d, from);
+                            self.take(d, from, &members, &keys);
                         }
                     }
                     read += n;
@@ -93,33 +94,30 @@ impl Fleet {
     /// waited for at most `ASK_WAIT`. So a flood costs an offer one batch's
     /// checks (about 2 µs a datagram) and `ASK_WAIT` at most.
     pub(super) fn fresh(&self) {
-        if let Ok(_reading) = self.reading.try_lock() {
-            if Inbox::with(|inbox| self.drain(inbox, INBOX)) {
+        if let Ok(mut inbox) = self.inbox.try_lock() {
+            if self.drain(&mut inbox, INBOX) {
                 return;
             }
         }
-        let mut asks = self.asks.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut asks = lock(&self.asks);
         asks.asked += 1;
         let want = asks.asked;
-        self.asked.notify_one();
-        let _ = self.drained.wait_timeout_while(asks, ASK_WAIT, |a| a.done < want);
+        self.woken.notify_all();
+        drop(wait_while(&self.woken, asks, ASK_WAIT, |a| a.done < want));
     }
 
     /// One datagram: believed only from a member, sealed under a key held,
     /// naming its source as its sender and this agent as its receiver,
     /// echoing the nonce this agent gave that member, and newer than the
-    /// last taken under that nonce.
-    pub(super) fn take(&self, d: &[u8], from: SocketAddr) {
+    /// last taken under that nonce. Checked against `members` and `keys` (the
+    /// batch's) first, then taken under the lock.
+    pub(super) fn take(&self, d: &[u8], from: SocketAddr, members: &Members, keys: &Keys) {
         // An IPv4 member heard on a dual-stack `[::]` socket: its own address.
         let from = SocketAddr::new(from.ip().to_canonical(), from.port());
-        if !self.members.read().unwrap_or_else(PoisonError::into_inner).set.contains(&from) {
+        if !members.set.contains(&from) {
             return self.drop_bad(Bad::Stranger, from, "source is no member of fleet_peers");
         }
-        let r = {
-            let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
-            open_ref(d, |text, tag| keys.verify(text, tag))
-        };
-        let r = match r {
+        let r = match open_ref(d, |text, tag| keys.verify(text, tag)) {
             Ok(r) => r,
             Err(Rejected::Unauthenticated) => return self.drop_bad(Bad::Unauthenticated, from, "MAC matches no key in fleet_key_file"),
             Err(Rejected::Malformed(e)) => return self.drop_bad(Bad::Malformed, from, &e),
@@ -138,9 +136,43 @@ impl Fleet {
         if r.to.parse::<SocketAddr>().ok() != Some(self.cfg.from) {
             return self.drop_bad(Bad::Replayed, from, "is for another member");
         }
+        let taken = self.heard(&mut lock(&self.state), &r, from);
+        // What the report asks of us, done after the lock.
+        match taken {
+            Taken::Unproven { answer } => {
+                self.bad[Bad::Unproven as usize].fetch_add(1, Ordering::Relaxed);
+                debug!(%from, answer, "fleet_listen: report echoes no nonce of ours (first contact, a restart, or a replay): not taken");
+                if answer {
+                    self.answer(from, r.mine);
+                }
+            }
+            Taken::Old { starved } => {
+                self.drop_bad(Bad::Replayed, from, "not newer than the last report from this member");
+                if starved {
+                    warn!(peer = %from, "fleet_listen: a member's reports have been dropped as old for half of fleet_dead_after_ms: nonce drawn again, its sequence starts over");
+                    self.answer(from, r.mine);
+                }
+            }
+            Taken::Yes { send } => {
+                self.taken.fetch_add(1, Ordering::Relaxed);
+                if send {
+                    self.send(&[from]);
+                }
+            }
+            Taken::Gone => {}
+        }
+    }
+
+    /// A sealed report from `from`, for us: taken into the tables if it
+    /// echoes our nonce and is newer than the last.
+    fn heard(&self, st: &mut State, r: &ReportRef<'_>, from: SocketAddr) -> Taken {
+        // No longer a member since its batch began (a new list): not taken,
+        // so the tables keep members only.
+        if !st.members.set.contains(&from) {
+            return Taken::Gone;
+        }
         let now = Instant::now();
-        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
-        let link = links.entry(from).or_insert_with(|| Link::new(from));
+        let link = st.links.entry(from).or_insert_with(|| Link::new(from));
         if r.yours != link.mine {
             // It does not know our nonce (yet, or any more): answer with it,
             // echoing its own, and it is heard from its next report on.
@@ -148,13 +180,7 @@ impl Fleet {
             if answer {
                 link.answered = Some(now);
             }
-            drop(links);
-            self.bad[Bad::Unproven as usize].fetch_add(1, Ordering::Relaxed);
-            debug!(%from, answer, "fleet_listen: report echoes no nonce of ours (first contact, a restart, or a replay): not taken");
-            if answer {
-                self.answer(from, r.mine);
-            }
-            return;
+            return Taken::Unproven { answer };
         }
         let answer;
         if r.boot != link.boot {
@@ -177,13 +203,7 @@ impl Fleet {
                 (link.mine, link.seq) = (nonce(), 0);
                 link.answered = Some(now);
             }
-            drop(links);
-            self.drop_bad(Bad::Replayed, from, "not newer than the last report from this member");
-            if starved {
-                warn!(peer = %from, "fleet_listen: a member's reports have been dropped as old for half of fleet_dead_after_ms: nonce drawn again, its sequence starts over");
-                self.answer(from, r.mine);
-            }
-            return;
+            return Taken::Old { starved };
         } else {
             // It drew its nonce for us again (our boot is new to it, or it
             // healed a lock-out): our report goes back at once, echoing it, so
@@ -192,9 +212,7 @@ impl Fleet {
             (link.seq, link.theirs) = (r.seq, r.mine);
         }
         (link.taken, link.asked) = (Some(now), None);
-        drop(links);
-        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-        match peers.get_mut(&from) {
+        match st.peers.get_mut(&from) {
             Some(p) => {
                 if !p.ready && r.ready {
                     info!(peer = %from, "peer takes forwards again");
@@ -203,15 +221,14 @@ impl Fleet {
             }
             None => {
                 info!(peer = %from, busy = r.busy, ready = r.ready, "peer heard");
-                peers.insert(
+                st.peers.insert(
                     from,
                     Peer { busy: r.busy, ready: r.ready, heard: now, sent: VecDeque::new(), outstanding: Default::default(), benched: None, strikes: 0 },
                 );
             }
         }
-        drop(peers);
-        self.taken.fetch_add(1, Ordering::Relaxed);
-        self.listen(from, r.sub, answer);
+        let first = self.listen(st, from, r.sub, now);
+        Taken::Yes { send: first || answer }
     }
 
     /// Counted; at most 10 lines per 10 s, so a flood cannot fill the log.
@@ -222,12 +239,47 @@ impl Fleet {
         }
     }
 
+    /// At most 10 lines in each 10 s window since `born`. Racing threads may
+    /// log a line or two more at a window's turn: a bound, not a count.
     pub(super) fn may_log(&self) -> bool {
-        let mut g = self.bad_logged.lock().unwrap_or_else(PoisonError::into_inner);
-        if g.0.elapsed() > Duration::from_secs(10) {
-            *g = (Instant::now(), 0);
+        let window = self.born.elapsed().as_secs() / 10;
+        let logged = self.bad_logged.load(Ordering::Relaxed);
+        if logged >> 32 != window {
+            self.bad_logged.store(window << 32 | 1, Ordering::Relaxed);
+            return true;
         }
-        g.1 += 1;
-        g.1 <= 10
+        self.bad_logged.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff < 10
     }
 }
+
+/// What a sealed report for us came to, under the lock; the rest is done after it.
+enum Taken {
+    /// Echoing no nonce of ours: not taken; `answer`: ours goes back (at
+    /// most one an `ANSWER_EVERY`).
+    Unproven { answer: bool },
+    /// Not newer than the last: dropped; `starved`: our nonce was drawn
+    /// again, and goes back.
+    Old { starved: bool },
+    /// Taken; `send`: our count goes back now (a new listener, or one that
+    /// must learn our nonce).
+    Yes { send: bool },
+    /// From a member no longer one.
+    Gone,
+}
+
+/// Why a datagram was dropped, in `huntlb_fleet_reports_bad_total`'s label order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bad {
+    Stranger = 0,
+    Malformed = 1,
+    Unauthenticated = 2,
+    Replayed = 3,
+    /// Sealed, but echoing a nonce this agent did not give the sender or no
+    /// longer holds: a first contact, a restart on either side, or a replay.
+    Unproven = 4,
+    /// Sealed by an agent of an earlier version (`hunt-fleet/2`).
+    Version = 5,
+}
+
+/// How many reasons `Bad` has.
+pub const BAD_REASONS: usize = 6;

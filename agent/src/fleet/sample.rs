@@ -9,11 +9,11 @@
 //! member ends that subscription with the same datagram that would renew it.
 
 use super::batch::{scratch, Batch};
-use super::{Fleet, Link, Listener, ReportFn, KEYS_EVERY};
+use super::{lock, Fleet, Link, Listener, ReportFn, State, KEYS_EVERY};
 use huntlb_policy::forward::{append_tag, ReportRef, Sub};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{error, info};
 
@@ -63,14 +63,14 @@ impl Fleet {
         // Into a list this thread keeps: no allocation at each change.
         scratch(|to| {
             {
-                let l = self.listeners.lock().unwrap_or_else(PoisonError::into_inner);
-                to.extend(l.iter().filter(|(_, x)| x.changes && now.duration_since(x.renewed) <= self.cfg.dead_after).map(|(a, _)| *a));
-            }
-            let changes = self.wants();
-            if self.told_changes.swap(changes, Ordering::Relaxed) != changes {
-                for m in self.sample.lock().unwrap_or_else(PoisonError::into_inner).iter() {
-                    if !to.contains(m) {
-                        to.push(*m);
+                let st = lock(&self.state);
+                to.extend(st.listeners.iter().filter(|(_, x)| x.changes && now.duration_since(x.renewed) <= self.cfg.dead_after).map(|(a, _)| *a));
+                let changes = self.wants();
+                if self.told_changes.swap(changes, Ordering::Relaxed) != changes {
+                    for m in st.sample.iter() {
+                        if !to.contains(m) {
+                            to.push(*m);
+                        }
                     }
                 }
             }
@@ -86,8 +86,9 @@ impl Fleet {
     /// (ending). Without a sample (`fleet_sample` 0, or no more members than
     /// it), every member. False once the agent is gone.
     pub(super) fn redraw(&self) -> bool {
-        let others = self.members.read().unwrap_or_else(PoisonError::into_inner).others.clone();
-        let old = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let mut st = lock(&self.state);
+        let others = st.members.others.clone();
+        let old = std::mem::take(&mut st.sample);
         let k = self.cfg.sample;
         let new = if k == 0 || k >= others.len() {
             others
@@ -96,7 +97,7 @@ impl Fleet {
             // What may be kept: the old sample's members ready and heard
             // within dead_after, at their count plus what we forwarded since.
             let kept_from: Vec<(SocketAddr, u32)> = {
-                let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+                let peers = &st.peers;
                 old.iter()
                     .filter_map(|m| peers.get(m).map(|p| (m, p)))
                     .filter(|(_, p)| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after)
@@ -107,10 +108,11 @@ impl Fleet {
         };
         // A member new to the sample answers its subscription at once: it is
         // asked. One kept is renewed, and answers at its next beat.
-        self.ask(new.iter().filter(|m| !old.contains(m)));
+        ask(&mut st, new.iter().filter(|m| !old.contains(m)));
         let mut to: Vec<SocketAddr> = old.into_iter().filter(|m| !new.contains(m)).collect();
         to.extend_from_slice(&new);
-        *self.sample.lock().unwrap_or_else(PoisonError::into_inner) = new;
+        st.sample = new;
+        drop(st);
         self.told_changes.store(self.wants(), Ordering::Relaxed);
         self.send(&to)
     }
@@ -122,7 +124,7 @@ impl Fleet {
         let now = Instant::now();
         let (heartbeat, quiet) = (self.cfg.heartbeat, self.quiet_beat());
         let to: Vec<SocketAddr> = {
-            let mut l = self.listeners.lock().unwrap_or_else(PoisonError::into_inner);
+            let l = &mut lock(&self.state).listeners;
             l.retain(|_, x| now.duration_since(x.renewed) <= self.cfg.dead_after);
             // A listener that wants every change decides by our count: a beat
             // each heartbeat. One that asked for beats only decides by no
@@ -141,36 +143,21 @@ impl Fleet {
     /// draw. Costs nothing while every sampled member is heard.
     pub(super) fn renew_unheard(&self) -> bool {
         let now = Instant::now();
-        let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let unheard: Vec<SocketAddr> = {
-            let peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
-            sample.into_iter().filter(|m| peers.get(m).is_none_or(|p| now.duration_since(p.heard) > self.cfg.dead_after)).collect()
+            let mut st = lock(&self.state);
+            let unheard: Vec<SocketAddr> = st.sample.iter().filter(|m| st.peers.get(m).is_none_or(|p| now.duration_since(p.heard) > self.cfg.dead_after)).copied().collect();
+            ask(&mut st, unheard.iter());
+            unheard
         };
-        self.ask(unheard.iter());
         unheard.is_empty() || self.send(&unheard)
     }
 
-    /// Date the ask of each of `members` (`Link::asked`), unless an earlier
-    /// ask is still unanswered: a report to them now wants an answer within a
-    /// round trip. Not every report asks: a renewal of a member that hears
-    /// us is answered at its next beat, up to half a dead_after away when
-    /// quiet, and one late beat on a busy host is no member that does not answer.
-    fn ask<'a>(&self, members: impl Iterator<Item = &'a SocketAddr>) {
-        let now = Instant::now();
-        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
-        for m in members {
-            links.entry(*m).or_insert_with(|| Link::new(*m)).asked.get_or_insert(now);
-        }
-    }
-
-    /// A member subscribed (`Beats` or `Changes`) or left: note it, and send
-    /// a new listener (or one that now wants changes) our count at once, so
-    /// that it need not wait a beat to know us; so too a member that must
-    /// learn our nonce (`answer`: we drew it again).
-    pub(super) fn listen(&self, from: SocketAddr, sub: Sub, answer: bool) {
-        let now = Instant::now();
-        let mut l = self.listeners.lock().unwrap_or_else(PoisonError::into_inner);
-        let first = match sub {
+    /// A member subscribed (`Beats` or `Changes`) or left: note it. True
+    /// for a new listener (or one that now wants changes): our count goes to
+    /// it at once (`take`), so that it need not wait a beat to know us.
+    pub(super) fn listen(&self, st: &mut State, from: SocketAddr, sub: Sub, now: Instant) -> bool {
+        let l = &mut st.listeners;
+        match sub {
             Sub::Leave => {
                 l.remove(&from);
                 false
@@ -189,10 +176,6 @@ impl Fleet {
                     }
                 }
             }
-        };
-        drop(l);
-        if first || answer {
-            self.send(&[from]);
         }
     }
 
@@ -218,50 +201,59 @@ impl Fleet {
     fn send_with(&self, to: &[SocketAddr], echo: Option<u64>) -> bool {
         let Some(report) = self.report.get() else { return false };
         let sub = if self.wants() { Sub::Changes } else { Sub::Beats };
-        let (seq, busy, ready) = {
-            let mut seq = self.seq.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some((busy, ready)) = report() else { return false };
-            *seq += 1;
-            (*seq, busy, ready)
-        };
-        // Written into this thread's buffers under the locks, sent after
-        // them, all at once (`Batch`): no allocation, one syscall.
         Batch::with(|batch| {
-            {
-                let sample = self.sample.lock().unwrap_or_else(PoisonError::into_inner);
-                let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
-                let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+            // Written into this thread's buffers under the lock; sealed (an
+            // HMAC each) and sent (one syscall) after it.
+            let keys = {
+                let mut st = lock(&self.state);
+                // Read under the lock that numbers it: a later number carries a later count.
+                let Some((busy, ready)) = report() else { return false };
+                st.seq += 1;
+                let (seq, now) = (st.seq, Instant::now());
+                let State { links, sample, listeners, keys, .. } = &mut *st;
                 for peer in to {
                     let link = links.entry(*peer).or_insert_with(|| Link::new(*peer));
                     let s = if sample.contains(peer) { sub } else { Sub::Leave };
                     let d = batch.push(*peer);
                     ReportRef { from: &self.from_text, to: &link.to, boot: self.boot, seq, busy, ready, sub: s, mine: link.mine, yours: echo.unwrap_or(link.theirs) }.write_text(d);
-                    let tag = keys.tag(d);
-                    append_tag(d, &tag);
+                    if let Some(x) = listeners.get_mut(peer) {
+                        x.told = now;
+                    }
                 }
-            }
+                keys.clone()
+            };
+            batch.each(|d| {
+                let tag = keys.tag(d);
+                append_tag(d, &tag);
+            });
             batch.send(&self.sock);
-        });
-        self.sent.fetch_add(to.len() as u64, Ordering::Relaxed);
-        let now = Instant::now();
-        let mut l = self.listeners.lock().unwrap_or_else(PoisonError::into_inner);
-        for peer in to {
-            if let Some(x) = l.get_mut(peer) {
-                x.told = now;
-            }
-        }
-        true
+            self.sent.fetch_add(to.len() as u64, Ordering::Relaxed);
+            true
+        })
     }
 
     fn reload_keys(&self) {
-        let current = self.keys.read().unwrap_or_else(PoisonError::into_inner).clone();
+        // The file is read outside the lock.
+        let current = lock(&self.state).keys.clone();
         match current.reload_if_changed(&self.cfg.key_file, self.cfg.key_readers) {
             Ok(None) => {}
             Ok(Some(k)) => {
                 info!(keys = k.len(), "fleet_key_file changed: reports sealed with its first key, taken under any");
-                *self.keys.write().unwrap_or_else(PoisonError::into_inner) = k;
+                lock(&self.state).keys = Arc::new(k);
             }
             Err(e) => error!(error = %e, "config key `fleet_key_file`: does not load; the keys in use stay"),
         }
+    }
+}
+
+/// Date the ask of each of `members` (`Link::asked`), unless an earlier
+/// ask is still unanswered: a report to them now wants an answer within a
+/// round trip. Not every report asks: a renewal of a member that hears
+/// us is answered at its next beat, up to half a dead_after away when
+/// quiet, and one late beat on a busy host is no member that does not answer.
+fn ask<'a>(st: &mut State, members: impl Iterator<Item = &'a SocketAddr>) {
+    let now = Instant::now();
+    for m in members {
+        st.links.entry(*m).or_insert_with(|| Link::new(*m)).asked.get_or_insert(now);
     }
 }

@@ -283,7 +283,7 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
     // Two answers each (the unproven first report's, the new boot's), counted just after they leave.
     soon("every handshake answered", || fa.gauges().sent == 2 * others.len() as u64);
     let socks: Vec<&UdpSocket> = fakes.iter().map(|f| &f.sock).collect();
-    let sample = |f: &Fleet| f.sample.lock().unwrap().clone();
+    let sample = |f: &Fleet| lock(&f.state).sample.clone();
     let mut seen_in_sample = std::collections::HashSet::new();
     let mut with_5 = 0;
     for _ in 0..200 {
@@ -489,26 +489,39 @@ async fn a_member_reporting_zero_is_held_to_the_forwards_it_has_not_answered() {
 /// An offer decides on the reports the kernel already holds, even when the
 /// reader thread is late to wake (docs/llm.md § 6: on a loaded 2-core box it
 /// took up to 0.9 ms, and an offer waiting at most 0.5 ms for it decided on
-/// a count the socket held a newer one of).
+/// a count the socket held a newer one of). Here there is no reader at all:
+/// the test reads for it during the handshake, then only offers read.
 #[tokio::test]
 async fn an_offer_decides_on_what_is_queued_even_with_the_reader_late() {
     let (a, b) = ("127.77.14.1:9700", "127.77.14.2:9700");
     let count = Count::default();
     count.set(1, true);
-    let fa = agent(cfg(a, &[a, b]), &count).await;
+    let fa = Fleet::open(cfg(a, &[a, b])).await.unwrap();
+    let c = count.clone();
+    assert!(fa.report.set(Box::new(move || *c.0.lock().unwrap())).is_ok());
     assert!(fa.redraw());
     let mut fb = Fake::new(b, a);
-    fb.handshake(1);
-    soon("B in view", || fa.ready_peers() == 1);
+    // The handshake, with the test reading where the reader would.
+    let read = |f: &Fleet| {
+        let until = Instant::now() + Duration::from_secs(5);
+        let taken = f.gauges().taken + f.reports_bad()[Bad::Unproven as usize];
+        while f.gauges().taken + f.reports_bad()[Bad::Unproven as usize] == taken {
+            assert!(Instant::now() < until, "a datagram within 5 s");
+            f.drain(&mut lock(&f.inbox), super::READ_AT_MOST);
+        }
+    };
+    fb.send(1);
+    read(&fa);
+    fb.hear();
+    fb.send(1);
+    read(&fa);
+    fb.hear();
+    assert_eq!(fa.ready_peers(), 1, "B in view");
     assert_eq!(fa.pick(1, None), Pick::Keep, "B holds 1, as A does: a tie, kept");
-    fa.reader_paused.store(true, Ordering::Relaxed);
-    // Past any read under way: from here the reader takes nothing.
-    std::thread::sleep(super::READ_EVERY * 3);
     fb.send(0);
     assert_eq!(fa.pick(1, None), forward_to(b), "B's 0 was queued before the offer");
     fb.send(1);
     assert_eq!(fa.pick(1, None), Pick::Keep, "and B's 1 after it");
-    fa.reader_paused.store(false, Ordering::Relaxed);
     assert_eq!(fa.reports_bad()[Bad::Replayed as usize], 0, "taken in order");
 }
 
@@ -624,4 +637,106 @@ async fn a_late_beat_is_not_counted_unheard_and_a_silent_member_is() {
     fb.drain();
     fb.send(1);
     soon("B heard again", || fa.unheard_peers() == 1);
+}
+
+/// An agent (its count 5) whose eight members (each 10) are in view and
+/// want its every change, for the benches; `net`: the third byte of their
+/// addresses (127.77.net.x).
+async fn eight_wanting(net: u8) -> (Arc<Fleet>, Vec<Fake>, Count) {
+    let a = format!("127.77.{net}.1:9700");
+    let others: Vec<String> = (2..=9).map(|i| format!("127.77.{net}.{i}:9700")).collect();
+    let all: Vec<&str> = std::iter::once(a.as_str()).chain(others.iter().map(String::as_str)).collect();
+    let count = Count::default();
+    count.set(5, true);
+    let fa = agent(cfg(&a, &all), &count).await;
+    assert!(fa.redraw());
+    let mut fakes: Vec<Fake> = others.iter().map(|o| Fake::new(o, &a)).collect();
+    for f in fakes.iter_mut() {
+        f.handshake(10);
+        f.drain();
+        f.changes();
+    }
+    soon("eight in view, eight wanting", || fa.ready_peers() == 8 && fa.peers_wanting() == 8);
+    (fa, fakes, count)
+}
+
+impl Fake {
+    /// A report asking for every change (a member whose offers decide by the
+    /// counts), sent but not recorded.
+    fn changes(&mut self) {
+        self.seq += 1;
+        let text = Report { from: self.addr.clone(), to: self.to.clone(), boot: self.boot, seq: self.seq, busy: 10, ready: true, sub: Sub::Changes, mine: self.mine, yours: self.theirs }.to_string();
+        self.sock.send_to(seal(&text, &self.keys.tag(text.as_bytes())).as_bytes(), self.to.as_str()).unwrap();
+    }
+}
+
+/// The offer path's cost, in process: `pick` with eight members in view
+/// (kept here: each holds more), `changed` to eight listeners that want every
+/// change (eight sealed datagrams, one `sendmmsg`), and a scrape's `gauges`.
+/// Prints the median ns/op of 7 rounds; run it alone, optimized:
+/// `cargo test -p huntlb-agent --release --lib bench_ -- --ignored --nocapture --test-threads=1`
+/// (or, building only this crate and the policy's optimized,
+/// `--config 'profile.dev.package.huntlb-agent.opt-level=3' --config 'profile.dev.package.huntlb-policy.opt-level=3'`).
+#[tokio::test]
+#[ignore]
+async fn bench_offer_path() {
+    let (fa, mut fakes, _count) = eight_wanting(30).await;
+    assert_eq!(fa.pick(5, None), Pick::Keep);
+    let median = |what: &str, n: u32, f: &mut dyn FnMut()| {
+        let mut runs: Vec<f64> = (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..n {
+                    f();
+                }
+                t.elapsed().as_nanos() as f64 / f64::from(n)
+            })
+            .collect();
+        runs.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        println!("BENCH {what}: median {:.0} ns/op (min {:.0}, max {:.0}, 7 rounds of {n})", runs[3], runs[0], runs[6]);
+    };
+    median("pick (8 in view)", 200_000, &mut || assert_eq!(std::hint::black_box(fa.pick(5, None)), Pick::Keep));
+    median("changed (8 listeners)", 20_000, &mut || fa.changed());
+    median("gauges", 200_000, &mut || {
+        std::hint::black_box(fa.gauges());
+    });
+    for f in &mut fakes {
+        f.drain();
+    }
+}
+
+/// The reader's cost a report: eight members send 64 reports each (sealed,
+/// newer, for us), held queued, then taken in one drain (`recvmmsg`, the
+/// MAC, the tables). Prints the median ns a report of 15 rounds; run it
+/// alone, optimized, as `bench_offer_path`.
+#[tokio::test]
+#[ignore]
+async fn bench_take_path() {
+    let (fa, mut fakes, _count) = eight_wanting(31).await;
+    let mut runs = Vec::new();
+    for _ in 0..15 {
+        let taken = fa.gauges().taken;
+        let took = drain_held(&fa, || {
+            for _ in 0..64 {
+                for f in fakes.iter_mut() {
+                    f.changes();
+                }
+            }
+        });
+        let n = fa.gauges().taken - taken;
+        assert_eq!(n, 512, "every report taken");
+        runs.push(took.as_nanos() as f64 / n as f64);
+    }
+    runs.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    println!("BENCH take (a report): median {:.0} ns/op (min {:.0}, max {:.0}, 15 rounds of 512)", runs[7], runs[0], runs[14]);
+}
+
+/// `send` with the socket's reader held off, then one drain, timed.
+fn drain_held(f: &Fleet, send: impl FnOnce()) -> Duration {
+    let mut inbox = lock(&f.inbox);
+    send();
+    std::thread::sleep(Duration::from_millis(5));
+    let t = Instant::now();
+    assert!(f.drain(&mut inbox, usize::MAX));
+    t.elapsed()
 }
