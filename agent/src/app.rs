@@ -23,13 +23,13 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 impl Agent {
-    /// Forward to the app, `held` (body frames already read) first. `named_by_target`:
+    /// Pass to the app (never "forward": that is the tier's hop to a peer), `held` (body frames already read) first. `named_by_target`:
     /// the try carried `hunt-target`, so its front may retry a 425 by status
     /// alone (`protocol::carry`). `resendable`: an offer or a final from a hunting
     /// front, which holds the request and may send it once more (to another
     /// backend) if it never reached the app. `front`: the try's place in its
     /// front's count here, held, like the in-flight slot, until the body ends.
-    pub(crate) async fn forward(
+    pub(crate) async fn pass_to_app(
         &self,
         req: Request<Incoming>,
         held: VecDeque<Frame<Bytes>>,
@@ -39,13 +39,13 @@ impl Agent {
     ) -> Response<AgentBody> {
         // load = "llm": its prompt's weight and its seat go to peers in one report (the seat's)
         let prefill = self.prefill(req.headers(), false);
-        self.forward_in(req, held, named_by_target, resendable, front, Slot { seat: self.inflight.enter(), prefill }).await
+        self.pass_to_app_in(req, held, named_by_target, resendable, front, Slot { seat: self.inflight.enter(), prefill }).await
     }
 
-    /// `forward`, in an in-flight slot already taken (a peer's forward holds
+    /// `pass_to_app`, in an in-flight slot already taken (a peer's forward holds
     /// one from the moment this agent says it takes it), its prompt's weight
     /// (`load = "llm"`) held until its first response byte.
-    pub(crate) async fn forward_in(
+    pub(crate) async fn pass_to_app_in(
         &self,
         mut req: Request<Incoming>,
         held: VecDeque<Frame<Bytes>>,

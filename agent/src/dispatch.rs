@@ -120,7 +120,7 @@ impl Agent {
                 let counted = self.enter_front(t);
                 // its prompt weighs from its go (its own Content-Length is back in its head)
                 let prefill = self.prefill(req.headers(), true);
-                self.forward_in(req, held, t.named_by_target, true, counted, crate::load::Slot { seat: slot, prefill }).await
+                self.pass_to_app_in(req, held, t.named_by_target, true, counted, crate::load::Slot { seat: slot, prefill }).await
             }
             Err(resp) => resp,
         }
@@ -221,7 +221,7 @@ impl Agent {
                 // Counted for its front until its response body ends, as the
                 // front counts it (Envoy: until the stream completes).
                 let counted = self.enter_front(t);
-                self.forward(req, held, t.named_by_target, matches!(t.mark, Mark::Offer | Mark::Final), counted).await
+                self.pass_to_app(req, held, t.named_by_target, matches!(t.mark, Mark::Offer | Mark::Final), counted).await
             }
             Verdict::Refuse(why) => {
                 let (resp, fate) = self.refuse(req, why, t.named_by_target, t.front.as_deref()).await;

@@ -101,6 +101,6 @@ impl Agent {
         // Not a try the front may send once more: it may not hold the body.
         // Accepted after all, it counts for its front like any other.
         let counted = front.and_then(|f| self.per_front.enter(f));
-        (self.forward(Request::from_parts(parts, body), held, named_by_target, false, counted).await, Fate::Accepted)
+        (self.pass_to_app(Request::from_parts(parts, body), held, named_by_target, false, counted).await, Fate::Accepted)
     }
 }

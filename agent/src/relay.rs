@@ -208,7 +208,7 @@ impl Agent {
                 let (method, uri, version, headers) = here;
                 let mut local = Request::new(rest);
                 (*local.method_mut(), *local.uri_mut(), *local.version_mut(), *local.headers_mut()) = (method, uri, version, headers);
-                (self.forward(local, held, named_by_target, true, front).await, Some(Fate::Accepted))
+                (self.pass_to_app(local, held, named_by_target, true, front).await, Some(Fate::Accepted))
             }
             // Never expected (the body comes back when the try is dropped):
             // refused, so the front re-sends.
