@@ -35,9 +35,6 @@ import re
 import secrets
 import shlex
 import subprocess
-import tempfile
-import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
