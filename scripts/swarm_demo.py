@@ -542,10 +542,11 @@ def tabulate(load: Load, phases: list[Phase], T0: float, dead_ip: str, killed_at
 
 
 def source() -> str:
-    """Which tree the images and the load generator were built from."""
-    head = run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False).strip() or "no git"
+    """What the images and the load generator were built from (no commit
+    hash: a results page says what was measured, git says when)."""
     dirty = run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], check=False).strip()
-    return f"tree {head}" + (" with uncommitted changes" if dirty else "")
+    return "images and load generator as `make demo-swarm` built them" + (
+        " (from a checkout with uncommitted changes)" if dirty else " (the code as committed)")
 
 
 def render(args, runs: list[dict], wall: float) -> str:
