@@ -49,6 +49,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the harness package, run from anywhere
 from harness.net import wait_until  # noqa: E402
 SWARM_DIR = ROOT / "compose" / "swarm"
+# the wall clock less the monotonic one: the load generators report their
+# start on the wall clock, the phases are marked on the monotonic
+WALL_MINUS_MONOTONIC = time.time() - time.monotonic()
 LABEL = "huntlb.swarm-demo"
 STACK = "huntlb"
 NODE_IMAGE = "huntlb/swarm-node:dev"
@@ -523,8 +526,12 @@ def tabulate(load: Load, phases: list[Phase], T0: float, dead_ip: str, killed_at
             rep = w.reports.get(s)
             if rep is None:
                 continue
+            # the generator's own start (it begins a moment after w.t0, more
+            # on a busy machine: a request failing at the kill, placed from
+            # w.t0, fell before it, into the rolling update's row)
+            start = rep["start_unix_s"] - WALL_MINUS_MONOTONIC if rep.get("start_unix_s") else w.t0
             for i, off, lat, status in w.records.get(s, []):
-                t = w.t0 + (off + lat) / 1e6
+                t = start + (off + lat) / 1e6
                 ph = next((r for r, p in zip(rows, phases) if p.start <= t < p.end), rows[-1] if t >= phases[-1].start else rows[0])
                 dead = w.targets[i % len(w.targets)] == dead_ip and t >= killed_at
                 ph["dead_sent" if dead else "sent"][s] += 1

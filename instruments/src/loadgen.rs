@@ -115,6 +115,11 @@ pub struct Report {
     pub scheduled: u64,
     /// The seed the schedule and the jobs were drawn from.
     pub seed: u64,
+    /// When the schedule's offset 0 was, in UNIX seconds: a request's
+    /// `--requests` offset and latency place it on the wall clock, where an
+    /// orchestrator's events are (the generator starts a moment after its
+    /// caller asked, more on a busy machine).
+    pub start_unix_s: f64,
     /// A digest (FNV-1a, hex) of what was to be sent: each request's offset,
     /// path and `x-work-ms`. Two runs with equal digests met the same arrivals
     /// and the same jobs, whatever balanced them (the demo's test checks its
@@ -260,6 +265,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
     let digest = schedule_digest(&schedule, &works);
     let cpu0 = cpu_seconds();
     let start = Instant::now() + Duration::from_millis(20);
+    let start_unix_s = (std::time::SystemTime::now() + Duration::from_millis(20)).duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let schedule_end = start + schedule.last().map_or(Duration::ZERO, |(t, _)| *t).max(plan.duration);
     let handle = rt.handle().clone();
     let mut tasks = Vec::with_capacity(schedule.len());
@@ -368,6 +374,7 @@ pub fn run(plan: Plan) -> anyhow::Result<Report> {
         duration_s: plan.duration.as_secs_f64(),
         scheduled,
         seed: plan.seed,
+        start_unix_s,
         schedule_digest: digest,
         completed,
         completed_by_end: t.completed_by_end,
@@ -526,6 +533,7 @@ mod tests {
             duration_s: 1.0,
             scheduled: 3,
             seed: 1,
+            start_unix_s: 0.0,
             schedule_digest: String::new(),
             completed: 3,
             completed_by_end: 3,
