@@ -1,5 +1,5 @@
-//! Ways to share counts at a fraction of the shipped tier's datagrams (issue
-//! 42), each off by default: `--fleet-share SPEC` (huntlb-sim), comma
+//! Ways to share counts at a fraction of the shipped tier's datagrams, each
+//! off by default: `--fleet-share SPEC` (huntlb-sim), comma
 //! separated keys.
 //!
 //! Over the pushed sample (`--fleet-sample K`), filters on what a member sends
@@ -25,8 +25,8 @@
 //! no two agents herd on one server's word. With `piggy`, a token the server
 //! owes right after taking a forward rides on that forward's answer.
 //!
-//! Against herding and for a view larger than the messages (issue 42, after
-//! the diagnosis at ρ 0.95 on 96 backends; each off by default):
+//! Against herding and for a view larger than the messages (after the
+//! diagnosis at ρ 0.95 on 96 backends; each off by default):
 //! * `spread=J` (any view): an agent that forwards picks at random among the
 //!   J peers it sees lowest below its own count, not always the least
 //!   (power-of-choices within the view): agents that hear the same least do

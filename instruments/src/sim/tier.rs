@@ -23,7 +23,7 @@
 //!   to decide by counts asks D random peers for theirs (a datagram each way)
 //!   and decides when the answers are back, two datagrams later.
 //!
-//! * **shared otherwise** (`share`, [`super::share`], issue 42; off by default):
+//! * **shared otherwise** (`share`, [`super::share`]; off by default):
 //!   filters on the sample's pushes (`level`, `delta`, `batch`: a member sends
 //!   fewer counts, its heartbeats still carry the truth every [`HEARTBEAT_S`];
 //!   `piggy`: a forward's answer tells the forwarder the peer's count), or
@@ -66,7 +66,7 @@ pub struct TierSpec {
     /// D random peers for theirs and decides on the answers (0: push).
     pub probe: usize,
     pub seed: u64,
-    /// Filters on the pushed counts, or tokens instead (issue 42; default: as shipped).
+    /// Filters on the pushed counts, or tokens instead (default: as shipped).
     pub share: Share,
 }
 
