@@ -120,7 +120,10 @@ start() {
     record_machine
     # overlay2 where the kernel allows it (fast), else vfs (always works, slower builds)
     for driver in overlay2 vfs; do
-        $SUDO dockerd --storage-driver "$driver" --pidfile /run/huntlb-dockerd.pid >"$log" 2>&1 &
+        # a session of its own: a caller killed with its process group (a start
+        # killed midway, ^C in make) leaves dockerd and its containers to
+        # whoever cleans up, who stops it by this PID
+        $SUDO setsid dockerd --storage-driver "$driver" --pidfile /run/huntlb-dockerd.pid >"$log" 2>&1 &
         local pid=$!
         for _ in $(seq 1 60); do
             if docker info >/dev/null 2>&1; then echo "$pid"; return 0; fi
