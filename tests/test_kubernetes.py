@@ -28,6 +28,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
+from harness.k8sfleet import doc_commands  # the docs' shell commands, as the real cluster's tests run them
 import yaml
 
 from harness import ROOT, TRIXIE, agent_default, binary, metrics, request, wait_http, wait_until
@@ -808,14 +810,6 @@ def test_the_docs_snippets_are_the_files():
                    for lines in files for i in range(len(lines) - len(want) + 1))
     missing = [b for b in blocks if not found(b)]
     assert not missing, f"not in charts/huntlb: {missing}"
-
-
-def doc_commands(first: str) -> list[list[str]]:
-    """The shell commands of the docs/kubernetes.md block that has `first`,
-    continuation lines joined, each as its words (environment first)."""
-    text = (ROOT / "docs" / "kubernetes.md").read_text()
-    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, re.S) if first in b)
-    return [shlex.split(c) for c in re.sub(r"\\\n\s*", " ", block).strip().splitlines()]
 
 
 def as_template(words: list[str], key: Path) -> tuple[dict, list[str]]:
