@@ -19,7 +19,6 @@ import ipaddress
 import os
 import re
 import secrets
-import shlex
 import shutil
 import subprocess
 import textwrap
