@@ -15,6 +15,7 @@ from benchlib.fleet import FORWARD_OPTS, FORWARDING, HUNT_POLICIES, STRATEGIES, 
 from benchlib.fronts import Front, wait_all_up
 from benchlib.reports import RESULTS, flag, read_data
 from benchlib.runs import Run
+from benchlib.sidecars import KINDS as SIDECARS, start_sidecars
 from benchlib.stats import cdf
 from harness import Addrs, HaproxyRoot, Procs
 
@@ -69,6 +70,7 @@ class Bench:
         self.fleet = Fleet(self.procs, self.addrs, [CORES] * servers, WORKERS, BACKLOG, mean_ms,
                            agent_opts=agent_opts or {}).start()
         self.fronts: dict[tuple[str, str, int], Front] = {}  # (proxy, strategy, instance) -> Front
+        self.sidecars: dict[str, list] = {}  # kind (sidecars.KINDS) -> one per backend, started at first use
         self.seq = 0
 
     def close(self):
@@ -76,13 +78,38 @@ class Bench:
         if self.hr:
             self.hr.cleanup()
 
+    @staticmethod
+    def sidecar_kind(name: str) -> str | None:
+        """`leastconn+sc`: leastconn's front over a plain proxy beside each
+        backend (benchlib/sidecars.py) instead of the agents: the kind, or None."""
+        kind = name.rpartition("+")[2] if "+" in name else None
+        if kind is not None and kind not in SIDECARS:
+            raise ValueError(f"`{name}`: +{kind} is no sidecar kind (expected one of {', '.join('+' + k for k in SIDECARS)})")
+        return kind
+
+    def hop_pids(self, name: str) -> list[int]:
+        """The processes of the per-backend hop strategy `name` goes through: its sidecars, or the agents."""
+        kind = self.sidecar_kind(name)
+        return [s.proc.pid for s in self.sidecars[kind]] if kind else [b.agent_proc.pid for b in self.fleet.backends]
+
     def front(self, proxy: str, strategy: str, instance: int = 0):
         key = (proxy, strategy, instance)
         if key not in self.fronts:
+            strategy, _, kind = strategy.partition("+")
             hunting, lb, *rest = STRATEGIES[proxy][strategy]
             example, kw = (rest + [None, {}])[:2]
-            self.fronts[key] = self.fleet.front(proxy, hunting, lb, self.hr, example=example,
-                                                name=f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{instance}", **kw)
+            name = f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}{'-' + kind if kind else ''}-{instance}"
+            if kind:
+                if hunting:
+                    raise ValueError(f"`{strategy}+{kind}`: a sidecar passes every request on; only a plain strategy goes over one")
+                if kind not in self.sidecars:
+                    self.sidecars[kind] = start_sidecars(self.procs, self.hr, self.fleet.backends, kind)
+                from benchlib.fronts import start_front
+                self.fronts[key] = start_front(self.procs, self.addrs, proxy, self.sidecars[kind], hunting, lb=lb, hr=self.hr,
+                                               name=f"{proxy}-{name}", served_by=False, server_opts="weight 100",
+                                               example=example, **kw)
+            else:
+                self.fronts[key] = self.fleet.front(proxy, hunting, lb, self.hr, example=example, name=name, **kw)
         return self.fronts[key]
 
     def policy_for(self, name: str) -> tuple[str, str]:
@@ -130,7 +157,7 @@ class Bench:
         from benchlib.tools import proc_cpu_seconds
         fronts, _ = self._ready(proxy, name, instances)
         time.sleep(2.0)  # past the start's handshakes and first health checks
-        pids = [b.agent_proc.pid for b in self.fleet.backends]
+        pids = self.hop_pids(name)
         a0, f0, t0 = [proc_cpu_seconds(p) for p in pids], fronts_cpu_seconds(fronts), time.monotonic()
         time.sleep(seconds)
         dt = time.monotonic() - t0
@@ -144,14 +171,17 @@ class Bench:
         refused0, forwarded0, datagrams0 = self.fleet.refused(), self.fleet.forwarded(), self.fleet.datagrams()
         self.seq += 1
         out = self.work / f"run-{self.seq}.json"
-        cpu0 = self.fleet.agents_cpu_seconds()
+        # the per-backend hop's CPU: the agents, or the strategy's sidecars
+        from benchlib.tools import proc_cpu_seconds
+        hops = self.hop_pids(name)
+        cpu0 = sum(proc_cpu_seconds(p) for p in hops)
         used = set(id(f) for f in fronts)
         idle = [f for f in self.fronts.values() if id(f) not in used]
         fcpu0, icpu0 = fronts_cpu_seconds(fronts), fronts_cpu_seconds(idle)
         with Sampler(self.fleet, 0.2 if sample else 0.5) as s:
             report = drive([f.url for f in fronts], rate, seconds, out, seed=seed if seed is not None else common_seed(rate, rep, instances),
                            max_lateness_us=int(self.mean_ms * 1000 / 4), work=self.demand)
-        agents_cpu = (self.fleet.agents_cpu_seconds() - cpu0) / seconds
+        agents_cpu = (sum(proc_cpu_seconds(p) for p in hops) - cpu0) / seconds
         fronts_cpu = (fronts_cpu_seconds(fronts) - fcpu0) / seconds
         idle_fronts_cpu = (fronts_cpu_seconds(idle) - icpu0) / seconds
         datagrams = (self.fleet.datagrams() - datagrams0) / seconds if forward else None
