@@ -3,8 +3,7 @@
 //! whole after each statement (counters, tables, a buffer emptied before
 //! use), so the next holder takes it as it is, as parking_lot's locks do.
 
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -16,10 +15,4 @@ pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 
 pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// `cv.wait_timeout_while`, taken as `lock` takes a lock: the guard back
-/// once `wait` is false or `most` has passed.
-pub(crate) fn wait_while<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>, most: Duration, wait: impl FnMut(&mut T) -> bool) -> MutexGuard<'a, T> {
-    cv.wait_timeout_while(g, most, wait).unwrap_or_else(PoisonError::into_inner).0
 }

@@ -27,20 +27,20 @@
 //! The tables are keyed by member, so each holds at most as many entries as
 //! `fleet_peers` resolves to.
 //!
-//! Reports are read by a thread of their own every 10 ms, and by an offer
-//! about to decide by the counts: it takes what is queued itself, one batch
-//! at most, when no other thread is reading, and otherwise asks the reader
-//! and waits for it at most 0.5 ms (`Fleet::fresh`). So a flood of junk on
-//! the fleet port costs an offer one batch's checks and that wait at most.
+//! Reports are read by an offer about to decide by the counts (what is
+//! queued, one batch at most: `Fleet::fresh`), by the sample's tick, and by
+//! a task on the agent's runtime when neither has read for a tick and a half
+//! (`Fleet::read_task`): no thread of its own, so no wake-up of one. A flood of junk on the fleet port costs
+//! an offer one batch's checks at most.
 //!
 //! One lock holds the tier's tables (`State`): an offer, a report taken, a
 //! draw or a scrape takes it once, for table work only (a datagram's MAC is
 //! checked before it, a report sealed and sent after it). Not a task that
 //! owns them: an offer decides in `pick`, synchronously, on the runtime's
 //! thread, and a message to a task and its wake-up would cost that offer more
-//! than a lock only the reader thread ever contends. Beside it: the socket's
-//! inbox, held by whoever reads (taken before the tables' lock, never under
-//! it), and the offers' asks to the reader (held alone).
+//! than a lock no other thread contends (with `threads` = 1, the default).
+//! Beside it: the socket's inbox, held by whoever reads (taken before the
+//! tables' lock, never under it).
 
 use crate::config::FleetConfig;
 use crate::seal::Keys;
@@ -51,7 +51,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 struct Peer {
@@ -181,20 +181,14 @@ pub struct Fleet {
     told_changes: AtomicBool,
     /// Where this agent's count comes from (`start`).
     report: OnceLock<ReportFn>,
-    /// The socket's reader: whoever holds it (the reader thread, or an offer:
+    /// The socket's reader: whoever holds it (the reader task, or an offer:
     /// `fresh`) reads, one at a time, so reports are taken in the order they came.
     inbox: Mutex<Inbox>,
-    /// Offers' asks for a fresh view, and the reader's answers (`fresh`),
-    /// both ways over `woken`. Held alone: never with `state` or `inbox`.
-    asks: Mutex<Asks>,
-    woken: Condvar,
-}
-
-/// How many times offers asked the reader to drain, and up to which ask it has.
-#[derive(Default)]
-struct Asks {
-    asked: u64,
-    done: u64,
+    /// When the socket was last read to the end (microseconds since `born`;
+    /// 0: the reader is due now): the reader task reads a tick and a half after it.
+    read_at: AtomicU64,
+    /// An offer read (`fresh`): the reader task sets its next read from `read_at`.
+    read_moved: tokio::sync::Notify,
 }
 
 /// An agent wants its sample's every change for this long after an offer
@@ -207,16 +201,15 @@ const WANT_FOR: Duration = Duration::from_secs(10);
 /// `net.core.rmem_max` (a warning says so).
 const BUFFERED_PER_MEMBER: usize = 64;
 const MIN_RCVBUF: usize = 1 << 20;
-/// The reader takes what is queued at least this often: a report counts as
-/// heard within this of its arrival (liveness), and the socket's buffer holds
-/// what comes in between.
+/// The reader task reads no sooner than this after the last read (by an
+/// offer, the sample's tick, or itself), and no later than READ_QUIET_MAX
+/// (a tick and a half: `read_task`): a report counts as heard within that
+/// of its arrival (liveness), and the socket's buffer holds what comes in
+/// between.
 const READ_EVERY: Duration = Duration::from_millis(10);
-/// Quiet (`Fleet::quiet`), the reader takes what is queued at least this often.
 const READ_QUIET_MAX: Duration = Duration::from_millis(50);
-/// An offer waits this long at most for the reader (`Fleet::fresh`).
-const ASK_WAIT: Duration = Duration::from_micros(500);
-/// At most this many datagrams per pass: a flood cannot keep the reader from
-/// answering the offers that asked.
+/// At most this many datagrams per pass of the reader task, a batch at a
+/// time with the thread yielded between: a flood cannot hold it.
 const READ_AT_MOST: usize = 1024;
 /// How often the key file is looked at for a rotation.
 const KEYS_EVERY: Duration = Duration::from_secs(2);
@@ -268,16 +261,16 @@ pub(crate) fn nonce() -> u64 {
 }
 
 impl Fleet {
-    /// Bind `fleet_listen` and start the reader thread. Nothing is sent
-    /// until `start` says where this agent's count comes from.
+    /// Bind `fleet_listen` and start the reader task (`read_task`) on the
+    /// current runtime. Nothing is sent until `start` says where this
+    /// agent's count comes from.
     pub async fn bind(cfg: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
         let fleet = Fleet::open(cfg).await?;
-        let reader = fleet.clone();
-        std::thread::Builder::new().name("huntlb-fleet".into()).spawn(move || reader.read_forever()).map_err(|e| anyhow::anyhow!("fleet_listen: reader thread: {e}"))?;
+        tokio::spawn(fleet.clone().read_task());
         Ok(fleet)
     }
 
-    /// Bind `fleet_listen`, with no reader thread yet: offers read what is
+    /// Bind `fleet_listen`, with no reader yet: offers read what is
     /// queued themselves (`fresh`), as they do whenever the reader is late.
     pub(super) async fn open(cfg: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
         use anyhow::Context;
@@ -312,8 +305,8 @@ impl Fleet {
             told_changes: AtomicBool::new(false),
             report: OnceLock::new(),
             inbox: Mutex::new(Inbox::default()),
-            asks: Mutex::new(Asks::default()),
-            woken: Condvar::new(),
+            read_at: AtomicU64::new(0),
+            read_moved: tokio::sync::Notify::new(),
             cfg,
         };
         fleet.set_members(fleet.cfg.peers.clone(), resolved);

@@ -1,51 +1,72 @@
-//! Reading the members' reports: a thread of its own drains the socket every
-//! `READ_EVERY`, and an offer about to decide by the counts takes what is
-//! queued itself (a batch at most, when no other thread is reading); a
-//! datagram is believed only from a member, sealed, naming its source, newer
-//! than the last.
+//! Reading the members' reports: an offer about to decide by the counts
+//! takes what is queued itself, so does the sample's tick, and a task on the
+//! agent's runtime drains the socket when a tick and a half passed with no
+//! read; a datagram is believed only from a member, sealed, naming its
+//! source, newer than the last.
 
 use super::batch::{Inbox, INBOX};
 use super::members::Members;
-use crate::sync::wait_while;
-use super::{lock, nonce, Fleet, Link, Peer, State, ANSWER_EVERY, ASK_WAIT, READ_AT_MOST, READ_EVERY, READ_QUIET_MAX};
+use super::{lock, nonce, Fleet, Link, Peer, State, ANSWER_EVERY, READ_AT_MOST, READ_EVERY, READ_QUIET_MAX};
 use crate::seal::Keys;
 use huntlb_policy::forward::{open_ref, ReportRef, Rejected};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 impl Fleet {
-    /// The reader thread: it drains the socket every `READ_EVERY` (liveness,
-    /// and a buffer that must not drop the newest) and whenever an offer
-    /// about to decide by the counts asks (`fresh`). Reading when asked, not
-    /// on each arrival: a wakeup per datagram (about 2000 a second per agent
-    /// with 12 agents and 4 fronts at ρ 0.88) took the tier's agents from 0.34
-    /// to 0.57 of a core on the 2-core bench and cost 2.5% of the mean; reading
-    /// every 2 ms instead left counts up to 2 ms old and cost 6%.
-    pub(super) fn read_forever(&self) {
-        // Quiet, only liveness rides on reading: a tenth of dead_after will
-        // do, within 50 ms (a first contact's handshake waits for a read).
-        let read_quiet = (self.cfg.dead_after / 10).clamp(READ_EVERY, READ_QUIET_MAX);
+    /// The reader: a task on the agent's own runtime (its one thread by
+    /// default), not a thread of its own. It reads only when no one has for
+    /// a tick and a half (liveness, and a buffer that must not drop the
+    /// newest): the offers (`fresh`) and the sample's tick read, and each
+    /// read moves the reader's next one on, so it wakes no thread. A thread of its own woke every
+    /// 10 ms in every agent, over a condition variable the offers also
+    /// waited on: about a thousand wake-ups a second across 12 agents, and a
+    /// futex call a request (docs/agent.md § Cost). Reading on each arrival
+    /// instead (a wakeup per datagram, about 2000 a second per agent with 12
+    /// agents and 4 fronts at ρ 0.88) took the agents from 0.34 to 0.57 of a
+    /// core on the 2-core bench.
+    pub(super) async fn read_task(self: Arc<Self>) {
+        // The sample's tick reads (`run`), and offers read before they
+        // decide: the reader reads only when that tick is late by half a
+        // tick, and at least every READ_QUIET_MAX.
+        let [read_busy, read_quiet] = [self.tick(), self.quiet_tick()].map(|t| t.mul_f32(1.5).clamp(READ_EVERY, READ_QUIET_MAX));
         loop {
-            // Before `asks` is taken: it is held alone.
-            let every = if self.quiet() { read_quiet } else { READ_EVERY };
-            let target = {
-                let asks = lock(&self.asks);
-                wait_while(&self.woken, asks, every, |a| a.asked == a.done).asked
-            };
-            self.drain(&mut lock(&self.inbox), READ_AT_MOST);
-            lock(&self.asks).done = target;
-            // Offers wait on the same condition variable as the reader: all
-            // are woken, each looks whether its ask is answered.
-            self.woken.notify_all();
+            let every = if self.quiet() { read_quiet } else { read_busy };
+            let due = self.born + Duration::from_micros(self.read_at.load(Ordering::Relaxed)) + every;
+            if Instant::now() < due {
+                // An offer's read wakes this task (on the same thread: no
+                // syscall), which only sets its timer later.
+                tokio::select! {
+                    () = tokio::time::sleep_until(due.into()) => {}
+                    () = self.read_moved.notified() => {}
+                }
+                continue;
+            }
+            // A pass of at most READ_AT_MOST, a batch at a time, yielding
+            // between batches: a flood of junk shares the thread with the
+            // requests instead of holding it.
+            let mut left = READ_AT_MOST;
+            while left > 0 {
+                let all = match self.inbox.try_lock() {
+                    Ok(mut inbox) => self.drain(&mut inbox, INBOX.min(left)),
+                    Err(_) => true, // another worker is reading (threads > 1)
+                };
+                left = left.saturating_sub(INBOX);
+                if all {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            self.read_at.store(self.micros(), Ordering::Relaxed);
         }
     }
 
-    /// Take what is queued on the socket, at most `most` datagrams, up to
-    /// `INBOX` a syscall (`Inbox`). False if it stopped at `most` with more
-    /// queued (it cannot tell when exactly `most` were).
+    /// Take what is queued, at most `most` datagrams, up to `INBOX` a
+    /// syscall (`Inbox`). False if it stopped at `most` with more queued
+    /// (it cannot tell when exactly `most` were).
     pub(super) fn drain(&self, inbox: &mut Inbox, most: usize) -> bool {
         let mut read = 0;
         while read < most {
@@ -83,27 +104,20 @@ impl Fleet {
         false
     }
 
-    /// Before an offer decides by the counts: take what is queued. Here, on
-    /// the offer's thread, when no other thread is reading and one batch
-    /// (`INBOX`) holds it all: a report the kernel already has is in the
-    /// decision, with no thread to wake. Woken for it, the reader took up to
-    /// 0.9 ms on a loaded 2-core box (two llama servers and their agents),
-    /// past `ASK_WAIT`, and offers decided on counts the socket held newer
-    /// ones of (docs/llm.md § 6). Otherwise (the reader is reading, or more
-    /// is queued: a burst, or a flood of junk) the reader is asked, and
-    /// waited for at most `ASK_WAIT`. So a flood costs an offer one batch's
-    /// checks (about 2 µs a datagram) and `ASK_WAIT` at most.
+    /// Before an offer decides by the counts: take what is queued, here, on
+    /// the offer's thread: a report the kernel already has is in the
+    /// decision, with nothing to wake. One batch (`INBOX`) at most: a burst,
+    /// or a flood of junk, costs an offer one batch's checks (about 2 µs a
+    /// datagram) and leaves the rest to the reader, which is then due at
+    /// once. With `threads` > 1 and another worker reading, the offer decides
+    /// on the tables as they are (that worker is taking the news).
     pub(super) fn fresh(&self) {
-        if let Ok(mut inbox) = self.inbox.try_lock() {
-            if self.drain(&mut inbox, INBOX) {
-                return;
-            }
-        }
-        let mut asks = lock(&self.asks);
-        asks.asked += 1;
-        let want = asks.asked;
-        self.woken.notify_all();
-        drop(wait_while(&self.woken, asks, ASK_WAIT, |a| a.done < want));
+        let Ok(mut inbox) = self.inbox.try_lock() else { return };
+        let all = self.drain(&mut inbox, INBOX);
+        drop(inbox);
+        // All taken: the reader's next read moves on. More queued: it is due now.
+        self.read_at.store(if all { self.micros() } else { 0 }, Ordering::Relaxed);
+        self.read_moved.notify_one();
     }
 
     /// One datagram: believed only from a member, sealed under a key held,

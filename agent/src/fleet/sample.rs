@@ -26,13 +26,13 @@ impl Fleet {
         if self.report.set(report).is_err() {
             return;
         }
-        let every = self.cfg.heartbeat.min(self.cfg.resample) / 2;
-        // Quiet (nothing decides by counts, here or at a listener): a tick, a
-        // draw and a beat to each listener as liveness needs them, no more
-        // (`quiet_beat`): the fixed part a fleet pays at idle, or behind one front.
-        let quiet_every = (self.cfg.dead_after / 8).clamp(every, Duration::from_millis(500).max(every));
+        let (every, quiet_every) = (self.tick(), self.quiet_tick());
         let (mut drawn, mut keys_at): (Option<Instant>, Instant) = (None, Instant::now());
         loop {
+            // What is queued first (the draw keeps by fresh counts), and so
+            // the reader task, due only after a tick and a half with no read,
+            // wakes no thread while this ticks.
+            self.fresh();
             let quiet = self.quiet();
             let resample = if quiet { self.cfg.resample.max(self.quiet_beat()) } else { self.cfg.resample };
             if drawn.is_none_or(|t| t.elapsed() >= resample) {
@@ -41,15 +41,34 @@ impl Fleet {
                     return;
                 }
             }
-            if !self.beat() || !self.renew_unheard() {
-                return;
-            }
+            let Some(next_beat) = self.beat() else { return };
+            let Some(all_heard) = self.renew_unheard() else { return };
             if keys_at.elapsed() >= KEYS_EVERY {
                 keys_at = Instant::now();
                 self.reload_keys();
             }
-            tokio::time::sleep(if quiet { quiet_every } else { every }).await;
+            // Until the next thing due (a draw, a listener's beat, the key
+            // file), not a fixed tick: under load every change already told
+            // the listeners, and idle, a beat is due each half dead_after.
+            // At least a tick apart; a tick while a sampled member is unheard.
+            let now = Instant::now();
+            let floor = now + if quiet { quiet_every } else { every };
+            let due = [drawn.map(|t| t + resample), next_beat, Some(keys_at + KEYS_EVERY)].into_iter().flatten().min().unwrap_or(floor);
+            tokio::time::sleep_until((if all_heard { due.max(floor) } else { floor }).into()).await;
         }
+    }
+
+    /// How often the sample's task ticks (`run`) while offers decide by counts.
+    pub(super) fn tick(&self) -> Duration {
+        self.cfg.heartbeat.min(self.cfg.resample) / 2
+    }
+
+    /// Quiet (nothing decides by counts, here or at a listener): a tick, a
+    /// draw and a beat to each listener as liveness needs them, no more
+    /// (`quiet_beat`): the fixed part a fleet pays at idle, or behind one front.
+    pub(super) fn quiet_tick(&self) -> Duration {
+        let every = self.tick();
+        (self.cfg.dead_after / 8).clamp(every, Duration::from_millis(500).max(every))
     }
 
     /// A change of this agent's count: to the listeners that want every
@@ -119,29 +138,33 @@ impl Fleet {
 
     /// Our count to each listener it has not gone to for a beat (peers take
     /// silence for death); listeners that stopped renewing are forgotten.
-    /// False once the agent is gone.
-    pub(super) fn beat(&self) -> bool {
+    /// When the next beat is due (None inside: no listener); None once the
+    /// agent is gone.
+    pub(super) fn beat(&self) -> Option<Option<Instant>> {
         let now = Instant::now();
         let (heartbeat, quiet) = (self.cfg.heartbeat, self.quiet_beat());
-        let to: Vec<SocketAddr> = {
+        // A listener that wants every change decides by our count: a beat
+        // each heartbeat. One that asked for beats only decides by no
+        // count: it needs to hear us within its dead_after, no sooner.
+        let period = |x: &Listener| if x.changes { heartbeat } else { quiet };
+        let (to, next): (Vec<SocketAddr>, Option<Instant>) = {
             let l = &mut lock(&self.state).listeners;
             l.retain(|_, x| now.duration_since(x.renewed) <= self.cfg.dead_after);
-            // A listener that wants every change decides by our count: a beat
-            // each heartbeat. One that asked for beats only decides by no
-            // count: it needs to hear us within its dead_after, no sooner.
-            l.iter().filter(|(_, x)| now.duration_since(x.told) >= if x.changes { heartbeat } else { quiet }).map(|(a, _)| *a).collect()
+            let to = l.iter().filter(|(_, x)| now.duration_since(x.told) >= period(x)).map(|(a, _)| *a).collect();
+            // The ones told now are due a period from now; the others at theirs.
+            let next = l.values().map(|x| if now.duration_since(x.told) >= period(x) { now + period(x) } else { x.told + period(x) }).min();
+            (to, next)
         };
-        if to.is_empty() {
-            return self.report.get().is_some_and(|r| r().is_some());
-        }
-        self.send(&to)
+        let alive = if to.is_empty() { self.report.get().is_some_and(|r| r().is_some()) } else { self.send(&to) };
+        alive.then_some(next)
     }
 
     /// Renew the subscription with each member of the sample not heard
     /// within `dead_after` (or never): a subscription lost on the way (the
     /// member was not listening yet) heals within a tick, not at the next
-    /// draw. Costs nothing while every sampled member is heard.
-    pub(super) fn renew_unheard(&self) -> bool {
+    /// draw. Costs nothing while every sampled member is heard. Whether every
+    /// one was; None once the agent is gone.
+    pub(super) fn renew_unheard(&self) -> Option<bool> {
         let now = Instant::now();
         let unheard: Vec<SocketAddr> = {
             let mut st = lock(&self.state);
@@ -149,7 +172,7 @@ impl Fleet {
             ask(&mut st, unheard.iter());
             unheard
         };
-        unheard.is_empty() || self.send(&unheard)
+        (unheard.is_empty() || self.send(&unheard)).then_some(unheard.is_empty())
     }
 
     /// A member subscribed (`Beats` or `Changes`) or left: note it. True

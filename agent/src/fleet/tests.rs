@@ -70,15 +70,26 @@ impl Count {
 }
 
 /// A fleet whose count is `count`'s; nothing runs on a timer (the tests
-/// call `redraw`, `changed` and `beat`).
+/// call `redraw`, `changed` and `beat`). Its socket is read by a thread of
+/// the test's, every `READ_EVERY` until the fleet is dropped: the tests wait
+/// on their runtime's thread (`soon`), where the agent's reader task would
+/// never run.
 async fn agent(cfg: FleetConfig, count: &Count) -> Arc<Fleet> {
-    let f = Fleet::bind(cfg).await.unwrap();
+    let f = Fleet::open(cfg).await.unwrap();
     let c = count.clone();
     assert!(f.report.set(Box::new(move || *c.0.lock().unwrap())).is_ok());
+    let weak = Arc::downgrade(&f);
+    std::thread::spawn(move || {
+        while let Some(f) = weak.upgrade() {
+            f.drain(&mut lock(&f.inbox), super::READ_AT_MOST);
+            drop(f);
+            std::thread::sleep(READ_EVERY);
+        }
+    });
     f
 }
 
-/// The reader thread takes datagrams as they come: wait (bounded) for it.
+/// The test's reader takes datagrams as they come: wait (bounded) for it.
 fn soon(what: &str, mut ok: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(5);
     while !ok() {
@@ -401,6 +412,9 @@ async fn a_restarted_member_is_heard_at_once_and_its_old_reports_never_again() {
     }
     soon("B's reports taken", || fa.gauges().taken == 5);
     let recorded = fb.sent.clone();
+    // An unproven report is answered at most once an ANSWER_EVERY: the
+    // restart's first one must not fall in the first contact's.
+    std::thread::sleep(ANSWER_EVERY);
     fb.restart();
     fb.handshake(1);
     soon("B heard again, from sequence 2", || fa.gauges().taken == 6);
@@ -570,11 +584,15 @@ async fn a_listener_of_beats_only_hears_us_each_half_dead_after() {
     // at most 30 ms before the settling ended): no beat to B.
     std::thread::sleep(Duration::from_millis(60));
     let sent = fa.gauges().sent;
-    assert!(fa.beat());
+    let next = fa.beat().expect("A runs").expect("B listens");
     assert_eq!(fa.gauges().sent, sent, "a beats-only listener waits half dead_after");
+    // The sample's task sleeps until then, not a tick: due when B was last
+    // told plus half dead_after, so at most that far ahead, and not yet.
+    let now = Instant::now();
+    assert!(next > now && next <= now + fa.quiet_beat(), "next beat {:?} from now", next - now);
     soon("a beat at half dead_after", || {
         std::thread::sleep(Duration::from_millis(10));
-        fa.beat() && fa.gauges().sent == sent + 1
+        fa.beat().is_some() && fa.gauges().sent == sent + 1
     });
     // B decides by the counts: it wants every change, and A is no longer quiet.
     assert_eq!(fb.pick(5, None), Pick::Keep, "B holds 5, A 7: kept");
@@ -586,7 +604,7 @@ async fn a_listener_of_beats_only_hears_us_each_half_dead_after() {
     assert!(!fa.quiet());
     let sent = fa.gauges().sent;
     std::thread::sleep(Duration::from_millis(40));
-    assert!(fa.beat());
+    assert!(fa.beat().is_some());
     assert_eq!(fa.gauges().sent, sent + 1, "a listener of changes hears us each heartbeat");
 }
 
@@ -631,7 +649,7 @@ async fn a_late_beat_is_not_counted_unheard_and_a_silent_member_is() {
     }
     assert_eq!(fa.unheard_peers(), 1, "C, drawn and never answering, is counted; B's renewals asked nothing");
     // Silent over dead_after, B is asked again; silent a dead_after more, it is counted.
-    assert!(fa.renew_unheard());
+    assert!(fa.renew_unheard().is_some());
     std::thread::sleep(dead_after + Duration::from_millis(50));
     assert_eq!(fa.unheard_peers(), 2, "B asked and silent for dead_after");
     fb.drain();
@@ -739,4 +757,58 @@ fn drain_held(f: &Fleet, send: impl FnOnce()) -> Duration {
     let t = Instant::now();
     assert!(f.drain(&mut inbox, usize::MAX));
     t.elapsed()
+}
+
+/// The reader is a task on the agent's runtime, not a thread: with no offer
+/// deciding, what members send is taken within `READ_QUIET_MAX` while the
+/// runtime awaits; and a flood of junk from a stranger is taken a batch at
+/// a time without keeping that runtime's other tasks from running.
+#[tokio::test]
+async fn the_reader_task_takes_reports_on_the_runtime_and_a_flood_shares_it() {
+    let (a, b) = ("127.77.15.1:9700", "127.77.15.2:9700");
+    let count = Count::default();
+    count.set(2, true);
+    let fa = Fleet::bind(cfg(a, &[a, b])).await.unwrap();
+    let c = count.clone();
+    assert!(fa.report.set(Box::new(move || *c.0.lock().unwrap())).is_ok());
+    assert!(fa.redraw());
+    let mut fb = Fake::new(b, a);
+    fb.sock.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+    // The handshake, every read by the reader task: the test only awaits.
+    let until = Instant::now() + Duration::from_secs(5);
+    while fa.ready_peers() == 0 {
+        assert!(Instant::now() < until, "B not heard through the reader task within 5 s");
+        fb.send(1);
+        tokio::time::sleep(READ_QUIET_MAX).await;
+        let mut buf = [0u8; 512];
+        while let Ok((n, _)) = fb.sock.recv_from(&mut buf) {
+            if let Ok(r) = open(&buf[..n], |t, tag| fb.keys.verify(t, tag)) {
+                if r.yours == fb.mine {
+                    fb.theirs = r.mine;
+                }
+            }
+        }
+    }
+    assert_eq!(fa.ready_peers(), 1);
+    // A flood from a stranger: 4 passes' worth, sent at once.
+    let stranger = std::net::UdpSocket::bind("127.77.15.3:9700").unwrap();
+    for _ in 0..4 * READ_AT_MOST {
+        let _ = stranger.send_to(b"junk", a);
+    }
+    // Another task on the same runtime keeps running while the reader reads.
+    let ticks = Arc::new(AtomicU64::new(0));
+    let t = ticks.clone();
+    let ticker = tokio::spawn(async move {
+        loop {
+            t.fetch_add(1, Ordering::Relaxed);
+            tokio::task::yield_now().await;
+        }
+    });
+    let until = Instant::now() + Duration::from_secs(5);
+    while fa.reports_bad()[Bad::Stranger as usize] < 1000 {
+        assert!(Instant::now() < until, "the flood not read within 5 s: {:?}", fa.reports_bad());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    ticker.abort();
+    assert!(ticks.load(Ordering::Relaxed) > 10, "the other task ran while the flood was read");
 }
