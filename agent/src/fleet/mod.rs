@@ -138,6 +138,15 @@ struct State {
     members: Arc<Members>,
     /// The members this agent hears (and whose counts decide its forwards).
     sample: Vec<SocketAddr>,
+    /// Make before break: members the last draw dropped while in the view,
+    /// each still in it (and subscribed) until the member drawn in its place,
+    /// not heard within dead_after then, is heard: (the one kept, the one it
+    /// stands for). A member drawn in answers a round trip later (a reader's
+    /// tick on each side, up to 20 ms on a busy host), and without this the
+    /// view read one short meanwhile at such draws: offers compared one count
+    /// fewer, and `huntlb_fleet_peers` read under the sample in a fleet where
+    /// every member answers. At most `fleet_sample` entries, cleared at each draw.
+    standby: Vec<(SocketAddr, SocketAddr)>,
     /// The members that sample this agent.
     listeners: HashMap<SocketAddr, Listener>,
     /// Shared as `members` is: a batch's MACs are checked, and a send's
@@ -252,6 +261,32 @@ impl Peer {
     }
 }
 
+impl State {
+    /// The members this agent renews: the sample, and the members standing
+    /// in for some of it (`standby`).
+    fn subscribed(&self) -> impl Iterator<Item = &SocketAddr> {
+        self.sample.iter().chain(self.standby.iter().map(|(m, _)| m))
+    }
+
+    /// The members whose counts decide this agent's offers, if in view.
+    fn view(&self, now: Instant, dead_after: Duration) -> impl Iterator<Item = &SocketAddr> {
+        view(&self.sample, &self.standby, &self.peers, now, dead_after)
+    }
+}
+
+/// The sample, and each member standing in for a member of it (`State::standby`)
+/// while that one is not heard within `dead_after`: never more than the sample.
+fn view<'a>(
+    sample: &'a [SocketAddr],
+    standby: &'a [(SocketAddr, SocketAddr)],
+    peers: &'a HashMap<SocketAddr, Peer>,
+    now: Instant,
+    dead_after: Duration,
+) -> impl Iterator<Item = &'a SocketAddr> {
+    let unheard = move |m: &SocketAddr| peers.get(m).is_none_or(|p| now.duration_since(p.heard) > dead_after);
+    sample.iter().chain(standby.iter().filter(move |(_, drawn)| unheard(drawn)).map(|(m, _)| m))
+}
+
 /// A random 64-bit number, never 0 (a boot, a nonce, the draws' seed).
 pub(crate) fn nonce() -> u64 {
     use ring::rand::SecureRandom;
@@ -296,6 +331,7 @@ impl Fleet {
                 links: HashMap::new(),
                 members: Arc::default(),
                 sample: Vec::new(),
+                standby: Vec::new(),
                 listeners: HashMap::new(),
                 keys: Arc::new(cfg.keys.clone()),
                 seq: 0,
