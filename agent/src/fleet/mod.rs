@@ -2,13 +2,14 @@
 //! of its members (`fleet_sample`, drawn again every `fleet_resample_ms`,
 //! keeping the least loaded), subscribes to their counts, and
 //! [`Fleet::pick`] asks the policy crate where an offer goes
-//! (`huntlb_policy::forward`).
+//! (`huntlb_policy::forward`). A member a draw drops while in view stays in
+//! it until the member drawn in its place is heard (`State::standby`).
 //!
 //! ```text
 //!  every fleet_resample_ms: draw K members (keep the B least) ──sealed "... sub" (1 changes / 0 beats / 2 leave)──► each, renewing
 //!  count changes ──on that thread──► the listeners that asked for changes (about K: every agent samples K)
 //!  members ──UDP──► socket ──reader thread: member? sealed? newer?──► peers: member -> (busy, seq, ready, heard, own forwards since)
-//!  offer ──► pick: the sample's ready members heard within dead_after ──► route(busy, seen, their counts) ──► member's IP : fleet_peer_port
+//!  offer ──► pick: the view's ready members heard within dead_after ──► route(busy, seen, their counts) ──► member's IP : fleet_peer_port
 //! ```
 //!
 //! Why a sample: a count sent to every peer on each change costs 2 λ (N - 1)
