@@ -252,7 +252,7 @@ impl Fleet {
         })
     }
 
-    fn reload_keys(&self) {
+    pub(super) fn reload_keys(&self) {
         // The file is read outside the lock.
         let current = lock(&self.state).keys.clone();
         match current.reload_if_changed(&self.cfg.key_file, self.cfg.key_readers) {

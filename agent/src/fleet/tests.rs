@@ -505,11 +505,13 @@ async fn an_offer_decides_on_what_is_queued_even_with_the_reader_late() {
     assert!(fa.report.set(Box::new(move || *c.0.lock().unwrap())).is_ok());
     assert!(fa.redraw());
     let mut fb = Fake::new(b, a);
-    // The handshake, with the test reading where the reader would.
+    // The handshake, with the test reading where the reader would (not by
+    // `gauges`: a scrape takes what is queued itself).
     let read = |f: &Fleet| {
         let until = Instant::now() + Duration::from_secs(5);
-        let taken = f.gauges().taken + f.reports_bad()[Bad::Unproven as usize];
-        while f.gauges().taken + f.reports_bad()[Bad::Unproven as usize] == taken {
+        let seen = |f: &Fleet| f.taken.load(Ordering::Relaxed) + f.reports_bad()[Bad::Unproven as usize];
+        let taken = seen(f);
+        while seen(f) == taken {
             assert!(Instant::now() < until, "a datagram within 5 s");
             f.drain(&mut lock(&f.inbox), super::READ_AT_MOST);
         }
@@ -817,4 +819,56 @@ async fn a_draw_keeps_the_member_it_drops_in_view_until_its_replacement_is_heard
     soon("C heard: D released", || lock(&fa.state).standby.is_empty());
     soon("D told to leave", || subs_heard(&fd).last() == Some(&Sub::Leave));
     assert_eq!(fa.gauges().peers, 2);
+}
+
+/// A key file replaced whole, as the kubelet swaps a Secret's version in.
+fn write_keys(path: &std::path::Path, keys: &[&str]) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, keys.join("\n") + "\n").unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The key rotated in docs/kubernetes.md's steps (old + new, new + old, new),
+/// the agent's file changed before its member's: each reload swaps the keys
+/// and nothing else (no nonce, no sequence, no view is reset), so the member
+/// stays in the view and each of its reports is taken, none refused.
+#[tokio::test]
+async fn a_key_rotation_keeps_the_view_and_takes_every_report() {
+    let (a, b) = ("127.77.18.1:9700", "127.77.18.2:9700");
+    let dir = std::env::temp_dir().join(format!("huntlb-fleet-rotate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (file, old, new) = (dir.join("fleet.key"), "o".repeat(64), "n".repeat(64));
+    write_keys(&file, &[&old]);
+    let path = file.to_string_lossy().into_owned();
+    let load = |p: &std::path::Path| Keys::load(&p.to_string_lossy(), crate::seal::Readers::Owner).unwrap();
+    let count = Count::default();
+    count.set(1, true);
+    let fa = agent(FleetConfig { key_file: path.clone(), keys: load(&file), ..cfg(a, &[a, b]) }, &count).await;
+    assert!(fa.redraw());
+    let mut fb = Fake::new(b, a);
+    let member = dir.join("member.key");
+    write_keys(&member, &[&old]);
+    fb.keys = load(&member);
+    fb.handshake(2);
+    soon("B in view", || fa.ready_peers() == 1);
+    for (step, keys) in [[old.as_str(), new.as_str()].as_slice(), &[&new, &old], &[&new]].into_iter().enumerate() {
+        let taken = fa.gauges().taken;
+        write_keys(&file, keys);
+        fa.reload_keys();
+        assert_eq!(lock(&fa.state).keys.len(), keys.len(), "step {}: read", step + 2);
+        assert_eq!(fa.ready_peers(), 1, "step {}: B still in view", step + 2);
+        // then the member's file, as its kubelet writes it later
+        write_keys(&member, keys);
+        fb.keys = load(&member);
+        fb.drain();
+        fb.send(2);
+        soon("B's report taken", || fa.gauges().taken == taken + 1);
+        assert!(fa.send(&[b.parse().unwrap()]));
+        fb.hear();
+    }
+    assert_eq!(fa.reports_bad()[Bad::Unauthenticated as usize], 0);
+    assert_eq!(fa.ready_peers(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
