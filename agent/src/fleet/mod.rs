@@ -146,7 +146,10 @@ struct State {
     /// tick on each side, up to 20 ms on a busy host), and without this the
     /// view read one short meanwhile at such draws: offers compared one count
     /// fewer, and `huntlb_fleet_peers` read under the sample in a fleet where
-    /// every member answers. At most `fleet_sample` entries, cleared at each draw.
+    /// every member answers. At most `fleet_sample` entries, cleared at each
+    /// draw; released only by a report taken from the member drawn (sealed,
+    /// echoing our nonce), so no datagram without the key ends one early, and
+    /// a member that never answers keeps one until the next draw, no longer.
     standby: Vec<(SocketAddr, SocketAddr)>,
     /// The members that sample this agent.
     listeners: HashMap<SocketAddr, Listener>,

@@ -803,8 +803,21 @@ async fn a_draw_keeps_the_member_it_drops_in_view_until_its_replacement_is_heard
     assert_eq!(fa.gauges().peers, 2, "C stays in the view until D is heard");
     assert_eq!(fa.pick(9, None), forward_to(&b.to_string()), "the least of the view");
     assert!(subs_heard(&fc).last().is_some_and(|s| *s != Sub::Leave), "C's subscription renewed, not ended, by the draw");
-    // D answers: in the view, and C is released (told to leave).
-    fd.handshake(3);
+    // Only a report taken from D releases C: one sealed under another key
+    // from D's address, or D's first (echoing no nonce of ours), does not.
+    let bad = fa.reports_bad();
+    let forged = Report { from: fd.addr.clone(), to: a.into(), boot: fd.boot, seq: 1, busy: 0, ready: true, sub: Sub::Beats, mine: fd.mine, yours: 0 }.to_string();
+    fd.sock.send_to(seal(&forged, &[7u8; huntlb_policy::forward::TAG_LEN]).as_bytes(), a).unwrap();
+    fd.send(3);
+    soon("both dropped", || {
+        let now = fa.reports_bad();
+        now[Bad::Unauthenticated as usize] == bad[Bad::Unauthenticated as usize] + 1 && now[Bad::Unproven as usize] > bad[Bad::Unproven as usize]
+    });
+    assert_eq!((fa.gauges().peers, lock(&fa.state).standby.clone()), (2, vec![(c, d)]), "C still stands in for D");
+    // D learns our nonce from our answer to its first report, and reports:
+    // taken, in the view, and C is released (told to leave).
+    fd.hear();
+    fd.send(3);
     soon("D heard", || fa.gauges().taken == 3);
     assert_eq!(fa.gauges().peers, 2, "B and D: C out of the view");
     soon("C told to leave", || subs_heard(&fc).last() == Some(&Sub::Leave));
