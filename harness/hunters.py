@@ -37,21 +37,24 @@ def start_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_opts: di
 
 
 def start_fleet(procs: Procs, addrs: Addrs, n: int, policy: str = "dynamic", app_opts: dict | None = None,
-                agent_opts: dict | None = None, wanting: bool = True, absent: list[str] = ()) -> list[Backend]:
+                agent_opts: dict | None = None, wanting: bool = True, absent: list[str] = (),
+                key_files: list[str] | None = None) -> list[Backend]:
     """`n` backends whose agents form a forwarding tier (`fleet_listen` on
     port 9700 of each host, every agent a peer of every other), returned once
     each has heard all the others. wanting: first send each agent an offer
     with no `hunt-seen` (served where it lands: all are idle), so that every
     agent wants every change of its peers' counts, as with several fronts,
     and wait until each peer knows. absent: more members' hosts in
-    `fleet_peers`, where no agent runs (an attacker may)."""
+    `fleet_peers`, where no agent runs (an attacker may). key_files: each
+    agent's own `fleet_key_file` (a key rotated one agent at a time), else one
+    for all."""
     hosts = [addrs.host() for _ in range(n)]
     peers = ",".join(f"{h}:9700" for h in [*hosts, *absent])
     out = []
-    for host in hosts:
+    for i, host in enumerate(hosts):
         app_proc, app = procs.workload(host, **{"demand": "const:0", **(app_opts or {})})
         agent_proc, agent, admin = procs.agent(host, app, policy=policy, fleet_listen=f"{host}:9700", fleet_peers=peers,
-                                               fleet_key_file=procs.fleet_key(),
+                                               fleet_key_file=key_files[i] if key_files else procs.fleet_key(),
                                                **(agent_opts or {}))
         out.append(Backend(host, app, agent, admin, app_proc, agent_proc))
     # each agent hears its sample (agent_opts' fleet_sample, else the agent's default): every peer in a small fleet

@@ -118,9 +118,15 @@ def _rotate(f: Fleet) -> dict:
         stop.set()
         w.join(5)
     sample = min(8, len(f.app_pods()) - 1)
-    short = [(name, m.get("huntlb_fleet_peers")) for v in views for name, m in v.items()
-             if m and m.get("huntlb_fleet_peers") != sample]
-    return {"views": len(views), "view_short": len(short), "unauthenticated": _unauthenticated(f) - bad0}
+    # A member benched (a forward it did not take within fleet_commit_ms:
+    # out for 100 to 800 ms, heard all along) has a gauge of its own, and says
+    # nothing of the key; any other member missing is one unheard or not ready.
+    short = [{"pod": name, "peers": m.get("huntlb_fleet_peers"), "benched": m.get("huntlb_fleet_peers_benched"),
+              "unheard": m.get("huntlb_fleet_peers_unheard")} for v in views for name, m in v.items()
+             if m and m.get("huntlb_fleet_peers", 0) + m.get("huntlb_fleet_peers_benched", 0) != sample]
+    benched = sum(1 for v in views for m in v.values() if m and m.get("huntlb_fleet_peers_benched", 0) > 0)
+    return {"views": len(views), "view_short": len(short), "short_reads": short[:10], "view_benched": benched,
+            "unauthenticated": _unauthenticated(f) - bad0}
 
 
 def _unauthenticated(f: Fleet) -> float:

@@ -134,7 +134,7 @@ pub const FORWARDS_IN: Metric = Metric {
 pub const FLEET_PEERS: Metric = m(
     "huntlb_fleet_peers",
     Kind::Gauge,
-    "Peers in this agent's sample (fleet_sample) heard from within fleet_dead_after_ms and taking forwards.",
+    "Peers in this agent's view heard from within fleet_dead_after_ms and taking forwards: its sample (fleet_sample), a member drawn into it counted from its first report on, and the member it replaces standing in until then (never more than the sample).",
     false,
 );
 pub const FLEET_PEERS_BENCHED: Metric = m(

@@ -67,6 +67,7 @@ impl Fleet {
         st.peers.retain(|k, _| set.contains(k));
         st.listeners.retain(|k, _| set.contains(k));
         st.sample.retain(|k| set.contains(k));
+        st.standby.retain(|(k, _)| set.contains(k));
         st.members = Arc::new(Members { list, resolved, set, others, ips, ranked, ids });
     }
 

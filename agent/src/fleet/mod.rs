@@ -2,13 +2,14 @@
 //! of its members (`fleet_sample`, drawn again every `fleet_resample_ms`,
 //! keeping the least loaded), subscribes to their counts, and
 //! [`Fleet::pick`] asks the policy crate where an offer goes
-//! (`huntlb_policy::forward`).
+//! (`huntlb_policy::forward`). A member a draw drops while in view stays in
+//! it until the member drawn in its place is heard (`State::standby`).
 //!
 //! ```text
 //!  every fleet_resample_ms: draw K members (keep the B least) ──sealed "... sub" (1 changes / 0 beats / 2 leave)──► each, renewing
 //!  count changes ──on that thread──► the listeners that asked for changes (about K: every agent samples K)
 //!  members ──UDP──► socket ──reader thread: member? sealed? newer?──► peers: member -> (busy, seq, ready, heard, own forwards since)
-//!  offer ──► pick: the sample's ready members heard within dead_after ──► route(busy, seen, their counts) ──► member's IP : fleet_peer_port
+//!  offer ──► pick: the view's ready members heard within dead_after ──► route(busy, seen, their counts) ──► member's IP : fleet_peer_port
 //! ```
 //!
 //! Why a sample: a count sent to every peer on each change costs 2 λ (N - 1)
@@ -138,6 +139,18 @@ struct State {
     members: Arc<Members>,
     /// The members this agent hears (and whose counts decide its forwards).
     sample: Vec<SocketAddr>,
+    /// Make before break: members the last draw dropped while in the view,
+    /// each still in it (and subscribed) until the member drawn in its place,
+    /// not heard within dead_after then, is heard: (the one kept, the one it
+    /// stands for). A member drawn in answers a round trip later (a reader's
+    /// tick on each side, up to 20 ms on a busy host), and without this the
+    /// view read one short meanwhile at such draws: offers compared one count
+    /// fewer, and `huntlb_fleet_peers` read under the sample in a fleet where
+    /// every member answers. At most `fleet_sample` entries, cleared at each
+    /// draw; released only by a report taken from the member drawn (sealed,
+    /// echoing our nonce), so no datagram without the key ends one early, and
+    /// a member that never answers keeps one until the next draw, no longer.
+    standby: Vec<(SocketAddr, SocketAddr)>,
     /// The members that sample this agent.
     listeners: HashMap<SocketAddr, Listener>,
     /// Shared as `members` is: a batch's MACs are checked, and a send's
@@ -245,6 +258,32 @@ impl Peer {
     }
 }
 
+impl State {
+    /// The members this agent renews: the sample, and the members standing
+    /// in for some of it (`standby`).
+    fn subscribed(&self) -> impl Iterator<Item = &SocketAddr> {
+        self.sample.iter().chain(self.standby.iter().map(|(m, _)| m))
+    }
+
+    /// The members whose counts decide this agent's offers, if in view.
+    fn view(&self, now: Instant, dead_after: Duration) -> impl Iterator<Item = &SocketAddr> {
+        view(&self.sample, &self.standby, &self.peers, now, dead_after)
+    }
+}
+
+/// The sample, and each member standing in for a member of it (`State::standby`)
+/// while that one is not heard within `dead_after`: never more than the sample.
+fn view<'a>(
+    sample: &'a [SocketAddr],
+    standby: &'a [(SocketAddr, SocketAddr)],
+    peers: &'a HashMap<SocketAddr, Peer>,
+    now: Instant,
+    dead_after: Duration,
+) -> impl Iterator<Item = &'a SocketAddr> {
+    let unheard = move |m: &SocketAddr| peers.get(m).is_none_or(|p| now.duration_since(p.heard) > dead_after);
+    sample.iter().chain(standby.iter().filter(move |(_, drawn)| unheard(drawn)).map(|(m, _)| m))
+}
+
 /// A random 64-bit number, never 0 (a boot, a nonce, the draws' seed).
 pub(crate) fn nonce() -> u64 {
     use ring::rand::SecureRandom;
@@ -289,6 +328,7 @@ impl Fleet {
                 links: HashMap::new(),
                 members: Arc::default(),
                 sample: Vec::new(),
+                standby: Vec::new(),
                 listeners: HashMap::new(),
                 keys: Arc::new(cfg.keys.clone()),
                 seq: 0,

@@ -68,7 +68,9 @@ pub struct Gauges {
 }
 
 impl Fleet {
-    /// Where this offer goes, by the sample's ready members heard from within `dead_after`.
+    /// Where this offer goes, by the view's ready members heard from within
+    /// `dead_after` (the sample, and the members standing in for its members
+    /// not heard yet: `State::standby`).
     pub fn pick(&self, busy: u32, seen: Option<u32>) -> Pick {
         let now = Instant::now();
         // The front knew this backend's load: kept whatever the peers hold.
@@ -79,20 +81,20 @@ impl Fleet {
         self.consult();
         self.fresh();
         let mut st = lock(&self.state);
-        let State { sample, peers, .. } = &mut *st;
-        let mut members = Vec::with_capacity(sample.len());
-        let mut counts = Vec::with_capacity(sample.len());
-        for member in sample.iter() {
-            let Some(p) = peers.get_mut(member) else { continue };
+        let mut members: Vec<SocketAddr> = st.view(now, self.cfg.dead_after).copied().collect();
+        let mut counts = Vec::with_capacity(members.len());
+        let peers = &mut st.peers;
+        members.retain(|member| {
+            let Some(p) = peers.get_mut(member) else { return false };
             if !p.in_view(now, self.cfg.dead_after) {
-                continue;
+                return false;
             }
             while p.sent.front().is_some_and(|t| now.duration_since(*t) > self.cfg.settle) {
                 p.sent.pop_front();
             }
-            members.push(*member);
             counts.push(p.count());
-        }
+            true
+        });
         if counts.is_empty() {
             return Pick::NoPeers;
         }
@@ -151,8 +153,9 @@ impl Fleet {
         self.consult();
         self.fresh();
         let mut st = lock(&self.state);
-        let State { sample, peers, members, .. } = &mut *st;
         let dead_after = self.cfg.dead_after;
+        let in_view: Vec<SocketAddr> = st.view(now, dead_after).copied().collect();
+        let State { peers, members, .. } = &mut *st;
         let settle = self.cfg.settle;
         // What this agent takes a peer to hold, if it is in view.
         let mut count = |member: &SocketAddr| -> Option<u32> {
@@ -163,7 +166,7 @@ impl Fleet {
             Some(p.count())
         };
         // the least count known: this agent's and its sample's view (what `pick` compares with)
-        let view: Vec<u32> = sample.iter().filter_map(&mut count).collect();
+        let view: Vec<u32> = in_view.iter().filter_map(&mut count).collect();
         if view.is_empty() {
             return None;
         }
@@ -193,7 +196,7 @@ impl Fleet {
         self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
         if !self.told_changes.swap(true, Ordering::Relaxed) {
             scratch(|to| {
-                to.extend(lock(&self.state).sample.iter());
+                to.extend(lock(&self.state).subscribed());
                 self.send(to)
             });
         }
@@ -222,7 +225,12 @@ impl Fleet {
         lock(&self.state).peers_wanting(Instant::now(), self.cfg.dead_after)
     }
 
+    /// For `/metrics`: the view as an offer now would see it, what the socket
+    /// holds taken first (`fresh`), as an offer does. Else a scrape run while
+    /// the reader thread waits for a core (a busy host: it reads every 10 ms
+    /// at best) reads members out whose reports sit unread.
     pub fn gauges(&self) -> Gauges {
+        self.fresh();
         let (now, dead_after) = (Instant::now(), self.cfg.dead_after);
         let st = lock(&self.state);
         Gauges {
@@ -265,12 +273,12 @@ impl Fleet {
 /// The gauges' counts, as `Fleet`'s methods of the same names say.
 impl State {
     fn ready_peers(&self, now: Instant, dead_after: Duration) -> usize {
-        self.sample.iter().filter_map(|m| self.peers.get(m)).filter(|p| p.in_view(now, dead_after)).count()
+        self.view(now, dead_after).filter_map(|m| self.peers.get(m)).filter(|p| p.in_view(now, dead_after)).count()
     }
 
     fn benched_peers(&self, now: Instant, dead_after: Duration) -> usize {
         let benched = |p: &&Peer| p.ready && now.duration_since(p.heard) <= dead_after && p.benched.is_some_and(|t| now < t);
-        self.sample.iter().filter_map(|m| self.peers.get(m)).filter(benched).count()
+        self.view(now, dead_after).filter_map(|m| self.peers.get(m)).filter(benched).count()
     }
 
     fn unheard_peers(&self, now: Instant, dead_after: Duration) -> usize {

@@ -167,11 +167,14 @@ impl Fleet {
                     self.answer(from, r.mine);
                 }
             }
-            Taken::Yes { send } => {
+            Taken::Yes { send, released } => {
                 self.taken.fetch_add(1, Ordering::Relaxed);
-                if send {
-                    self.send(&[from]);
-                }
+                match (send, released) {
+                    (true, Some(m)) => self.send(&[from, m]),
+                    (true, None) => self.send(&[from]),
+                    (false, Some(m)) => self.send(&[m]),
+                    (false, None) => true,
+                };
             }
             Taken::Gone => {}
         }
@@ -242,7 +245,10 @@ impl Fleet {
             }
         }
         let first = self.listen(st, from, r.sub, now);
-        Taken::Yes { send: first || answer }
+        // A member drawn in, heard: the member that stood in for it leaves
+        // the view, and is told so (`State::standby`).
+        let released = st.standby.iter().position(|(_, drawn)| *drawn == from).map(|i| st.standby.swap_remove(i).0);
+        Taken::Yes { send: first || answer, released }
     }
 
     /// Counted; at most 10 lines per 10 s, so a flood cannot fill the log.
@@ -275,8 +281,9 @@ enum Taken {
     /// again, and goes back.
     Old { starved: bool },
     /// Taken; `send`: our count goes back now (a new listener, or one that
-    /// must learn our nonce).
-    Yes { send: bool },
+    /// must learn our nonce); `released`: a member that stood in for this
+    /// one, out of the view now, told to leave.
+    Yes { send: bool, released: Option<SocketAddr> },
     /// From a member no longer one.
     Gone,
 }

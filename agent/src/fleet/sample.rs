@@ -86,7 +86,7 @@ impl Fleet {
                 to.extend(st.listeners.iter().filter(|(_, x)| x.changes && now.duration_since(x.renewed) <= self.cfg.dead_after).map(|(a, _)| *a));
                 let changes = self.wants();
                 if self.told_changes.swap(changes, Ordering::Relaxed) != changes {
-                    for m in st.sample.iter() {
+                    for m in st.subscribed() {
                         if !to.contains(m) {
                             to.push(*m);
                         }
@@ -103,16 +103,19 @@ impl Fleet {
     /// within `dead_after`), draw the rest uniformly from the other members,
     /// and send our count to the new sample (renewing) and to the dropped
     /// (ending). Without a sample (`fleet_sample` 0, or no more members than
-    /// it), every member. False once the agent is gone.
+    /// it), every member. A member drawn that was not heard within
+    /// `dead_after` has a dropped member in view stand in for it until it is
+    /// (`State::standby`): renewed, not ended. False once the agent is gone.
     pub(super) fn redraw(&self) -> bool {
         let mut st = lock(&self.state);
         let others = st.members.others.clone();
         let old = std::mem::take(&mut st.sample);
+        let old_standby = std::mem::take(&mut st.standby);
         let k = self.cfg.sample;
+        let now = Instant::now();
         let new = if k == 0 || k >= others.len() {
             others
         } else {
-            let now = Instant::now();
             // What may be kept: the old sample's members ready and heard
             // within dead_after, at their count plus what we forwarded since.
             let kept_from: Vec<(SocketAddr, u32)> = {
@@ -125,14 +128,31 @@ impl Fleet {
             };
             huntlb_policy::forward::redraw(&kept_from, &others, k, self.cfg.keep, || self.draw())
         };
+        // Make before break: each member drawn that is not heard yet has a
+        // member of the old view, dropped now but in view, stand in for it
+        // until it is (`heard` releases it). Not heard yet: silent for
+        // dead_after, or new to the view (not subscribed until this draw's
+        // report reaches it: what it said last was before it was dropped, and
+        // goes stale a round trip before its answer comes if it was dropped
+        // about dead_after ago). So the view after a draw holds at least as
+        // many as before, up to the sample; a dead member drawn again and
+        // again is stood in for too (`huntlb_fleet_peers_unheard` counts it).
+        let dead_after = self.cfg.dead_after;
+        let was: Vec<SocketAddr> = old.iter().chain(old_standby.iter().map(|(m, _)| m)).copied().collect();
+        let unheard: Vec<SocketAddr> =
+            new.iter().filter(|m| !was.contains(m) || st.peers.get(m).is_none_or(|p| now.duration_since(p.heard) > dead_after)).copied().collect();
+        let dropped: Vec<SocketAddr> = was.into_iter().filter(|m| !new.contains(m)).collect();
+        st.standby = dropped.iter().filter(|m| st.peers.get(m).is_some_and(|p| p.in_view(now, dead_after))).copied().zip(unheard).collect();
         // A member new to the sample answers its subscription at once: it is
         // asked. One kept is renewed, and answers at its next beat.
         ask(&mut st, new.iter().filter(|m| !old.contains(m)));
-        let mut to: Vec<SocketAddr> = old.into_iter().filter(|m| !new.contains(m)).collect();
+        let mut to = dropped;
         to.extend_from_slice(&new);
         st.sample = new;
         drop(st);
         self.told_changes.store(self.wants(), Ordering::Relaxed);
+        // Each report asks what the tables now say: the new sample and the
+        // standing-in renewed, the rest of the dropped ended.
         self.send(&to)
     }
 
@@ -211,8 +231,8 @@ impl Fleet {
     }
 
     /// Our count now, sealed, to each of `to` (members), each report asking
-    /// of its receiver what our sample says: renewed if it is in the sample,
-    /// ended if not. Never waits: a full send buffer drops a report, and the
+    /// of its receiver what our sample says: renewed if it is in the sample
+    /// (or stands in for one of it: `State::standby`), ended if not. Never waits: a full send buffer drops a report, and the
     /// next change or beat resends. False once the agent is gone.
     pub(super) fn send(&self, to: &[SocketAddr]) -> bool {
         self.send_with(to, None)
@@ -233,10 +253,10 @@ impl Fleet {
                 let Some((busy, ready)) = report() else { return false };
                 st.seq += 1;
                 let (seq, now) = (st.seq, Instant::now());
-                let State { links, sample, listeners, keys, .. } = &mut *st;
+                let State { links, sample, standby, listeners, keys, .. } = &mut *st;
                 for peer in to {
                     let link = links.entry(*peer).or_insert_with(|| Link::new(*peer));
-                    let s = if sample.contains(peer) { sub } else { Sub::Leave };
+                    let s = if sample.contains(peer) || standby.iter().any(|(m, _)| m == peer) { sub } else { Sub::Leave };
                     let d = batch.push(*peer);
                     ReportRef { from: &self.from_text, to: &link.to, boot: self.boot, seq, busy, ready, sub: s, mine: link.mine, yours: echo.unwrap_or(link.theirs) }.write_text(d);
                     if let Some(x) = listeners.get_mut(peer) {
@@ -255,7 +275,7 @@ impl Fleet {
         })
     }
 
-    fn reload_keys(&self) {
+    pub(super) fn reload_keys(&self) {
         // The file is read outside the lock.
         let current = lock(&self.state).keys.clone();
         match current.reload_if_changed(&self.cfg.key_file, self.cfg.key_readers) {

@@ -299,14 +299,17 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
     let mut with_5 = 0;
     for _ in 0..200 {
         let before = sample(&fa);
+        // the members renewed before: the sample and those standing in for it
+        let renewed: Vec<SocketAddr> = lock(&fa.state).subscribed().copied().collect();
         let sent = fa.gauges().sent;
         assert!(fa.redraw());
         let after = sample(&fa);
         assert_eq!(after.len(), 3, "{after:?}");
         assert!(!after.contains(&a.parse().unwrap()), "never itself");
         assert!(after.iter().all(|m| after.iter().filter(|x| *x == m).count() == 1), "distinct: {after:?}");
-        // Sent: the new sample (renewed) and the dropped (ended), at most 2K.
-        let dropped = before.iter().filter(|m| !after.contains(m)).count();
+        // Sent: the new sample (renewed) and the dropped (ended, or renewed
+        // while standing in for a member drawn), at most 2K.
+        let dropped = renewed.iter().filter(|m| !after.contains(m)).count();
         assert_eq!(fa.gauges().sent - sent, (3 + dropped) as u64, "{before:?} -> {after:?}");
         // The least of the old sample stays.
         let five: SocketAddr = others[5].parse().unwrap();
@@ -318,8 +321,9 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
     }
     assert_eq!(seen_in_sample.len(), others.len(), "every member drawn at some point");
     assert!(with_5 > 150, "once drawn, the least stays: {with_5} of 200");
-    // What a member hears: a renewal while it is sampled, a leave once dropped.
-    let last = sample(&fa);
+    // What a member hears: a renewal while it is sampled (or stands in for a
+    // member drawn), a leave once dropped.
+    let last: Vec<SocketAddr> = lock(&fa.state).subscribed().copied().collect();
     let out: Vec<usize> = (0..others.len()).filter(|i| !last.contains(&others[*i].parse().unwrap())).collect();
     let mut buf = [0u8; 512];
     for s in &socks {
@@ -515,11 +519,13 @@ async fn an_offer_decides_on_what_is_queued_even_with_the_reader_late() {
     assert!(fa.report.set(Box::new(move || *c.0.lock().unwrap())).is_ok());
     assert!(fa.redraw());
     let mut fb = Fake::new(b, a);
-    // The handshake, with the test reading where the reader would.
+    // The handshake, with the test reading where the reader would (not by
+    // `gauges`: a scrape takes what is queued itself).
     let read = |f: &Fleet| {
         let until = Instant::now() + Duration::from_secs(5);
-        let taken = f.gauges().taken + f.reports_bad()[Bad::Unproven as usize];
-        while f.gauges().taken + f.reports_bad()[Bad::Unproven as usize] == taken {
+        let seen = |f: &Fleet| f.taken.load(Ordering::Relaxed) + f.reports_bad()[Bad::Unproven as usize];
+        let taken = seen(f);
+        while seen(f) == taken {
             assert!(Instant::now() < until, "a datagram within 5 s");
             f.drain(&mut lock(&f.inbox), super::READ_AT_MOST);
         }
@@ -811,4 +817,143 @@ async fn the_reader_task_takes_reports_on_the_runtime_and_a_flood_shares_it() {
     }
     ticker.abort();
     assert!(ticks.load(Ordering::Relaxed) > 10, "the other task ran while the flood was read");
+}
+
+/// What a member's socket holds from the agent, newest last: each report's `sub`.
+fn subs_heard(f: &Fake) -> Vec<Sub> {
+    let mut buf = [0u8; 512];
+    let mut out = Vec::new();
+    f.sock.set_nonblocking(true).unwrap();
+    while let Ok((n, _)) = f.sock.recv_from(&mut buf) {
+        if let Ok(r) = open(&buf[..n], |t, tag| f.keys.verify(t, tag)) {
+            out.push(r.sub);
+        }
+    }
+    f.sock.set_nonblocking(false).unwrap();
+    out
+}
+
+/// A draw never empties a slot of the view that was heard. A member drawn in
+/// that this agent has not heard within dead_after is out of the view until
+/// its answer is read, a round trip (on a busy host, a reader's tick on each
+/// side: up to 20 ms); the heard member it replaces stays in the view, and
+/// subscribed, until then (make before break), and is told to leave once it
+/// is heard. Without this, at each such draw the view read one short for that
+/// round trip (`huntlb_fleet_peers` under its sample in a fleet where every
+/// member answers), and the offers decided meanwhile compared one count fewer.
+#[tokio::test]
+async fn a_draw_keeps_the_member_it_drops_in_view_until_its_replacement_is_heard() {
+    let (a, b, c, d) = ("127.77.17.1:9700", "127.77.17.2:9700", "127.77.17.3:9700", "127.77.17.4:9700");
+    let count = Count::default();
+    count.set(9, true);
+    let fa = agent(FleetConfig { sample: 2, keep: 1, ..cfg(a, &[a, b, c, d]) }, &count).await;
+    let (mut fb, mut fc, mut fd) = (Fake::new(b, a), Fake::new(c, a), Fake::new(d, a));
+    // B holds the least (always kept), C is heard, D has never been.
+    fb.handshake(1);
+    fc.handshake(5);
+    soon("B and C taken", || fa.gauges().taken == 2);
+    let [b, c, d]: [SocketAddr; 3] = [b, c, d].map(|m| m.parse().unwrap());
+    let sample = |f: &Fleet| {
+        let mut s = lock(&f.state).sample.clone();
+        s.sort();
+        s
+    };
+    let draw_until = |want: [SocketAddr; 2]| {
+        for _ in 0..200 {
+            assert!(fa.redraw());
+            if sample(&fa) == want {
+                return;
+            }
+        }
+        panic!("sample never {want:?} in 200 draws: {:?}", sample(&fa));
+    };
+    draw_until([b, c]);
+    assert_eq!(fa.ready_peers(), 2, "B and C heard: the view full");
+    subs_heard(&fc);
+    // The draw that drops C (heard) for D (never heard): D answers a round trip later.
+    draw_until([b, d]);
+    assert_eq!(fa.gauges().peers, 2, "C stays in the view until D is heard");
+    assert_eq!(fa.pick(9, None), forward_to(&b.to_string()), "the least of the view");
+    assert!(subs_heard(&fc).last().is_some_and(|s| *s != Sub::Leave), "C's subscription renewed, not ended, by the draw");
+    // Only a report taken from D releases C: one sealed under another key
+    // from D's address, or D's first (echoing no nonce of ours), does not.
+    let bad = fa.reports_bad();
+    let forged = Report { from: fd.addr.clone(), to: a.into(), boot: fd.boot, seq: 1, busy: 0, ready: true, sub: Sub::Beats, mine: fd.mine, yours: 0 }.to_string();
+    fd.sock.send_to(seal(&forged, &[7u8; huntlb_policy::forward::TAG_LEN]).as_bytes(), a).unwrap();
+    fd.send(3);
+    soon("both dropped", || {
+        let now = fa.reports_bad();
+        now[Bad::Unauthenticated as usize] == bad[Bad::Unauthenticated as usize] + 1 && now[Bad::Unproven as usize] > bad[Bad::Unproven as usize]
+    });
+    assert_eq!((fa.gauges().peers, lock(&fa.state).standby.clone()), (2, vec![(c, d)]), "C still stands in for D");
+    // D learns our nonce from our answer to its first report, and reports:
+    // taken, in the view, and C is released (told to leave).
+    fd.hear();
+    fd.send(3);
+    soon("D heard", || fa.gauges().taken == 3);
+    assert_eq!(fa.gauges().peers, 2, "B and D: C out of the view");
+    soon("C told to leave", || subs_heard(&fc).last() == Some(&Sub::Leave));
+    assert!(lock(&fa.state).standby.is_empty());
+    // The draw that drops D for C, heard within dead_after but no longer
+    // subscribed (its count goes stale unless it answers): D stands in for C,
+    // not counted while C is in view (the view never holds more than the sample).
+    draw_until([b, c]);
+    assert_eq!((fa.gauges().peers, lock(&fa.state).standby.clone()), (2, vec![(d, c)]));
+    subs_heard(&fd);
+    fc.send(5);
+    soon("C heard: D released", || lock(&fa.state).standby.is_empty());
+    soon("D told to leave", || subs_heard(&fd).last() == Some(&Sub::Leave));
+    assert_eq!(fa.gauges().peers, 2);
+}
+
+/// A key file replaced whole, as the kubelet swaps a Secret's version in.
+fn write_keys(path: &std::path::Path, keys: &[&str]) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, keys.join("\n") + "\n").unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The key rotated in docs/kubernetes.md's steps (old + new, new + old, new),
+/// the agent's file changed before its member's: each reload swaps the keys
+/// and nothing else (no nonce, no sequence, no view is reset), so the member
+/// stays in the view and each of its reports is taken, none refused.
+#[tokio::test]
+async fn a_key_rotation_keeps_the_view_and_takes_every_report() {
+    let (a, b) = ("127.77.18.1:9700", "127.77.18.2:9700");
+    let dir = std::env::temp_dir().join(format!("huntlb-fleet-rotate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (file, old, new) = (dir.join("fleet.key"), "o".repeat(64), "n".repeat(64));
+    write_keys(&file, &[&old]);
+    let path = file.to_string_lossy().into_owned();
+    let load = |p: &std::path::Path| Keys::load(&p.to_string_lossy(), crate::seal::Readers::Owner).unwrap();
+    let count = Count::default();
+    count.set(1, true);
+    let fa = agent(FleetConfig { key_file: path.clone(), keys: load(&file), ..cfg(a, &[a, b]) }, &count).await;
+    assert!(fa.redraw());
+    let mut fb = Fake::new(b, a);
+    let member = dir.join("member.key");
+    write_keys(&member, &[&old]);
+    fb.keys = load(&member);
+    fb.handshake(2);
+    soon("B in view", || fa.ready_peers() == 1);
+    for (step, keys) in [[old.as_str(), new.as_str()].as_slice(), &[&new, &old], &[&new]].into_iter().enumerate() {
+        let taken = fa.gauges().taken;
+        write_keys(&file, keys);
+        fa.reload_keys();
+        assert_eq!(lock(&fa.state).keys.len(), keys.len(), "step {}: read", step + 2);
+        assert_eq!(fa.ready_peers(), 1, "step {}: B still in view", step + 2);
+        // then the member's file, as its kubelet writes it later
+        write_keys(&member, keys);
+        fb.keys = load(&member);
+        fb.drain();
+        fb.send(2);
+        soon("B's report taken", || fa.gauges().taken == taken + 1);
+        assert!(fa.send(&[b.parse().unwrap()]));
+        fb.hear();
+    }
+    assert_eq!(fa.reports_bad()[Bad::Unauthenticated as usize], 0);
+    assert_eq!(fa.ready_peers(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
