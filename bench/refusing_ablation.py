@@ -59,6 +59,10 @@ VARIANTS = {
     "- offer headers": ("add-header hunt-offer, add-header hunt-seen", drop("add-header hunt-offer", "add-header hunt-seen")),
     "- response rules": ("the five http-response lines", drop("http-response ")),
     "- http-buffer-request": ("option http-buffer-request (in plain too)", drop("option http-buffer-request")),
+    # plain with one part put in: what that part costs alone (its "saves" column
+    # is then the committed front's cost beyond it)
+    "plain + retry-on 425": ("plain with 425 in retry-on: the L7 retry's copy of each request and nothing else",
+                             lambda t: t.replace("    retry-on conn-failure\n", "    retry-on conn-failure 425\n", 1)),
     "swapped pick": ("each pick rule's conditions swapped (key comparison first)", swap_pick),
 }
 
@@ -139,6 +143,7 @@ def main() -> int:
                                         + [(v, True, changes(v, how) if how else None) for v, (_, how) in variants.items()]):
                 if name == "random offer":
                     edit = lambda t: random_offer(hr, t)  # noqa: E731
+                hunting = hunting and not name.startswith("plain +")
                 fr = start_front(procs, addrs, "haproxy", backends[:n], hunting, hr=hr, served_by=False, threads=1,
                                  name=f"{re.sub(r'[^a-z0-9]+', '-', name).strip('-')}-{n}", example="front.cfg",
                                  edit=slow_checks("haproxy", edit))
