@@ -63,6 +63,17 @@ VARIANTS = {
     # is then the committed front's cost beyond it)
     "plain + retry-on 425": ("plain with 425 in retry-on: the L7 retry's copy of each request and nothing else",
                              lambda t: t.replace("    retry-on conn-failure\n", "    retry-on conn-failure 425\n", 1)),
+    # global tunings, in plain and hunting alike (their "plain +" twin is the
+    # baseline): the retry's copy is a whole tune.bufsize buffer, and HAProxy's
+    # per-thread cache of freed buffers (512 KB) is smaller than 32 streams'
+    "bufsize 8192": ("tune.bufsize 8192 (half the copy; requests and buffered bodies limited to 8 KB)",
+                     lambda t: t.replace("\nglobal\n", "\nglobal\n    tune.bufsize 8192\n", 1)),
+    "plain + bufsize 8192": ("plain with tune.bufsize 8192",
+                             lambda t: t.replace("\nglobal\n", "\nglobal\n    tune.bufsize 8192\n", 1)),
+    "hot-size 4m": ("tune.memory.hot-size 4194304 (HAProxy 3.0; 2.6 has it fixed at 512 KB)",
+                    lambda t: t.replace("\nglobal\n", "\nglobal\n    tune.memory.hot-size 4194304\n", 1)),
+    "plain + hot-size 4m": ("plain with tune.memory.hot-size 4194304",
+                            lambda t: t.replace("\nglobal\n", "\nglobal\n    tune.memory.hot-size 4194304\n", 1)),
     "swapped pick": ("each pick rule's conditions swapped (key comparison first)", swap_pick),
 }
 
