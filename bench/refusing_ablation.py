@@ -38,11 +38,10 @@ def drop(*words: str):
     return lambda t: "\n".join(l for l in t.splitlines() if not any(w in l for w in words)) + "\n"
 
 
-def swap_pick(text: str) -> str:
-    """The pick rules with their two conditions swapped: the key's comparison
-    first, so a server that is not the new least (most of them) costs one
-    condition, not two (HAProxy stops at the first false one)."""
-    return re.sub(r"if (\{ srv_is_up\([^)]*\) \}) (\{ .*? lt 0 \})$", r"if \2 \1", text, flags=re.M)
+def state_first(text: str) -> str:
+    """The pick rules with the state test first (their form before): every
+    server then costs both conditions, not only each new least."""
+    return re.sub(r"if (\{ .*? lt 0 \}) (\{ srv_is_up\([^)]*\) \})$", r"if \2 \1", text, flags=re.M)
 
 
 PICK = ("txn.hunt_r", "txn.hunt_best", "txn.hunt_k", "set-var(txn.hunt_offer)", "set-var(txn.hunt_seen)")
@@ -74,7 +73,8 @@ VARIANTS = {
                     lambda t: t.replace("\nglobal\n", "\nglobal\n    tune.memory.hot-size 4194304\n", 1)),
     "plain + hot-size 4m": ("plain with tune.memory.hot-size 4194304",
                             lambda t: t.replace("\nglobal\n", "\nglobal\n    tune.memory.hot-size 4194304\n", 1)),
-    "swapped pick": ("each pick rule's conditions swapped (key comparison first)", swap_pick),
+    "state first": ("each pick rule's conditions the other way round: the server's state first (the first run's "
+                    "committed front, where this variant was the key first: `swapped pick`)", state_first),
 }
 
 
