@@ -228,7 +228,7 @@ bench-proxies: bench-setup release
 # Each front over the same front with every hunting line removed, at 3, 12, 48
 # and 128 servers, bare and browser-like requests: the plain fronts of
 # fleet_pass_plain (20 paired repetitions, about 8 minutes a proxy), the tier
-# fronts (30), the refusing fronts (10), HAProxy's instructions per request (tier and plain fronts, ~10 min each)
+# fronts (30), the refusing fronts (20; HAProxy 2.6 and 3.0, and HAProxy's part by part), HAProxy's instructions per request (tier and plain fronts, ~10 min each)
 # (about 70 minutes); then docs/results/front-scaling.md from its runs and template.
 FS := bench/data/front-scaling
 bench-front-scaling: bench-setup release
@@ -236,7 +236,9 @@ bench-front-scaling: bench-setup release
 	$(BENCH) bench/front_scaling.py envoy --fronts plainpass --reps 20 --json $(FS)/envoy-plainpass-20-reps-calm.json
 	$(BENCH) bench/front_scaling.py haproxy --fronts tier --reps 30 --json $(FS)/haproxy-2.6-tier-30-reps.json
 	$(BENCH) bench/front_scaling.py envoy --fronts tier --reps 30 --json $(FS)/envoy-tier-30-reps.json
-	$(BENCH) bench/front_scaling.py haproxy --fronts refusing --reps 10 --json $(FS)/haproxy-2.6-refusing-10-reps.json
+	$(BENCH) bench/front_scaling.py haproxy --fronts refusing --fill static --reps 20 --json $(FS)/haproxy-2.6-refusing-20-reps.json
+	$(BENCH) bench/front_scaling.py haproxy --haproxy 3.0 --fronts refusing --fill static --reps 20 --json $(FS)/haproxy-3.0-refusing-20-reps.json
+	$(BENCH) bench/refusing_ablation.py --servers 3,128 --reps 12 --json $(FS)/haproxy-2.6-refusing-ablation-12-reps.json
 	$(BENCH) bench/front_scaling.py envoy --fronts refusing --reps 10 --json $(FS)/envoy-refusing-10-reps.json
 	$(BENCH) bench/front_scaling.py haproxy --instructions 3000 --json $(FS)/haproxy-2.6-instructions.json
 	$(BENCH) bench/front_scaling.py haproxy --fronts plainpass --instructions 3000 --json $(FS)/haproxy-2.6-plainpass-instructions.json

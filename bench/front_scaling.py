@@ -130,6 +130,10 @@ def report(files: list[Path]) -> str:
     parts = []
     for path in files:
         d = json.loads(path.read_text())
+        if "variants" in d:  # bench/refusing_ablation.py's run: its own tables
+            from refusing_ablation import table
+            parts.append(f"### {d['proxy']}, the refusing front part by part (`{path.name}`)\n{table(d)}")
+            continue
         if "runs" in d and d["runs"]:
             d.setdefault("proxy", f"haproxy {d.get('haproxy')}")
             how = {"runtime": "servers from EDS" if d["proxy"] == "envoy" else "tier front's servers filled through the runtime API",

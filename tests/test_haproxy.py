@@ -114,6 +114,28 @@ def test_offered_to_the_least_loaded_server_with_its_count(procs, addrs, front):
     h.join()
 
 
+def test_a_server_down_is_never_the_offer(procs, addrs, front):
+    # The idle server, the least loaded by count, taken out: each pick rule
+    # compares the count first and the state second (least_pick.py), so this
+    # holds the second: the offers go to the least loaded of the servers up,
+    # and they are offers (accepted as such), not finals leastconn placed.
+    bs = start_backends(procs, addrs, 3, COUNT_CHECKING)
+    listen, stats = front(bs)
+    h = Held(listen, bs)
+    h.hold(2)
+    idle = h.inflight().index(0)
+    haproxy_runtime(stats, f"set server hunt/web{idle + 1} state maint")
+    wait_until(lambda: haproxy_server_states(stats)[f"web{idle + 1}"] == "MAINT", timeout=5, what="idle server MAINT")
+    before = sum(b.metrics()['huntlb_offers_total{decision="accept"}'] for b in bs)
+    for i in range(10):
+        time.sleep(0.05)  # HAProxy counts the previous quick request until its stream is released
+        status, headers, _ = request(listen, "GET", f"/quick/{i}")
+        assert status == 200 and headers.get("hunt-served-by") in {b.id for k, b in enumerate(bs) if k != idle}, i
+    assert sum(b.metrics()['huntlb_offers_total{decision="accept"}'] for b in bs) - before == 10, "not offered"
+    assert sum(b.refused() for b in bs) == 0
+    h.join()
+
+
 def test_least_pick_with_unnumbered_server_names(procs, addrs, hroot):
     # Servers not named PREFIX1..N get least_pick.py's other form (a pair of
     # rules per server, the name kept in a variable): the same pick. Two slow
