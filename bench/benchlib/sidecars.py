@@ -49,8 +49,9 @@ def _envoy_cfg(listen: str, admin: str, app: str) -> dict:
     route = {"name": "local", "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
         {"match": {"path": HEALTH}, "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}},
         {"match": {"prefix": "/"}, "route": {"cluster": "app", "timeout": "60s"}}]}]}
-    # HAProxy's health checks speak HTTP/1.0 (`option httpchk`), which Envoy refuses by default
-    hcm = {"stat_prefix": "sidecar", "route_config": route, "http_protocol_options": {"accept_http_10": True},
+    # HAProxy's health checks speak HTTP/1.0 with no Host (`option httpchk`), which Envoy refuses by default
+    hcm = {"stat_prefix": "sidecar", "route_config": route,
+           "http_protocol_options": {"accept_http_10": True, "default_host_for_http_10": "sidecar"},
            "http_filters": [{"name": "envoy.filters.http.router",
                              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}
     hcm["@type"] = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
