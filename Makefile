@@ -1,7 +1,7 @@
 # huntlb: the two commands a newcomer needs are `make demo` and `make test`.
 WASM := target/huntlb_filter.wasm
 
-.PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster test-k8s demo-k8s setup-llama test-llama demo demo-swarm fuzz \
+.PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster test-k8s demo-k8s setup-llama test-llama demo demo-swarm fuzz bench-tier-cost \
 	bench bench-quick bench-many-fronts bench-many-fronts-sim bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
@@ -186,6 +186,16 @@ bench-cluster: bench-setup release
 	    --json $(CL)/haproxy-$$n-loss.jsonl || exit 1; \
 	done
 	$(BENCH) bench/cluster_report.py --machine
+
+# What the agents cost beside 4 HAProxy fronts, a plain HAProxy and Envoy beside
+# each backend as the yardstick (~8 min); then docs/results/tier-cost.md from the
+# runs (bench/tier_cost_report.py; the reader-thread set is the tree before its change).
+TC := bench/data/tier-cost
+bench-tier-cost: bench-setup release
+	$(BENCH) bench/pairs.py haproxy leastconn FWD/least FWDnone/least FWDp/plain leastconn+sc leastconn+esc \
+	  --fronts 4 --reps 3 --idle 10 --json $(TC)/haproxy-4-fronts-reader-task.jsonl > $(TC)/haproxy-4-fronts-reader-task.txt
+	cat $(TC)/haproxy-4-fronts-reader-task.txt
+	$(BENCH) bench/tier_cost_report.py
 
 bench-agent: setup release
 	$(BENCH) bench/agent_overhead.py

@@ -51,7 +51,7 @@ def main() -> int:
                     help="measure nothing: the ratios of runs an earlier --json wrote, against this baseline")
     a = ap.parse_args()
     if a.runs_from:
-        rows = [json.loads(line) for line in a.runs_from.read_text().splitlines() if line.strip()]
+        rows = [d for d in (json.loads(line) for line in a.runs_from.read_text().splitlines() if line.strip()) if "idle" not in d]
         known = {f.name for f in dataclasses.fields(Run)}
         runs = [Run.from_json({k: v for k, v in d.items() if k in known}) for d in rows]
         a.reps, a.fronts, a.servers = max(r.rep for r in runs) + 1, rows[0]["fronts"], rows[0]["servers"]
@@ -67,11 +67,12 @@ def main() -> int:
     else:
         opts = dict(o.split("=", 1) for o in a.agent_opt)
         b = testbed.Bench(work, [a.proxy], False, servers=a.servers, mean_ms=mean_ms, demand=a.demand, agent_opts=opts)
-    runs = []
+    runs, idles = [], []
     try:
         for name in ([a.baseline, *a.candidate] if a.idle else []):
             policy, _, fronts = name.partition("@")
             per, fronts_cpu = b.idle_cpu(a.proxy, policy, a.idle, int(fronts or a.fronts))
+            idles.append({"idle": name, "seconds": a.idle, "per_agent": per, "fronts_cpu": fronts_cpu})
             print(f"{name}: idle {a.idle:g} s, each agent's CPU, % of a core: median {100 * statistics.median(per):.2f} "
                   f"(max {100 * max(per):.2f}); the fronts' {100 * fronts_cpu:.2f}", flush=True)
         for rep in range(a.reps):
@@ -88,7 +89,9 @@ def main() -> int:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         setup = {"baseline": a.baseline, "fronts": a.fronts, "servers": a.servers, "demand": a.demand,
                  "bed": "cluster" if a.cluster else "loopback", "fleet_loss": a.fleet_loss}
-        a.json.write_text("".join(json.dumps({**r.to_json(), **setup}, sort_keys=True) + "\n" for r in runs))
+        # the idle readings first, each a line with an "idle" key (--from reads the runs only)
+        a.json.write_text("".join(json.dumps({**x, **setup}, sort_keys=True) + "\n" for x in idles) +
+                          "".join(json.dumps({**r.to_json(), **setup}, sort_keys=True) + "\n" for r in runs))
     return summarize(a, runs)
 
 

@@ -30,6 +30,7 @@ import sim_proxies
 import simulate
 import srlb
 import throughput
+import tier_cost_report
 from benchlib import data as rundata
 from benchlib.reports import DATA, RESULTS, read_data
 from benchlib.render import TEMPLATES, render
@@ -238,3 +239,9 @@ def test_the_cluster_report_renders_from_its_runs():
     # make bench-cluster's runs (bench/data/cluster/*.jsonl) and the template
     # give docs/results/cluster.md, measuring nothing
     assert cluster_report.report() == committed("cluster")
+
+
+def test_the_tier_cost_report_renders_from_its_runs():
+    # make bench-tier-cost's runs (bench/data/tier-cost/*.jsonl: the idle
+    # readings, then the runs) and the template give docs/results/tier-cost.md
+    assert tier_cost_report.report() == committed("tier-cost")

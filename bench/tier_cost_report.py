@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""docs/results/tier-cost.md from the tier-cost runs (bench/data/tier-cost/):
+what the per-backend hop costs beside the fronts, at the vs-least load, 4
+HAProxy fronts: the agents relaying, the tier's datagrams alone (FWDnone), the
+tier (FWD, and FWDp under plain fronts), and a plain HAProxy or Envoy beside
+each backend in the agent's place (the sidecar yardstick), each agent build in
+one `bench/pairs.py` invocation.
+
+  PYTHONPATH=.:bench .venv/bin/python bench/tier_cost_report.py
+
+The prose is bench/reports/tier-cost.md. A set is NAME.jsonl, as
+`pairs.py --json` writes it: its idle readings (lines with an "idle" key),
+then its runs; NAME.txt beside it is the run's printout.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from benchlib.render import render
+from benchlib.stats import ci95
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "data" / "tier-cost"
+REPORT = ROOT / "docs" / "results" / "tier-cost.md"
+# set name -> what the agents were
+SETS = {"haproxy-4-fronts-reader-thread": "a reader thread (before)", "haproxy-4-fronts-reader-task": "the reader on the agent's thread"}
+BASE = "leastconn"
+# strategy -> what it is, in the table's order
+ROWS = {"leastconn": "agents relaying (the proxy's own least)",
+        "leastconn+sc": "HAProxy beside each backend instead",
+        "leastconn+esc": "Envoy beside each backend instead",
+        "FWDnone/least": "the tier's datagrams, no forward",
+        "FWD/least": "the tier (tier fronts)",
+        "FWDp/plain": "the tier under plain fronts (shipped path)"}
+
+
+def rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+
+
+def runs(name: str) -> list[dict]:
+    return [r for r in rows(name) if "idle" not in r]
+
+
+def idle(name: str) -> dict[str, float]:
+    """strategy -> each agent's CPU at idle, % of a core (the median agent)."""
+    return {r["idle"]: 100 * statistics.median(r["per_agent"]) for r in rows(name) if "idle" in r}
+
+
+def med(xs: list[float], f: str = ".3f") -> str:
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):{f}}" + (f" ({min(xs):{f}}-{max(xs):{f}})" if len(xs) > 1 else "")
+
+
+def paired(rs: list[dict], cand: str, fn) -> list[float]:
+    """fn(candidate run, baseline run) per repetition where both ran valid and error-free."""
+    out = []
+    for rep in sorted({r["rep"] for r in rs}):
+        pair = {r["policy"]: r for r in rs if r["rep"] == rep and r["valid"] and not r["errors"]}
+        if cand in pair and BASE in pair:
+            out.append(fn(pair[cand], pair[BASE]))
+    return out
+
+
+def table(name: str) -> tuple[str, list[str], dict]:
+    rs, idl = runs(name), idle(name)
+    flagged = [f"{r['policy']} rep {r['rep']}" for r in rs if r["errors"] or not r["valid"]]
+    lines, keep = [], {}
+    for s, what in ROWS.items():
+        mine = [r for r in rs if r["policy"] == s and r["valid"] and not r["errors"]]
+        if not mine:
+            continue
+        cpu = [r["agents_cpu"] for r in mine]
+        us = [r["agents_cpu"] / r["achieved_rate"] * 1e6 for r in mine]
+        per_front = [r["agents_cpu"] / r["fronts_cpu"] for r in mine if r["fronts_cpu"]]
+        dg = [r["datagrams"] / r["achieved_rate"] for r in mine if r.get("datagrams") is not None]
+        over = paired(rs, s, lambda c, b: (c["agents_cpu"] - b["agents_cpu"]) / c["achieved_rate"] * 1e6) if s != BASE else []
+        mean = paired(rs, s, lambda c, b: c["mean_ms"] / b["mean_ms"]) if s != BASE else []
+        mean_txt = "1" if s == BASE else (f"{statistics.median(mean):.3f} (± {ci95(mean)[1]:.3f})" if len(mean) > 1 else med(mean))
+        keep[s] = {"cpu": statistics.median(cpu), "us": statistics.median(us), "per_front": statistics.median(per_front),
+                   "over": statistics.median(over) if over else 0.0, "idle": idl.get(s)}
+        lines.append(f"| {what} (`{s}`) | {med(cpu)} | {med(us, '.0f')} | {med(per_front, '.2f')} | "
+                     f"{med(over, '.0f') if over else '-'} | {med(dg, '.1f') if dg else '-'} | {mean_txt} | "
+                     f"{f'{idl[s]:.2f}%' if s in idl else '-'} | {len(mine)} |")
+    fronts = [r["fronts_cpu"] for r in rs if r["valid"] and not r["errors"] and r["policy"] == BASE]
+    head = ("| per-backend hop | its CPU, cores (median, range) | µs a request | / the 4 fronts' CPU | µs a request over "
+            "relaying (paired) | datagrams a request | mean / leastconn (± 95% CI) | each at idle, % of a core | runs |\n"
+            "|---|---|---|---|---|---|---|---|---|\n")
+    return head + "\n".join(lines) + f"\n\nThe 4 fronts in use: {med(fronts)} cores (relaying runs).", flagged, keep
+
+
+def report() -> str:
+    values, keeps, flagged = {}, {}, []
+    for i, (name, what) in enumerate(SETS.items()):
+        t, bad, keep = table(name)
+        values[f"table{i}"] = t
+        keeps[name] = keep
+        flagged += [f"{what}: {b}" for b in bad]
+    before, after = (keeps[n] for n in SETS)
+
+    def change(s: str, k: str, f: str = ".0f") -> str:
+        return f"{before[s][k]:{f}} → {after[s][k]:{f}}"
+    values["tier_over"] = change("FWD/least", "over")
+    values["plain_over"] = change("FWDp/plain", "over")
+    values["none_over"] = change("FWDnone/least", "over")
+    values["tier_per_front"] = change("FWD/least", "per_front", ".2f")
+    values["relay_per_front"] = f"{after['leastconn']['per_front']:.2f}"
+    values["sc_per_front"] = f"{after['leastconn+sc']['per_front']:.2f}"
+    values["esc_per_front"] = f"{after['leastconn+esc']['per_front']:.2f}"
+    values["relay_us"] = f"{after['leastconn']['us']:.0f}"
+    values["sc_us"] = f"{after['leastconn+sc']['us']:.0f}"
+    values["esc_us"] = f"{after['leastconn+esc']['us']:.0f}"
+    values["relay_vs_sc"] = f"{after['leastconn']['us'] / after['leastconn+sc']['us']:.1f}"
+    values["relay_vs_esc"] = f"{after['leastconn']['us'] / after['leastconn+esc']['us']:.2f}"
+    values["plain_us"] = f"{after['FWDp/plain']['us']:.0f}"
+    values["plain_vs_esc"] = f"{after['FWDp/plain']['us'] / after['leastconn+esc']['us']:.2f}"
+    values["idle_tier"] = change("FWDp/plain", "idle", ".2f")
+    values["idle_relay"] = f"{after['leastconn']['idle']:.2f}"
+    values["idle_sc"] = f"{after['leastconn+sc']['idle']:.2f}"
+    values["flagged"] = ("Runs flagged (client errors or invalid) and left out: " + "; ".join(flagged) + ".") if flagged else \
+        "No run had a client error or was flagged invalid."
+    return render("tier-cost", values)
+
+
+def main() -> int:
+    REPORT.write_text(report())
+    print(f"wrote {REPORT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
