@@ -224,13 +224,13 @@ bench-llm: setup release
 # The endpoint pickers users run (GIE-style, one per gateway, with and
 # without its prefix scorer) naming agents with fleet_pass_plain, at 1, 2 and
 # 4 gateways, beside the pickers alone, least-request and hunting
-# (docs/results/llm-pickers.md): 5 paired repetitions a workload, a repetition
-# an invocation (sharegpt 6 arms, about 5 minutes; shared-prefix 10, about 8);
-# the load is bench-llm-gateways' calibration, read from its data.
+# (docs/results/llm-pickers.md): 5 paired repetitions a workload of 20-s runs,
+# a repetition an invocation (sharegpt 6 arms, about 3 minutes; shared-prefix
+# 9, about 4.5); the load is bench-llm-gateways' calibration, read from its data.
 PICKER_WORKLOADS := sharegpt shared-prefix
 bench-llm-pickers: setup release
 	for w in $(PICKER_WORKLOADS); do for k in 0 1 2 3 4; do \
-	  $(BENCH) bench/llm_pickers.py --workload $$w --reps 1 --first-rep $$k || exit 1; done; done
+	  $(BENCH) bench/llm_pickers.py --workload $$w --reps 1 --first-rep $$k --seconds 20 || exit 1; done; done
 
 # GIE's lightweight endpoint picker (cmd/lwepp: round robin over an
 # InferencePool's pods, Envoy ext_proc), built from its released Go module

@@ -49,7 +49,7 @@ NAME = "llm-pickers"
 # over agents is held to
 DEFAULT_ARMS = {
     "sharegpt": ["epp1", "epp4", "eppa1", "eppa2", "eppa4", "hunt4"],
-    "shared-prefix": ["epp4", "eppa1", "eppa2", "eppa4", "eppp4", "epppa1", "epppa2", "epppa4", "lr1", "lr4"],
+    "shared-prefix": ["epp4", "eppa1", "eppa2", "eppa4", "eppp4", "epppa1", "epppa2", "epppa4", "lr4"],
 }
 # N active pickers over agents are held to one picker over agents, TTFT p50
 # and p90, within this
@@ -170,7 +170,7 @@ def main() -> int:
     ap.add_argument("--first-rep", type=int, default=0)
     ap.add_argument("--arms", default=None, help="arms to run, comma separated (default: the workload's, DEFAULT_ARMS)")
     ap.add_argument("--rho", type=float, default=0.85, help="load, as a fraction of the fleet's calibrated throughput")
-    ap.add_argument("--seconds", type=float, default=40.0, help="seconds of arrivals a run")
+    ap.add_argument("--seconds", type=float, default=20.0, help="seconds of arrivals a run")
     ap.add_argument("--out", type=Path, default=RESULTS, help="data and report to this directory (a smoke run), not bench/data and docs/results")
     ap.add_argument("--report-only", action="store_true")
     a = ap.parse_args()

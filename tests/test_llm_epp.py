@@ -150,3 +150,14 @@ def test_the_llm_gateways_report_renders_from_its_data():
     kept = data.get("shown")
     assert llm_gateways.report(data) == (RESULTS / "llm-gateways.md").read_text()
     assert data.get("shown") == kept
+
+
+def test_the_llm_pickers_report_renders_from_its_data():
+    """docs/results/llm-pickers.md is what bench/llm_pickers.py renders from
+    the committed data."""
+    import llm_pickers
+    from benchlib.reports import RESULTS, read_data
+    data = read_data("llm-pickers")
+    kept = data.get("shown")
+    assert llm_pickers.report(data) == (RESULTS / "llm-pickers.md").read_text()
+    assert data.get("shown") == kept
