@@ -28,8 +28,12 @@ and the same on HAProxy at 1, 2 and 4 (ha-lrN: leastconn straight to the
 servers; ha-huntN: haproxy-lua/examples/front-tier.cfg over the agents).
 Run only when --arms names them, hunting arms over other agents beside the same
 servers (AGENTS): huntNt (load = "llm"), huntpN (prefix affinity), huntkN (the
-KV-cache rule). The arms are a table, ARMS (name -> Arm: kind, gateways, proxy,
-agents); a name is a label, and what an arm runs is read from its Arm.
+KV-cache rule); and the pickers over agents (bench/llm_pickers.py reports
+them): eppaN and epppaN, eppN and epppN whose pickers name agents with
+`fleet_pass_plain` (load = "llm"; epppxN: with prefix affinity too) beside the
+same servers, reading the engines' /metrics beside them. The arms are a
+table, ARMS (name -> Arm: kind, gateways, proxy, agents); a name is a label,
+and what an arm runs is read from its Arm.
 With N gateways the load is split among them (request i to gateway i mod N).
 
 Each arm's gateways (and pickers) run only during its runs; the fleet is idle
@@ -656,7 +660,8 @@ def main() -> int:
                     help=f"arms to run, comma separated (default: all but {', '.join(arms_over('llm'))}, the hunting arms over load = llm agents, "
                          f"{', '.join(arms_over('prefix'))}, the hunting arms over prefix-affine agents, "
                          f"{', '.join(arms_over('kv'))}, the hunting arms over load = llm agents with the KV-cache rule, "
-                         f"and {', '.join(a for a, x in ARMS.items() if x.kind == 'eppp')}, the pickers with GIE's prefix-cache-scorer)")
+                         f"{', '.join(a for a, x in ARMS.items() if x.kind == 'eppp' and not x.via_agents)}, the pickers with GIE's prefix-cache-scorer, "
+                         f"and {', '.join(a for a, x in ARMS.items() if x.via_agents)}, the pickers over agents with fleet_pass_plain)")
     ap.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=list(WORKLOADS), help="huntlb-llmload's workload")
     ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput on the workload again (else the data's); "
                     "the workload's runs at the old rate go")

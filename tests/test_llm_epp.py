@@ -7,7 +7,7 @@ of `/metrics` shows least loaded (counted at the servers); a client's own
 
 import json
 
-from benchlib.llmfleet import DEST, EppGateway, llm_agents, llm_metrics, model_fleet, served
+from benchlib.llmfleet import DEST, EppGateway, gateways, llm_agents, llm_metrics, model_fleet, served
 from harness import request, wait_until
 from test_llm import events, stream
 
@@ -137,6 +137,30 @@ def test_a_pick_whose_server_is_full_is_passed_on_by_the_agent(procs, addrs):
         assert gw.picker_stats()[f'huntlb_epp_picks_total{{endpoint="{ga.agent}"}}'] == 1
         # the engine's gauges, read at its own port: a running 1, the picker's scrape good
         assert gw.picker_stats()["huntlb_epp_scrape_errors_total"] == 0
+    finally:
+        close(hold)
+
+
+def test_two_pickers_over_agents_are_two_fronts_and_one_corrects_the_other(procs, addrs):
+    """The bench's eppa arms (benchlib.llmfleet.gateways, via_agents): each
+    gateway's connections leave from its own IP, so the agents count each
+    picker as a front of its own. Gateway 1 fills a (kept: its own count
+    there); gateway 2's pick of a is passed on to b. Were both one front (one
+    source IP), a would keep it behind gateway 1's requests. Both pickers
+    know only a's agent."""
+    a, b = bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
+    ga, gb = llm_agents(procs, bs, SEATS, pass_plain=True)
+    g1, g2 = gateways(procs, addrs, [ga], "epp", 2, via_agents=True)
+    hold = [stream(g1.target, {"prompt": f"held {i}", "max_tokens": 100_000}) for i in range(2)]
+    try:
+        wait_until(lambda: [(m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]) for m in map(llm_metrics, (a.app, b.app))]
+                   == [(1, 1), (0, 0)], what="gateway 1's two requests kept at a")
+        wait_until(lambda: gb.metrics()["huntlb_fleet_peers"] == 1, what="b's agent hearing a's")
+        status, _, _ = request(g2.target, "POST", "/v1/completions", headers={"content-type": "application/json"},
+                               body=json.dumps({"prompt": "from gateway 2", "max_tokens": 3}).encode())
+        assert status == 200
+        assert (served(a), served(b)) == (0, 1)
+        assert ga.metrics()['huntlb_forwards_total{outcome="sent"}'] == 1
     finally:
         close(hold)
 
