@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster test-k8s demo-k8s setup-llama test-llama demo demo-swarm fuzz bench-tier-cost \
-	bench bench-quick bench-many-fronts bench-many-fronts-sim bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-many-fronts-sim bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-llm-pickers lwepp bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -230,6 +230,33 @@ LLM_SWEEP_long-output := --steps 0.7,0.85,1.0,1.1,1.2 --arms epp1,lr1,huntk1,epp
 bench-llm: setup release
 	for w in $(LLM_WORKLOADS); do $(MAKE) bench-llm-gateways LLM_WORKLOAD=$$w || exit 1; done
 	$(foreach w,$(LLM_WORKLOADS),$(BENCH) bench/llm_gateways.py --workload $(w) --sweep $(LLM_SWEEP_$(w)) && ) true
+
+# The endpoint pickers users run (GIE-style, one per gateway, with and
+# without its prefix scorer) naming agents with fleet_pass_plain, at 1, 2 and
+# 4 gateways, beside the pickers alone, least-request and hunting
+# (docs/results/llm-pickers.md): 5 paired repetitions a workload of 20-s runs,
+# a repetition an invocation (sharegpt 6 arms, about 3 minutes; shared-prefix
+# 9, about 4.5); the load is bench-llm-gateways' calibration, read from its data.
+PICKER_WORKLOADS := sharegpt shared-prefix
+bench-llm-pickers: setup release
+	for w in $(PICKER_WORKLOADS); do for k in 0 1 2 3 4; do \
+	  $(BENCH) bench/llm_pickers.py --workload $$w --reps 1 --first-rep $$k --seconds 20 || exit 1; done; done
+
+# GIE's lightweight endpoint picker (cmd/lwepp: round robin over an
+# InferencePool's pods, Envoy ext_proc), built from its released Go module
+# into .cache/ (once; again only for another LWEPP_VERSION). Running it needs
+# a Kubernetes API with the InferencePool CRD (docs/llm.md, "Under your
+# endpoint picker").
+LWEPP_VERSION ?= v1.6.0
+LWEPP := .cache/lwepp/$(LWEPP_VERSION)/lwepp
+lwepp: $(LWEPP)
+$(LWEPP):
+	mkdir -p $(dir $@)
+	GOFLAGS= go mod download sigs.k8s.io/gateway-api-inference-extension@$(LWEPP_VERSION)
+	# built in the module cache, not by `go install pkg@version`, which also
+	# asks the proxy for the module's version list (its deprecation), refused here
+	cd "$$(go env GOMODCACHE)/sigs.k8s.io/gateway-api-inference-extension@$(LWEPP_VERSION)" && \
+	  GOWORK=off GOFLAGS=-mod=readonly nice -n 19 go build -o $(CURDIR)/$@.tmp ./cmd/lwepp && mv $(CURDIR)/$@.tmp $(CURDIR)/$@
 
 bench-proxies: bench-setup release
 	$(BENCH) bench/proxy_overhead.py

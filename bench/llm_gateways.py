@@ -28,8 +28,12 @@ and the same on HAProxy at 1, 2 and 4 (ha-lrN: leastconn straight to the
 servers; ha-huntN: haproxy-lua/examples/front-tier.cfg over the agents).
 Run only when --arms names them, hunting arms over other agents beside the same
 servers (AGENTS): huntNt (load = "llm"), huntpN (prefix affinity), huntkN (the
-KV-cache rule). The arms are a table, ARMS (name -> Arm: kind, gateways, proxy,
-agents); a name is a label, and what an arm runs is read from its Arm.
+KV-cache rule); and the pickers over agents (bench/llm_pickers.py reports
+them): eppaN and epppaN, eppN and epppN whose pickers name agents with
+`fleet_pass_plain` (load = "llm"; epppxN: with prefix affinity too) beside the
+same servers, reading the engines' /metrics beside them. The arms are a
+table, ARMS (name -> Arm: kind, gateways, proxy, agents); a name is a label,
+and what an arm runs is read from its Arm.
 With N gateways the load is split among them (request i to gateway i mod N).
 
 Each arm's gateways (and pickers) run only during its runs; the fleet is idle
@@ -125,6 +129,12 @@ AGENTS: dict[str, dict | None] = {
     # llm_kv_busy_at of its cache counts as full, the agent's default, read
     # when the set starts; docs/llm.md § 5), the page read as often as a picker scrapes it
     "kv": {"kv_busy_at": "default", "kv_poll_ms": PICKER_INTERVAL_MS},
+    # load = "llm" and `fleet_pass_plain`: under endpoint pickers that name
+    # the agent and know nothing of hunting, a pick whose server is full is
+    # passed on to a less loaded member (docs/llm.md, "Under your endpoint picker")
+    "plain": {"pass_plain": True},
+    # the same with prefix affinity
+    "plainprefix": {"pass_plain": True, "prefix_bytes": PREFIX_BYTES},
 }
 PICKERS = ("epp", "eppp")
 
@@ -146,6 +156,12 @@ class Arm:
     # agent sets whose Envoy hunting arm at the same count this arm is also held against
     also_against: tuple[str, ...] = ()
 
+    @property
+    def via_agents(self) -> bool:
+        """A picker arm whose picker names the agents of `agents` (with
+        `fleet_pass_plain`), not the model servers."""
+        return self.kind in PICKERS and self.agents != "counts"
+
 
 # The arms, in the order the report lists them: each family at 1, 2 and 4
 # gateways. A name is a label; what an arm runs is its Arm.
@@ -159,6 +175,11 @@ FAMILIES = [  # (name, with {n} for the count, Arm's fields but the count)
     ("hunt{n}t", dict(kind="hunt", proxy="envoy", agents="llm", by_default=False, also_against=("counts",))),
     ("huntp{n}", dict(kind="hunt", proxy="envoy", agents="prefix", by_default=False, also_against=("counts", "llm"))),
     ("huntk{n}", dict(kind="hunt", proxy="envoy", agents="kv", by_default=False, also_against=("counts", "llm"))),
+    # the pickers users run, each gateway its own, naming agents with
+    # fleet_pass_plain beside the servers (bench/llm_pickers.py reports them)
+    ("eppa{n}", dict(kind="epp", proxy="envoy", agents="plain", by_default=False)),
+    ("epppa{n}", dict(kind="eppp", proxy="envoy", agents="plain", by_default=False)),
+    ("epppx{n}", dict(kind="eppp", proxy="envoy", agents="plainprefix", by_default=False)),
 ]
 ARMS: dict[str, Arm] = {name.format(n=n): Arm(gateways=n, **fields) for name, fields in FAMILIES for n in (1, 2, 4)}
 BASE = "epp1"
@@ -195,7 +216,7 @@ def arms_over(agents: str) -> tuple[str, ...]:
 
 def fleet_name(arm: str) -> str:
     """The agent set (AGENTS) an arm's gateways reach; a straight arm, the model fleet's (for its servers)."""
-    return ARMS[arm].agents if ARMS[arm].kind == "hunt" else "counts"
+    return ARMS[arm].agents if ARMS[arm].kind == "hunt" or ARMS[arm].via_agents else "counts"
 
 
 def fleet_of(arm: str, fleets: dict[str, list]) -> list:
@@ -278,7 +299,8 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
     procs = Procs(work / f"{workload}-{arm}-rep{rep}{tag}")
     procs.log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        gs = gateways(procs, addrs, fleet, x.kind, x.gateways, x.proxy, hr=hr, interval_ms=PICKER_INTERVAL_MS, seed=seed)
+        gs = gateways(procs, addrs, fleet, x.kind, x.gateways, x.proxy, hr=hr, interval_ms=PICKER_INTERVAL_MS, seed=seed,
+                      via_agents=x.via_agents)
         targets, pids, gws = [g.target for g in gs], [p for g in gs for p in g.pids], [g.picker for g in gs if g.picker]
         quiet(fleet)
         served0 = [llm_metrics(b.app)["vllm:request_success_total"] for b in fleet]
@@ -289,11 +311,16 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
         scrapes0 = sum(g.picker_stats()["huntlb_epp_scrapes_total"] for g in gws)
         bytes0 = sum(g.picker_stats()["huntlb_epp_scrape_bytes_total"] for g in gws)
         cpu0 = [cpu_s(p) for p in pids]
+        # the agents beside the servers (the set the arm's gateways reach; a
+        # straight arm's, the model fleet's, idle but for their reports)
+        apids = [b.agent_proc.pid for b in fleet]
+        acpu0 = [cpu_s(p) for p in apids]
         out = procs.log_dir / "requests.jsonl"
         t0 = time.monotonic()
         summary = llmload(targets, rate, seconds, seed, out, workload, salt=salt)
         wall = time.monotonic() - t0
         cpu = sum(cpu_s(p) - c for p, c in zip(pids, cpu0)) / wall
+        agents_cpu = sum(cpu_s(p) - c for p, c in zip(apids, acpu0))
         reqs = [json.loads(line) for line in out.read_text().splitlines()]
         ok = [r for r in reqs if r["status"] == 200 and r["error"] is None]
         served = [llm_metrics(b.app)["vllm:request_success_total"] - s for b, s in zip(fleet, served0)]
@@ -310,6 +337,8 @@ def run_arm(work: Path, addrs: Addrs, fleet, arm: str, rate: float, seconds: flo
                "scrape_bytes_per_s": (sum(g.picker_stats()["huntlb_epp_scrape_bytes_total"] for g in gws) - bytes0) / wall,
                "datagrams_per_s": (sum(b.metrics()[REPORTS_SENT] for b in fleet) - dg0) / wall,
                "gateways_cpu": cpu, "loadgen_cpu": summary["cpu_s"] / summary["wall_s"],
+               # the agents' CPU over the run, per request the clients had answered
+               "agents_cpu_s": agents_cpu, "agents_cpu_ms_per_req": 1e3 * agents_cpu / len(ok) if ok else float("nan"),
                "send_late_p99_ms": summary["send_late_p99_ms"],
                # prompt tokens the servers found in their prefix cache, of all they were sent
                "prefix_hit_share": hits / queries if queries else float("nan"),
@@ -631,7 +660,8 @@ def main() -> int:
                     help=f"arms to run, comma separated (default: all but {', '.join(arms_over('llm'))}, the hunting arms over load = llm agents, "
                          f"{', '.join(arms_over('prefix'))}, the hunting arms over prefix-affine agents, "
                          f"{', '.join(arms_over('kv'))}, the hunting arms over load = llm agents with the KV-cache rule, "
-                         f"and {', '.join(a for a, x in ARMS.items() if x.kind == 'eppp')}, the pickers with GIE's prefix-cache-scorer)")
+                         f"{', '.join(a for a, x in ARMS.items() if x.kind == 'eppp' and not x.via_agents)}, the pickers with GIE's prefix-cache-scorer, "
+                         f"and {', '.join(a for a, x in ARMS.items() if x.via_agents)}, the pickers over agents with fleet_pass_plain)")
     ap.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=list(WORKLOADS), help="huntlb-llmload's workload")
     ap.add_argument("--calibrate", action="store_true", help="measure one server's throughput on the workload again (else the data's); "
                     "the workload's runs at the old rate go")

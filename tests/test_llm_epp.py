@@ -7,7 +7,7 @@ of `/metrics` shows least loaded (counted at the servers); a client's own
 
 import json
 
-from benchlib.llmfleet import DEST, EppGateway, llm_metrics, model_fleet, served
+from benchlib.llmfleet import DEST, EppGateway, gateways, llm_agents, llm_metrics, model_fleet, served
 from harness import request, wait_until
 from test_llm import events, stream
 
@@ -110,6 +110,61 @@ def test_a_stream_through_the_epp_gateway_arrives_token_by_token(procs, addrs):
     wait_until(lambda: sum(llm_metrics(x.app)["vllm:num_requests_running"] for x in bs) == 0, what="the seat freed")
 
 
+def test_a_pick_whose_server_is_full_is_passed_on_by_the_agent(procs, addrs):
+    """The picker unchanged, naming the agent beside each server (load =
+    "llm", fleet_pass_plain) and reading the engine's /metrics beside it: a
+    request it sends to a full server is served once, by the idle one, the
+    picker's own counters saying it picked the full one. The picker here knows
+    only a's agent, so every pick is a, whatever its scrape says."""
+    a, b = bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
+    ga, gb = llm_agents(procs, bs, SEATS, pass_plain=True)
+    gw = EppGateway(procs, addrs, [ga.agent], metrics_port=int(a.app.rpartition(":")[2]))
+    # a's one seat taken and one waiting, through a's agent (which counts
+    # them, load = "llm", for another front: the test's own IP, one front
+    # alone, so both kept): more than the gateway's own count at a (0) plus
+    # forward_seen_margin (1)
+    hold = [stream(ga.agent, {"prompt": f"held {i}", "max_tokens": 100_000}) for i in range(2)]
+    try:
+        wait_until(lambda: [(m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]) for m in map(llm_metrics, (a.app, b.app))]
+                   == [(1, 1), (0, 0)], what="a full, b idle")
+        # b's agent has heard a's count
+        wait_until(lambda: gb.metrics()["huntlb_fleet_peers"] == 1, what="b's agent hearing a's")
+        n = gw.picker_stats()["huntlb_epp_scrapes_total"]
+        wait_until(lambda: gw.picker_stats()["huntlb_epp_scrapes_total"] >= n + 2, what="fresh scrapes of a's engine")
+        assert ask(gw, 0) == 200
+        assert (served(a), served(b)) == (0, 1)
+        assert ga.metrics()['huntlb_forwards_total{outcome="sent"}'] == 1
+        assert gw.picker_stats()[f'huntlb_epp_picks_total{{endpoint="{ga.agent}"}}'] == 1
+        # the engine's gauges, read at its own port: a running 1, the picker's scrape good
+        assert gw.picker_stats()["huntlb_epp_scrape_errors_total"] == 0
+    finally:
+        close(hold)
+
+
+def test_two_pickers_over_agents_are_two_fronts_and_one_corrects_the_other(procs, addrs):
+    """The bench's eppa arms (benchlib.llmfleet.gateways, via_agents): each
+    gateway's connections leave from its own IP, so the agents count each
+    picker as a front of its own. Gateway 1 fills a (kept: its own count
+    there); gateway 2's pick of a is passed on to b. Were both one front (one
+    source IP), a would keep it behind gateway 1's requests. Both pickers
+    know only a's agent."""
+    a, b = bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
+    ga, gb = llm_agents(procs, bs, SEATS, pass_plain=True)
+    g1, g2 = gateways(procs, addrs, [ga], "epp", 2, via_agents=True)
+    hold = [stream(g1.target, {"prompt": f"held {i}", "max_tokens": 100_000}) for i in range(2)]
+    try:
+        wait_until(lambda: [(m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]) for m in map(llm_metrics, (a.app, b.app))]
+                   == [(1, 1), (0, 0)], what="gateway 1's two requests kept at a")
+        wait_until(lambda: gb.metrics()["huntlb_fleet_peers"] == 1, what="b's agent hearing a's")
+        status, _, _ = request(g2.target, "POST", "/v1/completions", headers={"content-type": "application/json"},
+                               body=json.dumps({"prompt": "from gateway 2", "max_tokens": 3}).encode())
+        assert status == 200
+        assert (served(a), served(b)) == (0, 1)
+        assert ga.metrics()['huntlb_forwards_total{outcome="sent"}'] == 1
+    finally:
+        close(hold)
+
+
 def test_the_llm_gateways_report_renders_from_its_data():
     """docs/results/llm-gateways.md is what bench/llm_gateways.py renders from
     the committed data (as tests/test_reports.py holds the other reports)."""
@@ -118,4 +173,15 @@ def test_the_llm_gateways_report_renders_from_its_data():
     data = read_data("llm-gateways")
     kept = data.get("shown")
     assert llm_gateways.report(data) == (RESULTS / "llm-gateways.md").read_text()
+    assert data.get("shown") == kept
+
+
+def test_the_llm_pickers_report_renders_from_its_data():
+    """docs/results/llm-pickers.md is what bench/llm_pickers.py renders from
+    the committed data."""
+    import llm_pickers
+    from benchlib.reports import RESULTS, read_data
+    data = read_data("llm-pickers")
+    kept = data.get("shown")
+    assert llm_pickers.report(data) == (RESULTS / "llm-pickers.md").read_text()
     assert data.get("shown") == kept

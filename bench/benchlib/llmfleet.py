@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import yaml
 
 from benchlib.fronts import start_front
-from harness import Backend, HaproxyRoot, Proc, Procs, binary, request, start_envoy, wait_http, wait_until
+from harness import Backend, HaproxyRoot, Proc, Procs, binary, envoy_bind_source, request, start_envoy, wait_http, wait_until
 from harness.envoy import sock
 
 EPP_GATEWAY = Path(__file__).resolve().parents[1] / "configs" / "epp-gateway.yaml"
@@ -76,12 +76,18 @@ PREFIX_AGENT_PORTS = {"listen": 8082, "admin": 9912, "fleet": 9702}
 # rule (`llm_metrics_url`, the server's own /metrics), again on ports and in a
 # tier of their own.
 KV_AGENT_PORTS = {"listen": 8083, "admin": 9913, "fleet": 9703}
+# The fifth and sixth (`llm_agents(..., pass_plain=True)`): load = llm with
+# `fleet_pass_plain`, under endpoint pickers that name the agent and know
+# nothing of hunting (with prefix affinity too: the sixth), each on ports and
+# in a tier of their own.
+PLAIN_AGENT_PORTS = {"listen": 8084, "admin": 9914, "fleet": 9704}
+PLAIN_PREFIX_AGENT_PORTS = {"listen": 8085, "admin": 9915, "fleet": 9705}
 
 
 def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dynamic:seen_margin=1",
                tokens_per_seat: int | None = None, bytes_per_token: int | None = None,
                prefix_bytes: int | None = None, prefix_bound: int | None = None,
-               kv_busy_at: float | None = None, kv_poll_ms: int | None = None) -> list[Backend]:
+               kv_busy_at: float | None = None, kv_poll_ms: int | None = None, pass_plain: bool = False) -> list[Backend]:
     """A second set of agents beside the same model servers as `fleet`, with
     load = "llm" (requests in flight plus the prompts waiting for prefill, in
     seats: docs/llm.md), on LLM_AGENT_PORTS and in a forwarding tier of their
@@ -92,8 +98,13 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
     set of its own on PREFIX_AGENT_PORTS. With `kv_busy_at`: the KV-cache
     rule on (`llm_metrics_url` = the server's /metrics, `llm_kv_busy_at`, and
     `llm_metrics_poll_ms` unless `kv_poll_ms` is None), a set of its own on
-    KV_AGENT_PORTS."""
-    ports, name = ((PREFIX_AGENT_PORTS, "prefix") if prefix_bytes else (KV_AGENT_PORTS, "kv") if kv_busy_at is not None
+    KV_AGENT_PORTS. With `pass_plain`: `fleet_pass_plain` on (a try no member
+    marked is passed on as its front's `hunt-pass`), a set of its own on
+    PLAIN_AGENT_PORTS, or PLAIN_PREFIX_AGENT_PORTS with `prefix_bytes`."""
+    if pass_plain and kv_busy_at is not None:
+        raise ValueError("pass_plain: no set of ports for it with kv_busy_at")
+    ports, name = ((PLAIN_PREFIX_AGENT_PORTS, "plainprefix") if pass_plain and prefix_bytes else (PLAIN_AGENT_PORTS, "plain") if pass_plain
+                   else (PREFIX_AGENT_PORTS, "prefix") if prefix_bytes else (KV_AGENT_PORTS, "kv") if kv_busy_at is not None
                    else (LLM_AGENT_PORTS, "llm"))
     peers = ",".join(f"{b.host}:{ports['fleet']}" for b in fleet)
     out = []
@@ -104,7 +115,7 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
                 "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
                 "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound,
                 "llm_metrics_url": f"http://{b.app}/metrics" if kv_busy_at is not None else None, "llm_kv_busy_at": kv_busy_at,
-                "llm_metrics_poll_ms": kv_poll_ms}
+                "llm_metrics_poll_ms": kv_poll_ms, "fleet_pass_plain": "true" if pass_plain else None}
         argv = [binary("huntlb-agent"), "--listen", listen, "--admin", admin, "--app", b.app]
         for k, v in opts.items():
             if v is not None:
@@ -120,12 +131,15 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
 
 
 def start_picker(procs: Procs, host: str, servers: list[str], interval_ms: int = 50, seed: int = 1,
-                 prefix: bool = False) -> tuple[Proc, str]:
+                 prefix: bool = False, metrics_port: int | None = None) -> tuple[Proc, str]:
     """huntlb-epp on host:9002 over the model servers (ip:port each); with
-    GIE's prefix-cache-scorer if `prefix`."""
+    GIE's prefix-cache-scorer if `prefix`; `metrics_port`: the servers'
+    /metrics read at their IP and this port (the picker naming the agents
+    beside them, reading the engines' gauges)."""
     addr = f"{host}:9002"
     p = procs.start(f"epp-{host}", [binary("huntlb-epp"), "--listen", addr, "--server", ",".join(servers),
-                                     "--interval-ms", str(interval_ms), "--seed", str(seed)] + (["--prefix-scorer"] if prefix else []))
+                                     "--interval-ms", str(interval_ms), "--seed", str(seed)] + (["--prefix-scorer"] if prefix else [])
+                    + (["--metrics-port", str(metrics_port)] if metrics_port else []))
     wait_http(addr, "/.epp/metrics", proc=p)
     return p, addr
 
@@ -159,12 +173,19 @@ class EppGateway:
     """One Envoy and its own picker over the model servers."""
 
     def __init__(self, procs: Procs, addrs, servers: list[str], interval_ms: int = 50, seed: int = 1, concurrency: int = 1,
-                 prefix: bool = False):
+                 prefix: bool = False, metrics_port: int | None = None):
+        """`servers`: where requests go; with `metrics_port` these are the
+        agents beside the model servers (the picker reads each engine's
+        /metrics at the agent's IP and that port), and the gateway's
+        connections leave from its own IP, which agents with
+        `fleet_pass_plain` count it by."""
         host = addrs.host()
-        self.picker_proc, self.picker = start_picker(procs, host, servers, interval_ms, seed, prefix)
+        self.picker_proc, self.picker = start_picker(procs, host, servers, interval_ms, seed, prefix, metrics_port)
         self.listen, self.admin = f"{host}:10000", f"{host}:9902"
-        self.proc = start_envoy(procs, f"epp-gateway-{host}", epp_gateway_config(self.listen, self.admin, self.picker, prefix),
-                                concurrency=concurrency)
+        cfg = epp_gateway_config(self.listen, self.admin, self.picker, prefix)
+        if metrics_port:
+            envoy_bind_source(cfg, host)
+        self.proc = start_envoy(procs, f"epp-gateway-{host}", cfg, concurrency=concurrency)
         # the picker has scraped every server once
         wait_until(lambda: self.picker_stats()["huntlb_epp_scrapes_total"] >= 2 * len(servers), what="the picker scraping")
 
@@ -201,7 +222,7 @@ class Gateway:
 
 
 def gateways(procs: Procs, addrs, fleet: list[Backend], kind: str, n: int, proxy: str = "envoy", hr: HaproxyRoot | None = None,
-             interval_ms: int = 50, seed: int = 1) -> list[Gateway]:
+             interval_ms: int = 50, seed: int = 1, via_agents: bool = False) -> list[Gateway]:
     """n gateways of one kind over the fleet:
 
     * "hunt": the shipped tier front (envoy-filter/examples/front-tier.yaml or
@@ -213,13 +234,18 @@ def gateways(procs: Procs, addrs, fleet: list[Backend], kind: str, n: int, proxy
       server's /health;
     * "epp": Envoy with its own picker, straight to the servers (Envoy only);
     * "eppp": the same, the picker scoring prefixes too (GIE's
-      prefix-cache-scorer; Envoy sends it the body).
+      prefix-cache-scorer; Envoy sends it the body);
+    * "epp"/"eppp" with `via_agents`: the picker names the fleet's agents
+      (agents with `fleet_pass_plain`, which pass a pick on when their
+      server is full) and reads the engines' /metrics beside them.
 
     Envoy runs one worker, HAProxy one thread (nbthread 1)."""
     if kind in ("epp", "eppp"):
         if proxy != "envoy":
             raise ValueError("the EPP gateway is Envoy's (ext_authz)")
-        gws = [EppGateway(procs, addrs, [b.app for b in fleet], interval_ms=interval_ms, seed=seed + i, prefix=kind == "eppp")
+        servers = [b.agent for b in fleet] if via_agents else [b.app for b in fleet]
+        metrics_port = int(fleet[0].app.rpartition(":")[2]) if via_agents else None
+        gws = [EppGateway(procs, addrs, servers, interval_ms=interval_ms, seed=seed + i, prefix=kind == "eppp", metrics_port=metrics_port)
                for i in range(n)]
         return [Gateway(g.listen, [g.proc.pid, g.picker_proc.pid], g, g.proc) for g in gws]
     if kind not in ("hunt", "lr"):

@@ -43,6 +43,12 @@ struct Args {
     /// requests go, and whose /metrics are scraped.
     #[arg(long = "server", value_delimiter = ',', required = true)]
     servers: Vec<SocketAddr>,
+    /// Scrape each server's /metrics at its IP and this port instead of its
+    /// own (GIE's --model-server-metrics-port): with an agent beside each
+    /// model server, requests go to the agent's port and the engine's gauges
+    /// are read from the engine's.
+    #[arg(long)]
+    metrics_port: Option<u16>,
     /// Scrape interval, ms (GIE's --refresh-metrics-interval: 50 ms).
     #[arg(long, default_value_t = 50)]
     interval_ms: u64,
@@ -68,6 +74,8 @@ const MAX_BODY: usize = 4 << 20;
 
 struct Endpoint {
     addr: SocketAddr,
+    // where its /metrics is read: addr, or addr's IP at --metrics-port
+    metrics: SocketAddr,
     last: Mutex<Option<(Scrape, Instant)>>,
     picked: AtomicU64,
 }
@@ -166,7 +174,7 @@ impl State {
 
 async fn scrape_loop(st: Arc<State>, i: usize, every: Duration) {
     let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let uri: http::Uri = format!("http://{}/metrics", st.eps[i].addr).parse().expect("uri");
+    let uri: http::Uri = format!("http://{}/metrics", st.eps[i].metrics).parse().expect("uri");
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -203,9 +211,21 @@ async fn main() -> anyhow::Result<()> {
     if a.interval_ms == 0 {
         bail!("--interval-ms must be at least 1");
     }
+    if a.metrics_port == Some(0) {
+        bail!("--metrics-port must be a port (1-65535)");
+    }
     let header: http::HeaderName = a.header.parse().context("--header")?;
     let st = Arc::new(State {
-        eps: a.servers.iter().map(|&addr| Endpoint { addr, last: Mutex::new(None), picked: AtomicU64::new(0) }).collect(),
+        eps: a
+            .servers
+            .iter()
+            .map(|&addr| Endpoint {
+                addr,
+                metrics: a.metrics_port.map_or(addr, |port| SocketAddr::new(addr.ip(), port)),
+                last: Mutex::new(None),
+                picked: AtomicU64::new(0),
+            })
+            .collect(),
         stale: Duration::from_millis(a.stale_ms),
         header,
         rng: Mutex::new(SmallRng::seed_from_u64(a.seed)),
