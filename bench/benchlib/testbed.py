@@ -103,6 +103,8 @@ class Bench:
                 if hunting:
                     raise ValueError(f"`{strategy}+{kind}`: a sidecar passes every request on; only a plain strategy goes over one")
                 if kind not in self.sidecars:
+                    if self.hr is None:  # HAProxy sidecars beside Envoy fronts
+                        self.hr = HaproxyRoot("2.6")
                     self.sidecars[kind] = start_sidecars(self.procs, self.hr, self.fleet.backends, kind)
                 from benchlib.fronts import start_front
                 self.fronts[key] = start_front(self.procs, self.addrs, proxy, self.sidecars[kind], hunting, lb=lb, hr=self.hr,
