@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib.fronts import Bed, pin, start_front, static_backends, wait_all_up
+from benchlib.fronts import Bed, pin, slow_checks, start_front, static_backends, wait_all_up
 from benchlib.render import TEMPLATES, render
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import REQUESTS, instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
@@ -70,21 +70,6 @@ def from_eds(work: Path, name: str, backends):
         c["eds_cluster_config"] = {"eds_config": {"resource_api_version": "V3", "path_config_source": {"path": str(path)}}}
         c["ignore_health_on_host_removal"] = True
         return cfg
-    return edit
-
-
-def slow_checks(proxy: str, then=None):
-    """A config edit: health checks every 10 s instead of 0.5 s, in every
-    variant alike. With 128 servers the fronts not being measured checked
-    their servers on the measured front's core (4 fronts x 256 checks a
-    second), which is noise, not what a request costs."""
-    def edit(cfg):
-        if proxy == "haproxy":
-            cfg = cfg.replace("check inter 500", "check inter 10s")
-            return then(cfg) if then else cfg
-        for hc in cfg["static_resources"]["clusters"][0].get("health_checks", []):
-            hc["interval"] = hc["no_traffic_interval"] = "10s"
-        return then(cfg) if then else cfg
     return edit
 
 

@@ -26,10 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib.fronts import pin, start_front, static_backends
+from benchlib.fronts import pin, slow_checks, start_front, static_backends
 from benchlib.stats import median, median_ci95, paired_ratio
 from benchlib.tools import REQUESTS, proc_cpu_seconds, wrk, wrk_errors
-from front_scaling import slow_checks
 from harness import Addrs, HaproxyRoot, Procs, random_offer
 
 
