@@ -187,14 +187,17 @@ bench-cluster: bench-setup release
 	done
 	$(BENCH) bench/cluster_report.py --machine
 
-# What the agents cost beside 4 HAProxy fronts, a plain HAProxy and Envoy beside
-# each backend as the yardstick (~8 min); then docs/results/tier-cost.md from the
+# What the agents cost beside 4 HAProxy, then 4 Envoy fronts, a plain HAProxy and
+# Envoy beside each backend as the yardstick (~16 min); then docs/results/tier-cost.md from the
 # runs (bench/tier_cost_report.py; the reader-thread set is the tree before its change).
 TC := bench/data/tier-cost
 bench-tier-cost: bench-setup release
 	$(BENCH) bench/pairs.py haproxy leastconn FWD/least FWDnone/least FWDp/plain leastconn+sc leastconn+esc \
 	  --fronts 4 --reps 3 --idle 10 --json $(TC)/haproxy-4-fronts-reader-task.jsonl > $(TC)/haproxy-4-fronts-reader-task.txt
 	cat $(TC)/haproxy-4-fronts-reader-task.txt
+	$(BENCH) bench/pairs.py envoy LR/full FWD/full FWDnone/full FWDp/plain LR/full+sc LR/full+esc \
+	  --fronts 4 --reps 3 --idle 10 --json $(TC)/envoy-4-fronts-reader-task.jsonl > $(TC)/envoy-4-fronts-reader-task.txt
+	cat $(TC)/envoy-4-fronts-reader-task.txt
 	$(BENCH) bench/tier_cost_report.py
 
 bench-agent: setup release

@@ -26,16 +26,20 @@ from benchlib.stats import ci95
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "tier-cost"
 REPORT = ROOT / "docs" / "results" / "tier-cost.md"
-# set name -> what the agents were
-SETS = {"haproxy-4-fronts-reader-thread": "a reader thread (before)", "haproxy-4-fronts-reader-task": "the reader on the agent's thread"}
-BASE = "leastconn"
-# strategy -> what it is, in the table's order
-ROWS = {"leastconn": "agents relaying (the proxy's own least)",
-        "leastconn+sc": "HAProxy beside each backend instead",
-        "leastconn+esc": "Envoy beside each backend instead",
-        "FWDnone/least": "the tier's datagrams, no forward",
-        "FWD/least": "the tier (tier fronts)",
-        "FWDp/plain": "the tier under plain fronts (shipped path)"}
+# set name -> what the agents were (the HAProxy sets: the two builds; the Envoy set: the later one)
+SETS = {"haproxy-4-fronts-reader-thread": "a reader thread (before)", "haproxy-4-fronts-reader-task": "the reader on the agent's thread",
+        "envoy-4-fronts-reader-task": "4 Envoy fronts"}
+# row -> what it is, in the table's order; each proxy's strategy names for it
+ROWS = {"relay": "agents relaying (the proxy's own least)",
+        "sc": "HAProxy beside each backend instead",
+        "esc": "Envoy beside each backend instead",
+        "none": "the tier's datagrams, no forward",
+        "tier": "the tier (tier fronts)",
+        "plain": "the tier under plain fronts (shipped path)"}
+NAMES = {"haproxy": {"relay": "leastconn", "sc": "leastconn+sc", "esc": "leastconn+esc", "none": "FWDnone/least",
+                     "tier": "FWD/least", "plain": "FWDp/plain"},
+         "envoy": {"relay": "LR/full", "sc": "LR/full+sc", "esc": "LR/full+esc", "none": "FWDnone/full",
+                   "tier": "FWD/full", "plain": "FWDp/plain"}}
 
 
 def rows(name: str) -> list[dict]:
@@ -57,21 +61,25 @@ def med(xs: list[float], f: str = ".3f") -> str:
     return f"{statistics.median(xs):{f}}" + (f" ({min(xs):{f}}-{max(xs):{f}})" if len(xs) > 1 else "")
 
 
-def paired(rs: list[dict], cand: str, fn) -> list[float]:
+def paired(rs: list[dict], cand: str, base: str, fn) -> list[float]:
     """fn(candidate run, baseline run) per repetition where both ran valid and error-free."""
     out = []
     for rep in sorted({r["rep"] for r in rs}):
         pair = {r["policy"]: r for r in rs if r["rep"] == rep and r["valid"] and not r["errors"]}
-        if cand in pair and BASE in pair:
-            out.append(fn(pair[cand], pair[BASE]))
+        if cand in pair and base in pair:
+            out.append(fn(pair[cand], pair[base]))
     return out
 
 
 def table(name: str) -> tuple[str, list[str], dict]:
+    """The set's table, its flagged runs, and its medians by row (ROWS' keys)."""
     rs, idl = runs(name), idle(name)
+    names = NAMES[rs[0]["proxy"]]
+    base = names["relay"]
     flagged = [f"{r['policy']} rep {r['rep']}" for r in rs if r["errors"] or not r["valid"]]
     lines, keep = [], {}
-    for s, what in ROWS.items():
+    for row, what in ROWS.items():
+        s = names[row]
         mine = [r for r in rs if r["policy"] == s and r["valid"] and not r["errors"]]
         if not mine:
             continue
@@ -79,17 +87,17 @@ def table(name: str) -> tuple[str, list[str], dict]:
         us = [r["agents_cpu"] / r["achieved_rate"] * 1e6 for r in mine]
         per_front = [r["agents_cpu"] / r["fronts_cpu"] for r in mine if r["fronts_cpu"]]
         dg = [r["datagrams"] / r["achieved_rate"] for r in mine if r.get("datagrams") is not None]
-        over = paired(rs, s, lambda c, b: (c["agents_cpu"] - b["agents_cpu"]) / c["achieved_rate"] * 1e6) if s != BASE else []
-        mean = paired(rs, s, lambda c, b: c["mean_ms"] / b["mean_ms"]) if s != BASE else []
-        mean_txt = "1" if s == BASE else (f"{statistics.median(mean):.3f} (± {ci95(mean)[1]:.3f})" if len(mean) > 1 else med(mean))
-        keep[s] = {"cpu": statistics.median(cpu), "us": statistics.median(us), "per_front": statistics.median(per_front),
+        over = paired(rs, s, base, lambda c, b: (c["agents_cpu"] - b["agents_cpu"]) / c["achieved_rate"] * 1e6) if s != base else []
+        mean = paired(rs, s, base, lambda c, b: c["mean_ms"] / b["mean_ms"]) if s != base else []
+        mean_txt = "1" if s == base else (f"{statistics.median(mean):.3f} (± {ci95(mean)[1]:.3f})" if len(mean) > 1 else med(mean))
+        keep[row] = {"cpu": statistics.median(cpu), "us": statistics.median(us), "per_front": statistics.median(per_front),
                    "over": statistics.median(over) if over else 0.0, "idle": idl.get(s)}
         lines.append(f"| {what} (`{s}`) | {med(cpu)} | {med(us, '.0f')} | {med(per_front, '.2f')} | "
                      f"{med(over, '.0f') if over else '-'} | {med(dg, '.1f') if dg else '-'} | {mean_txt} | "
                      f"{f'{idl[s]:.2f}%' if s in idl else '-'} | {len(mine)} |")
-    fronts = [r["fronts_cpu"] for r in rs if r["valid"] and not r["errors"] and r["policy"] == BASE]
+    fronts = [r["fronts_cpu"] for r in rs if r["valid"] and not r["errors"] and r["policy"] == base]
     head = ("| per-backend hop | its CPU, cores (median, range) | µs a request | / the 4 fronts' CPU | µs a request over "
-            "relaying (paired) | datagrams a request | mean / leastconn (± 95% CI) | each at idle, % of a core | runs |\n"
+            "relaying (paired) | datagrams a request | mean / relaying (± 95% CI) | each at idle, % of a core | runs |\n"
             "|---|---|---|---|---|---|---|---|---|\n")
     return head + "\n".join(lines) + f"\n\nThe 4 fronts in use: {med(fronts)} cores (relaying runs).", flagged, keep
 
@@ -101,27 +109,32 @@ def report() -> str:
         values[f"table{i}"] = t
         keeps[name] = keep
         flagged += [f"{what}: {b}" for b in bad]
-    before, after = (keeps[n] for n in SETS)
+    before, after, envoy = (keeps[n] for n in SETS)
 
     def change(s: str, k: str, f: str = ".0f") -> str:
         return f"{before[s][k]:{f}} → {after[s][k]:{f}}"
-    values["tier_over"] = change("FWD/least", "over")
-    values["plain_over"] = change("FWDp/plain", "over")
-    values["none_over"] = change("FWDnone/least", "over")
-    values["tier_per_front"] = change("FWD/least", "per_front", ".2f")
-    values["relay_per_front"] = f"{after['leastconn']['per_front']:.2f}"
-    values["sc_per_front"] = f"{after['leastconn+sc']['per_front']:.2f}"
-    values["esc_per_front"] = f"{after['leastconn+esc']['per_front']:.2f}"
-    values["relay_us"] = f"{after['leastconn']['us']:.0f}"
-    values["sc_us"] = f"{after['leastconn+sc']['us']:.0f}"
-    values["esc_us"] = f"{after['leastconn+esc']['us']:.0f}"
-    values["relay_vs_sc"] = f"{after['leastconn']['us'] / after['leastconn+sc']['us']:.1f}"
-    values["relay_vs_esc"] = f"{after['leastconn']['us'] / after['leastconn+esc']['us']:.2f}"
-    values["plain_us"] = f"{after['FWDp/plain']['us']:.0f}"
-    values["plain_vs_esc"] = f"{after['FWDp/plain']['us'] / after['leastconn+esc']['us']:.2f}"
-    values["idle_tier"] = change("FWDp/plain", "idle", ".2f")
-    values["idle_relay"] = f"{after['leastconn']['idle']:.2f}"
-    values["idle_sc"] = f"{after['leastconn+sc']['idle']:.2f}"
+    values["tier_over"] = change("tier", "over")
+    values["plain_over"] = change("plain", "over")
+    values["none_over"] = change("none", "over")
+    values["tier_per_front"] = change("tier", "per_front", ".2f")
+    values["relay_per_front"] = f"{after['relay']['per_front']:.2f}"
+    values["sc_per_front"] = f"{after['sc']['per_front']:.2f}"
+    values["esc_per_front"] = f"{after['esc']['per_front']:.2f}"
+    values["relay_us"] = f"{after['relay']['us']:.0f}"
+    values["sc_us"] = f"{after['sc']['us']:.0f}"
+    values["esc_us"] = f"{after['esc']['us']:.0f}"
+    values["relay_vs_sc"] = f"{after['relay']['us'] / after['sc']['us']:.1f}"
+    values["relay_vs_esc"] = f"{after['relay']['us'] / after['esc']['us']:.2f}"
+    values["plain_us"] = f"{after['plain']['us']:.0f}"
+    values["plain_vs_esc"] = f"{after['plain']['us'] / after['esc']['us']:.2f}"
+    values["idle_tier"] = change("plain", "idle", ".2f")
+    values["idle_relay"] = f"{after['relay']['idle']:.2f}"
+    values["idle_sc"] = f"{after['sc']['idle']:.2f}"
+    values["envoy_relay_per_front"] = f"{envoy['relay']['per_front']:.2f}"
+    values["envoy_plain_per_front"] = f"{envoy['plain']['per_front']:.2f}"
+    values["envoy_tier_per_front"] = f"{envoy['tier']['per_front']:.2f}"
+    values["envoy_plain_over"] = f"{envoy['plain']['over']:.0f}"
+    values["envoy_esc_per_front"] = f"{envoy['esc']['per_front']:.2f}"
     values["flagged"] = ("Runs flagged (client errors or invalid) and left out: " + "; ".join(flagged) + ".") if flagged else \
         "No run had a client error or was flagged invalid."
     return render("tier-cost", values)
