@@ -167,6 +167,10 @@ def test_a_chat_has_a_home_and_a_body_without_a_prompt_goes_on_as_without_affini
 def test_a_body_reaches_the_home_whole_and_once(procs, addrs):
     bs = servers(procs, addrs)
     home = home_of(bs, {"prompt": SYSTEM, "max_tokens": 1})
+    # that offer's slot at the home goes just after its client has the last
+    # byte: offered on before every agent heard it, the big one could find the
+    # home at 1 and stay where it landed by the ordinary rule
+    settled(bs, home, 0)
     elsewhere = next(b for b in bs if b is not home)
     # 200 kB: several frames, more than a try keeps for a resend (64 KiB); offered away from its home
     prompt = SYSTEM + "".join(f"line {i:06d}. " for i in range(15_000))
