@@ -211,7 +211,7 @@ fn schedule_digest(schedule: &[(Duration, Option<String>)], works: &[Option<Stri
 /// Each request's `x-work-ms`, in milliseconds, from the seed: a stream of its
 /// own, so the arrivals are the same with or without it.
 fn draw_works(seed: u64, n: usize, work: Option<Demand>) -> Vec<Option<String>> {
-    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5EED_0F_10B5);
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x005E_ED0F_10B5);
     (0..n).map(|_| work.map(|d| format!("{:.3}", d.sample(&mut rng).as_secs_f64() * 1000.0))).collect()
 }
 

@@ -221,15 +221,18 @@ fn main() -> anyhow::Result<()> {
     let cpu0 = cpu_us();
     let mut readable = true;
     while !STOP.load(Ordering::Relaxed) {
-        while readable {
-            match queue.recv() {
-                Ok(msg) => {
-                    sched.push(now(), msg);
-                    packets += 1;
+        // what the kernel queued since the last wait, until it would block
+        if readable {
+            loop {
+                match queue.recv() {
+                    Ok(msg) => {
+                        sched.push(now(), msg);
+                        packets += 1;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
+                    Err(e) => return Err(e).context("reading the queue"),
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => break,
-                Err(e) => return Err(e).context("reading the queue"),
             }
         }
         most = most.max(sched.len());
