@@ -21,13 +21,15 @@ impl Fleet {
     /// default), not a thread of its own. It reads only when no one has for
     /// a tick and a half (liveness, and a buffer that must not drop the
     /// newest): the offers (`fresh`) and the sample's tick read, and each
-    /// read moves the reader's next one on, so it wakes no thread. A thread of its own woke every
-    /// 10 ms in every agent, over a condition variable the offers also
-    /// waited on: about a thousand wake-ups a second across 12 agents, and a
-    /// futex call a request (docs/agent.md § Cost). Reading on each arrival
-    /// instead (a wakeup per datagram, about 2000 a second per agent with 12
-    /// agents and 4 fronts at ρ 0.88) took the agents from 0.34 to 0.57 of a
-    /// core on the 2-core bench.
+    /// read moves the reader's next one on. At most `READ_AT_MOST` a pass,
+    /// a batch at a time: a flood is dropped by the kernel, not read ahead
+    /// of the requests. A thread of its own, woken every 10 ms over a
+    /// condition variable the offers also waited on, cost the same CPU
+    /// (docs/results/tier-cost.md): one thread is the simpler shape, with no
+    /// wait across threads. Reading on each arrival instead (a wakeup per
+    /// datagram, about 2000 a second per agent with 12 agents and 4 fronts
+    /// at ρ 0.88) took the agents from 0.34 to 0.57 of a core on the 2-core
+    /// bench.
     pub(super) async fn read_task(self: Arc<Self>) {
         // The sample's tick reads (`run`), and offers read before they
         // decide: the reader reads only when that tick is late by half a

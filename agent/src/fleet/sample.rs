@@ -29,9 +29,8 @@ impl Fleet {
         let (every, quiet_every) = (self.tick(), self.quiet_tick());
         let (mut drawn, mut keys_at): (Option<Instant>, Instant) = (None, Instant::now());
         loop {
-            // What is queued first (the draw keeps by fresh counts), and so
-            // the reader task, due only after a tick and a half with no read,
-            // wakes no thread while this ticks.
+            // What is queued first: the draw keeps by fresh counts (and the
+            // reader task's next read moves on).
             self.fresh();
             let quiet = self.quiet();
             let resample = if quiet { self.cfg.resample.max(self.quiet_beat()) } else { self.cfg.resample };
