@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchlib.fleet import FORWARD_OPTS, FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, drive, summary
-from benchlib.fronts import Front, wait_all_up
+from benchlib.fronts import Front, start_front, wait_all_up
 from benchlib.reports import RESULTS, flag, read_data
 from benchlib.runs import Run
 from benchlib.sidecars import KINDS as SIDECARS, start_sidecars
 from benchlib.stats import cdf
+from benchlib.tools import proc_cpu_seconds
 from harness import Addrs, HaproxyRoot, Procs
 
 SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
@@ -34,7 +35,6 @@ def last_lambda0(out: Path = RESULTS) -> float:
 
 def fronts_cpu_seconds(fronts) -> float:
     """CPU time the running fronts have used (utime + stime)."""
-    from benchlib.tools import proc_cpu_seconds
     return sum(proc_cpu_seconds(f.pid) for f in fronts if f.proc.alive())
 
 
@@ -106,7 +106,6 @@ class Bench:
                     if self.hr is None:  # HAProxy sidecars beside Envoy fronts
                         self.hr = HaproxyRoot("2.6")
                     self.sidecars[kind] = start_sidecars(self.procs, self.hr, self.fleet.backends, kind)
-                from benchlib.fronts import start_front
                 self.fronts[key] = start_front(self.procs, self.addrs, proxy, self.sidecars[kind], hunting, lb=lb, hr=self.hr,
                                                name=f"{proxy}-{name}", served_by=False, server_opts="weight 100",
                                                example=example, **kw)
@@ -156,7 +155,6 @@ class Bench:
         CPU (cores), and the fronts' (summed), over that time: the fixed part
         (beats, timers, health checks) a fleet pays whatever its load."""
         import time
-        from benchlib.tools import proc_cpu_seconds
         fronts, _ = self._ready(proxy, name, instances)
         time.sleep(2.0)  # past the start's handshakes and first health checks
         pids = self.hop_pids(name)
@@ -174,7 +172,6 @@ class Bench:
         self.seq += 1
         out = self.work / f"run-{self.seq}.json"
         # the per-backend hop's CPU: the agents, or the strategy's sidecars
-        from benchlib.tools import proc_cpu_seconds
         hops = self.hop_pids(name)
         cpu0 = sum(proc_cpu_seconds(p) for p in hops)
         used = set(id(f) for f in fronts)
