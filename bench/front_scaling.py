@@ -33,13 +33,12 @@ import re
 import string
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from benchlib.fronts import Bed, pin, slow_checks, start_front, static_backends, wait_all_up
 from benchlib.render import TEMPLATES, render
 from benchlib.stats import ci95, median, paired_ratio
-from benchlib.tools import REQUESTS, instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
+from benchlib.tools import REQUESTS, instructions_per_request, paired_wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime
 
 
@@ -218,17 +217,7 @@ def main() -> int:
                         fill(fr, backends[:n])
                     pin(fr.pid, 0)
                     fronts[name] = fr
-            runs = {f"{name}, {kind}": [] for kind in REQUESTS for name in fronts}
-            for rep in range(a.reps):
-                order = list(fronts.items())[:: -1 if rep % 2 else 1]
-                for kind, headers in REQUESTS.items():
-                    for name, fr in order:
-                        c0, t0 = proc_cpu_seconds(fr.pid), time.monotonic()
-                        r = wrk(fr.url, 32, a.seconds, headers=headers)
-                        used = proc_cpu_seconds(fr.pid) - c0
-                        r["cpu_us_per_req"] = used / max(r["rps"] * a.seconds, 1) * 1e6
-                        r["proxy_cpu_util"] = used / (time.monotonic() - t0)
-                        runs[f"{name}, {kind}"].append(r)
+            runs = paired_wrk(fronts, REQUESTS, a.reps, a.seconds)
             for fr in fronts.values():
                 fr.proc.stop()
             out["runs"][str(n)] = runs

@@ -20,7 +20,7 @@ import argparse
 import re
 import shutil
 
-from benchlib.fronts import BACKENDS, overhead_bed
+from benchlib.fronts import BACKENDS, changes, overhead_bed
 from benchlib.render import render, shown_in
 from benchlib.reports import machine, read_data, write_result
 from benchlib.tools import instructions_per_request
@@ -68,17 +68,6 @@ VARIANTS = [
 
 
 MORE_SERVERS = [12, 32]
-
-
-def changes(name: str, how):
-    """`how`, failing loudly if it leaves the config as it was (a line renamed in
-    front.cfg would otherwise make a variant silently measure the full front)."""
-    def edit(text: str) -> str:
-        out = how(text)
-        if out == text:
-            raise RuntimeError(f"variant {name!r} does not change the front's config")
-        return out
-    return edit
 
 
 def main():

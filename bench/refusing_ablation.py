@@ -23,12 +23,11 @@ import json
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchlib.fronts import pin, slow_checks, start_front, static_backends
+from benchlib.fronts import changes, pin, slow_checks, start_front, static_backends
 from benchlib.stats import median, median_ci95, paired_ratio
-from benchlib.tools import REQUESTS, proc_cpu_seconds, wrk, wrk_errors
+from benchlib.tools import REQUESTS, paired_wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs, random_offer
 
 
@@ -75,17 +74,6 @@ VARIANTS = {
     "state first": ("each pick rule's conditions the other way round: the server's state first (the first run's "
                     "committed front, where this variant was the key first: `swapped pick`)", state_first),
 }
-
-
-def changes(name: str, how):
-    """`how`, failing loudly if it leaves the config as it was (a renamed line in
-    front.cfg would otherwise make a variant silently measure the full front)."""
-    def edit(text: str) -> str:
-        out = how(text)
-        if out == text:
-            raise RuntimeError(f"variant {name!r} does not change the front's config")
-        return out
-    return edit
 
 
 def table(d: dict) -> str:
@@ -159,18 +147,8 @@ def main() -> int:
                                  edit=slow_checks("haproxy", edit))
                 pin(fr.pid, 0)
                 fronts[name] = fr
-            runs = {f"{name}, {kind}": [] for kind in kinds for name in fronts}
-            for rep in range(a.reps):
-                order = list(fronts.items())[:: -1 if rep % 2 else 1]
-                for kind, headers in kinds.items():
-                    for name, fr in order:
-                        c0, t0 = proc_cpu_seconds(fr.pid), time.monotonic()
-                        r = wrk(fr.url, 32, a.seconds, headers=headers)
-                        used = proc_cpu_seconds(fr.pid) - c0
-                        r["cpu_us_per_req"] = used / max(r["rps"] * a.seconds, 1) * 1e6
-                        r["proxy_cpu_util"] = used / (time.monotonic() - t0)
-                        runs[f"{name}, {kind}"].append(r)
-                print(f"{n} servers: repetition {rep + 1}/{a.reps}", flush=True)
+            runs = paired_wrk(fronts, kinds, a.reps, a.seconds,
+                              lambda rep: print(f"{n} servers: repetition {rep + 1}/{a.reps}", flush=True))
             for fr in fronts.values():
                 fr.proc.stop()
             out["runs"][str(n)] = runs

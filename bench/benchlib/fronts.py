@@ -121,6 +121,18 @@ def slow_checks(proxy: str, then=None):
     return edit
 
 
+def changes(name: str, how):
+    """A config edit `how`, failing loudly if it leaves the config as it was (a
+    line renamed in front.cfg would otherwise make a variant silently measure
+    the full front)."""
+    def edit(text: str) -> str:
+        out = how(text)
+        if out == text:
+            raise RuntimeError(f"variant {name!r} does not change the front's config")
+        return out
+    return edit
+
+
 def pin(pid: int, cpu: int) -> None:
     """Every thread of `pid` onto one CPU."""
     subprocess.run(["taskset", "-a", "-pc", str(cpu), str(pid)], check=True, capture_output=True)

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 from benchlib.fronts import Bed
 
@@ -106,3 +107,24 @@ def huntlb_sim(binary: str, args: list[str], timeout: float = 1800) -> list[dict
     """One huntlb-sim run: its JSON report per rate, in order."""
     out = subprocess.run([binary, *args], capture_output=True, text=True, check=True, timeout=timeout).stdout
     return [json.loads(line) for line in out.splitlines()]
+
+
+def paired_wrk(fronts: dict, kinds: dict, reps: int, seconds: int, after_rep=None) -> dict:
+    """Each front (name -> Front) under wrk (-c32, `seconds`) for each kind of
+    request (name -> headers), the fronts' order reversed every other
+    repetition: `"NAME, KIND"` -> one run a repetition, each with the front's
+    CPU per request and its CPU use. after_rep(rep): called after each."""
+    runs = {f"{name}, {kind}": [] for kind in kinds for name in fronts}
+    for rep in range(reps):
+        order = list(fronts.items())[:: -1 if rep % 2 else 1]
+        for kind, headers in kinds.items():
+            for name, fr in order:
+                c0, t0 = proc_cpu_seconds(fr.pid), time.monotonic()
+                r = wrk(fr.url, 32, seconds, headers=headers)
+                used = proc_cpu_seconds(fr.pid) - c0
+                r["cpu_us_per_req"] = used / max(r["rps"] * seconds, 1) * 1e6
+                r["proxy_cpu_util"] = used / (time.monotonic() - t0)
+                runs[f"{name}, {kind}"].append(r)
+        if after_rep:
+            after_rep(rep)
+    return runs
