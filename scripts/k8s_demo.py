@@ -10,6 +10,8 @@ client and at the apps.
 
   make demo-k8s                        (docs/kubernetes.md, "A real cluster here"; --build)
   scripts/k8s_demo.py --events rollout,scale --rate 50 --json out.json --keep
+  scripts/k8s_demo.py --json bench/data/kubernetes/events.json   (then bench/k8s_events_report.py:
+                                                                  docs/results/kubernetes-events.md)
 
 Exits 1 if any event cost a client error, processed a request twice, or
 answered one that no app saw. The cluster is removed at the end (--keep
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -84,7 +87,17 @@ def main() -> int:
     print("\n" + table(rows))
     print(f"\n{time.monotonic() - t0:.0f} s in all")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1, default=lambda o: dict(o) if hasattr(o, "items") else list(o)) + "\n")
+        # what bench/k8s_events_report.py renders docs/results/kubernetes-events.md from:
+        # each list of paths as its count (the paths are in the run's printout)
+        load = os.getloadavg()
+        doc = {"machine": f"{os.cpu_count()} cores, the cluster of harness/k8scluster.py (3 node containers), "
+                          f"load average {load[0]:.1f} at the end",
+               "command": "scripts/k8s_demo.py --json (make demo-k8s)", "rate_per_proxy": args.rate, "apps": args.apps,
+               "fronts_per_proxy": args.fronts, "whole_run_s": round(time.monotonic() - t0),
+               "rows": [{**r, "proxies": {p: {"sent": x["sent"], "errors": x["errors"], "twice": len(x["twice"]),
+                                              "answered_not_arrived": len(x["answered_not_arrived"]), "pods": len(x["pods"])}
+                                          for p, x in r["proxies"].items()}} for r in rows]}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0 if rows and all(clean(r) for r in rows) else 1
 
 

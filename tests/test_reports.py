@@ -21,6 +21,7 @@ import cluster_report
 import elb
 import haproxy_ablation
 import haproxy_profile
+import k8s_events_report
 import llm_emulator
 import many_fronts
 import many_fronts_sim
@@ -245,3 +246,9 @@ def test_the_tier_cost_report_renders_from_its_runs():
     # make bench-tier-cost's runs (bench/data/tier-cost/*.jsonl: the idle
     # readings, then the runs) and the template give docs/results/tier-cost.md
     assert tier_cost_report.report() == committed("tier-cost")
+
+
+def test_the_kubernetes_events_report_renders_from_its_run():
+    # scripts/k8s_demo.py --json's run (bench/data/kubernetes/events.json) and
+    # the template give docs/results/kubernetes-events.md, measuring nothing
+    assert k8s_events_report.report() == committed("kubernetes-events")
