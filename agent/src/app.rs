@@ -13,7 +13,6 @@ use http::{header, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use huntlb_policy::protocol;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper_util::client::legacy::connect::capture_connection;
 use hyper_util::rt::TokioIo;
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -95,11 +94,10 @@ impl Agent {
         let m = &self.metrics;
         let start = Instant::now();
         let waiting = self.progress.wait();
-        let mut req = Request::from_parts(parts, body);
-        let cap = back.is_some().then(|| capture_connection(&mut req));
+        let req = Request::from_parts(parts, body);
         let deadline = tokio::time::Instant::now() + self.cfg.app_timeout;
         let mut sent = tokio::time::timeout_at(deadline, self.clients.app.request(req)).await;
-        let unwritten = matches!(&sent, Ok(Err(e)) if !e.is_connect()) && cap.as_ref().is_some_and(closed_before_write);
+        let unwritten = matches!(&sent, Ok(Err(e)) if !e.is_connect() && closed_before_write(e));
         if let (true, Some(back), Some(head)) = (unwritten, back, head) {
             // Nothing of it was written: the app never saw it, and it goes
             // once more, on a connection of its own (the pool may hold more

@@ -16,7 +16,7 @@
 //! near a 0.1 s keep-alive were lost so. The app's close is in the socket
 //! before our first byte is: the connection is looked at (a non-blocking
 //! peek) before a request is written on it, and a closed one fails the write
-//! with nothing written, which the agent knows by the connection's flag
+//! with nothing written, which the agent knows by the request's own error
 //! (`closed_before_write`).
 //!
 //! What the peek cannot see is an app that closes while our request is on
@@ -32,7 +32,7 @@
 use crate::body::Lent;
 use crate::commit::Gated;
 use crate::config::Config;
-use hyper_util::client::legacy::connect::{CaptureConnection, Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::net::SocketAddr;
@@ -42,7 +42,7 @@ use rustls::pki_types::ServerName;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -146,26 +146,40 @@ impl tower_service::Service<http::Uri> for Watched {
                 wrote_since_read: false,
                 last_read: Instant::now(),
                 keep_alive,
-                closed: ClosedBeforeWrite::default(),
             }))
         })
     }
 }
 
-/// Set on a connection whose next request found it closed before any of that
-/// request was written: the request reached no one.
-#[derive(Clone, Default)]
-pub struct ClosedBeforeWrite(Arc<AtomicBool>);
+/// The error of a write refused on a connection the other side had closed
+/// (or may be closing) before any of the request was written: the request
+/// reached no one. It travels in the request's own error (hyper keeps a write's
+/// `io::Error` as the cause), so knowing it costs a request nothing: no
+/// captured connection, no extension on every response (a connection's
+/// `Connected::extra` is copied into each response's extensions).
+#[derive(Debug)]
+pub struct ClosedBeforeWrite;
 
-/// Did the request whose connection `cap` captured fail before any of it was
-/// written (the other side had closed that connection)?
-pub fn closed_before_write(cap: &CaptureConnection) -> bool {
-    let mut ext = http::Extensions::new();
-    match &*cap.connection_metadata() {
-        Some(connected) => connected.get_extras(&mut ext),
-        None => return false,
+impl std::fmt::Display for ClosedBeforeWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("closed by the other side before the request was written")
     }
-    ext.get::<ClosedBeforeWrite>().is_some_and(|c| c.0.load(Ordering::Acquire))
+}
+
+impl std::error::Error for ClosedBeforeWrite {}
+
+/// Did the request that failed with `e` fail before any of it was written
+/// (the other side had closed its connection)? An `io::Error` hides its own
+/// payload from `source()`, so each link is looked into.
+pub fn closed_before_write(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err.is::<ClosedBeforeWrite>() || err.downcast_ref::<io::Error>().and_then(|io| io.get_ref()).is_some_and(|p| p.is::<ClosedBeforeWrite>()) {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// A connection upstream: plain TCP, or TLS over it.
@@ -193,7 +207,6 @@ pub struct WatchedStream {
     /// When bytes last came in: a response's end, for an idle connection.
     last_read: Instant,
     keep_alive: Arc<KeepAlive>,
-    closed: ClosedBeforeWrite,
 }
 
 impl WatchedStream {
@@ -223,8 +236,7 @@ impl WatchedStream {
     }
 
     fn refuse_write(&mut self) -> Poll<io::Result<usize>> {
-        self.closed.0.store(true, Ordering::Release);
-        Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionReset, "closed by the other side before the request was written")))
+        Poll::Ready(Err(io::Error::new(io::ErrorKind::ConnectionReset, ClosedBeforeWrite)))
     }
 }
 
@@ -304,7 +316,7 @@ impl AsyncWrite for WatchedStream {
 
 impl Connection for WatchedStream {
     fn connected(&self) -> Connected {
-        self.tcp.tcp().connected().extra(self.closed.clone())
+        self.tcp.tcp().connected()
     }
 }
 
@@ -356,5 +368,37 @@ impl Clients {
             .build(if cfg.app_h2 { Watched::http2(connector.clone()) } else { Watched::http1(connector.clone()) });
         let fresh = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).http2_only(cfg.app_h2).build(Watched::http1(connector));
         Clients { app, fresh, peer }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that wraps another as its source, as hyper's and hyper-util's do.
+    #[derive(Debug)]
+    struct Wrap(io::Error);
+
+    impl std::fmt::Display for Wrap {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("wrapped")
+        }
+    }
+
+    impl std::error::Error for Wrap {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_refused_write_is_told_from_any_other_failure_through_the_wrapping() {
+        let refused = io::Error::new(io::ErrorKind::ConnectionReset, ClosedBeforeWrite);
+        assert!(closed_before_write(&refused));
+        assert!(closed_before_write(&Wrap(refused)));
+        // The same kind from the kernel (a reset while the request was on its
+        // way) may have reached the app: never sent again.
+        assert!(!closed_before_write(&Wrap(io::Error::from(io::ErrorKind::ConnectionReset))));
+        assert!(!closed_before_write(&Wrap(io::Error::new(io::ErrorKind::ConnectionReset, "closed by the other side before the request was written"))));
     }
 }
