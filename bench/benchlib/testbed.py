@@ -145,6 +145,8 @@ class Bench:
         if strategy.startswith("hunt"):
             base = name.partition("/")[0]
             self.fleet.set_policy(policy, forward=forward, sample=FORWARDING.get(base, 0), opts=FORWARD_OPTS.get(base))
+        else:
+            self.fleet.relay_plain()
         fronts = [self.front(proxy, strategy, i) for i in range(instances)]
         for f in fronts:
             wait_all_up(f, self.servers)
