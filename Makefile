@@ -2,7 +2,7 @@
 WASM := target/huntlb_filter.wasm
 
 .PHONY: setup bench-setup setup-k8s image build wasm release test test-rust test-lua test-integration test-slow test-cluster test-k8s demo-k8s setup-llama test-llama demo demo-swarm fuzz bench-tier-cost \
-	bench bench-quick bench-many-fronts bench-many-fronts-sim bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-llm-pickers lwepp bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-reliability bench-exactly-once clean
+	bench bench-quick bench-many-fronts bench-many-fronts-sim bench-wiki-setup bench-wiki bench-srlb bench-sim bench-elb bench-throughput bench-agent bench-llm-emulator bench-llm-gateways bench-llm bench-llm-pickers lwepp bench-proxies bench-front-scaling bench-vs-least bench-cluster bench-k8s bench-reliability bench-exactly-once clean
 
 CARGO ?= cargo
 # Python: the project's own virtual environment, made by `make setup`
@@ -186,6 +186,22 @@ bench-cluster: bench-setup release
 	    --json $(CL)/haproxy-$$n-loss.jsonl || exit 1; \
 	done
 	$(BENCH) bench/cluster_report.py --machine
+
+# The tier under plain fronts (the chart's default) against each proxy's own
+# least-request and one front's ideal, 4 fronts, on loopback, the emulated
+# cluster and the real Kubernetes (bench/k8s_pairs.py: the chart installed
+# twice, the runs from a pod), 5 paired repetitions each, shared seeds:
+# about 45 minutes with the cluster built (test-k8s); root. Then
+# docs/results/cluster.md (bench/cluster_report.py).
+bench-k8s: bench-setup release setup-k8s
+	./scripts/docker-setup.sh install
+	for p in haproxy envoy; do b=$$(if [ $$p = haproxy ]; then echo leastconn; else echo LR/full; fi); \
+	  $(BENCH) bench/pairs.py $$p $$b FWDp/plain $$b@1 --fronts 4 --reps 5 --json $(CL)/$$p-4-loopback-plain.jsonl && \
+	  $(BENCH) bench/pairs.py $$p $$b FWDp/plain $$b@1 --fronts 4 --reps 5 --cluster --json $(CL)/$$p-4-cluster-plain.jsonl \
+	  || exit 1; \
+	done
+	$(BENCH) bench/k8s_pairs.py haproxy envoy --reps 5 --json $(CL)/haproxy-4-k8s-plain.jsonl
+	$(BENCH) bench/cluster_report.py
 
 # What the agents cost beside 4 HAProxy, then 4 Envoy fronts, a plain HAProxy and
 # Envoy beside each backend as the yardstick (~16 min); then docs/results/tier-cost.md from the

@@ -32,10 +32,15 @@ MACHINE = DATA / "machine.txt"
 BEDS = {"loopback": "loopback", "cluster": "emulated cluster", "loss": "emulated cluster, 1% fleet loss"}
 TIER, LEAST, IDEAL = "FWD/pass", "leastconn", "leastconn@1"
 BARS = {"cluster": 1.05, "loss": 1.10}
+# The tier under plain fronts (FWDp/plain: the chart's default) on three beds,
+# the real cluster's runs by bench/k8s_pairs.py; each proxy's own least-request.
+PLAIN_TIER, PLAIN_BEDS = "FWDp/plain", {"loopback": "loopback", "cluster": "emulated cluster", "k8s": "Kubernetes"}
+PLAIN_LEAST = {"haproxy": "leastconn", "envoy": "LR/full"}
+K8S_BAR = 1.05
 
 
-def runs(fronts: int, bed: str) -> list[dict]:
-    f = DATA / f"haproxy-{fronts}-{bed}.jsonl"
+def runs(fronts: int, bed: str, proxy: str = "haproxy") -> list[dict]:
+    f = DATA / f"{proxy}-{fronts}-{bed}.jsonl"
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
 
 
@@ -92,11 +97,45 @@ def cost() -> str:
     return "\n".join(out)
 
 
+def plain_rows(key: str, flagged: list[str] | None = None) -> str:
+    """The tier under plain fronts at 4 fronts: a row per proxy and bed, the
+    real cluster's tier/least over the emulated cluster's paired by repetition."""
+    out = []
+    for proxy, least in PLAIN_LEAST.items():
+        per = {bed: runs(4, f"{bed}-plain", proxy) for bed in PLAIN_BEDS}
+        tl = {bed: ratios(rs, PLAIN_TIER, least, key) for bed, rs in per.items()}
+        for bed, name in PLAIN_BEDS.items():
+            rs = per[bed]
+            if not rs:
+                continue
+            bad = [r for r in rs if r["errors"] or not r["valid"]]
+            if bad and flagged is not None:
+                flagged.append(f"{proxy}, 4 fronts, {name}, plain fronts: {len(bad)} runs flagged (client errors or "
+                               f"invalid), their pairs left out: " + ", ".join(f"{r['policy']} rep {r['rep']}" for r in bad))
+            ti = ratios(rs, PLAIN_TIER, f"{least}@1", key)
+            across = [tl[bed][r] / tl["cluster"][r] for r in tl[bed] if r in tl["cluster"]] if bed == "k8s" else []
+            cpu = {n: statistics.median(r["agents_cpu"] for r in rs if r["policy"] == n) for n in (PLAIN_TIER, least)
+                   if any(r["policy"] == n and r.get("agents_cpu") is not None for r in rs)}
+            fronts = [r["fronts_cpu"] for r in rs if r["policy"] == least and r.get("fronts_cpu")]
+            rate = statistics.median(r["achieved_rate"] for r in rs)
+            cost = (f"{cpu.get(least, float('nan')):.3f} / {cpu.get(PLAIN_TIER, float('nan')):.3f} | "
+                    f"{statistics.median(fronts):.3f}" if fronts else f"{cpu.get(least, float('nan')):.3f} / "
+                    f"{cpu.get(PLAIN_TIER, float('nan')):.3f} | -")
+            out.append(f"| {proxy} | {name} | {fmt(list(tl[bed].values()))} | {fmt(list(ti.values()))} | "
+                       f"{fmt(across) if bed == 'k8s' else '-'} | {f'≤ {K8S_BAR:.2f}' if bed == 'k8s' and key == 'mean_ms' else ''} | "
+                       f"{cost if key == 'mean_ms' else ''} | {rate:.0f} |")
+    return "\n".join(out) or "| (no runs) | | | | | | | |"
+
+
 def report() -> str:
     """docs/results/cluster.md, from the runs and bench/reports/cluster.md."""
     flagged: list[str] = []
     mean = rows("mean_ms", flagged)
+    plain = plain_rows("mean_ms", flagged)
+    ks = sorted({r.get("longer", 1.0) for proxy in PLAIN_LEAST for bed in PLAIN_BEDS for r in runs(4, f"{bed}-plain", proxy)})
     return render("cluster", {"machine": MACHINE.read_text().strip(), "mean": mean, "p99": rows("p99_ms"), "cost": cost(),
+                              "plain_mean": plain, "plain_p99": plain_rows("p99_ms"),
+                              "plain_longer": " and ".join(f"{k:g}" for k in ks) or "n/a",
                               "flagged": "\n".join(f"* {f}" for f in flagged) or "None: every run valid, no client error."})
 
 

@@ -39,9 +39,12 @@ def main() -> int:
                     help="backends; their jobs are as much longer (mean_ms x servers / 12), so the capacity and rate stay")
     ap.add_argument("--demand", default="exp", help="the jobs' sizes: exp, or lognormal:SIGMA (heavy-tailed)")
     ap.add_argument("--cluster", action="store_true", help="on the emulated cluster (benchlib/clusterbed.py: hosts as "
-                    "network namespaces, DNS discovery; needs root): FWD/pass against the proxy's own least only")
+                    "network namespaces, DNS discovery; needs root): FWD/pass and FWDp/plain against the proxy's own least only")
     ap.add_argument("--fleet-loss", type=float, default=0.0, metavar="P",
                     help="with --cluster: drop each datagram arriving at a backend's fleet port with probability P")
+    ap.add_argument("--longer", type=float, default=1.0, metavar="K",
+                    help="jobs K times longer and arrivals K times fewer: the same ρ at 1/K of the requests a second "
+                    "(a bed that cannot carry the full rate: the real cluster on 2 cores, bench/k8s_pairs.py)")
     ap.add_argument("--idle", type=float, default=0, metavar="S",
                     help="first, each strategy ready and no request for S seconds: each agent's CPU (the fixed part)")
     ap.add_argument("--agent-opt", action="append", default=[], metavar="KEY=VALUE",
@@ -57,8 +60,8 @@ def main() -> int:
         a.reps, a.fronts, a.servers = max(r.rep for r in runs) + 1, rows[0]["fronts"], rows[0]["servers"]
         return summarize(a, runs)
     lam0 = testbed.last_lambda0()
-    rate = 0.88 * lam0
-    work, mean_ms = Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), testbed.MEAN_MS * a.servers / testbed.SERVERS
+    rate = 0.88 * lam0 / a.longer
+    work, mean_ms = Path(tempfile.mkdtemp(prefix="huntlb-pairs-")), testbed.MEAN_MS * a.servers / testbed.SERVERS * a.longer
     if a.cluster:
         from benchlib.clusterbed import ClusterBench
         b = ClusterBench(work, [a.proxy], servers=a.servers, mean_ms=mean_ms, demand=a.demand, fleet_loss=a.fleet_loss)
@@ -87,7 +90,7 @@ def main() -> int:
         b.close()
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        setup = {"baseline": a.baseline, "fronts": a.fronts, "servers": a.servers, "demand": a.demand,
+        setup = {"baseline": a.baseline, "fronts": a.fronts, "servers": a.servers, "demand": a.demand, "longer": a.longer,
                  "bed": "cluster" if a.cluster else "loopback", "fleet_loss": a.fleet_loss}
         # the idle readings first, each a line with an "idle" key (--from reads the runs only)
         a.json.write_text("".join(json.dumps({**x, **setup}, sort_keys=True) + "\n" for x in idles) +

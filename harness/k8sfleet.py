@@ -73,39 +73,41 @@ def ensure_images() -> None:
         subprocess.run([str(ROOT / "compose/build.sh")], check=True, timeout=3600)
 
 
-def values(app_image: str, apps: int) -> str:
-    """The chart's values: compose's app (8 workers on 2 emulated cores, jobs
-    of exp 20 ms: docs/demo.md) writing its arrivals to the node."""
+def values(app_image: str, apps: int, workers: int = 8, arrivals: bool = True) -> str:
+    """The chart's values: compose's app (`workers` on 2 emulated cores, jobs
+    of exp 20 ms unless the load generator sizes them: docs/demo.md),
+    writing its arrivals to the node when `arrivals` (the events' tests count
+    them; a benchmark's 1,100 requests a second would be as many writes)."""
+    trail = (f", --arrivals={ARRIVALS}/$(POD_NAME)]\n    volumeMounts: [{{name: arrivals, mountPath: {ARRIVALS}}}]"
+             if arrivals else "]")
+    vols = (f"\n  volumes:\n  - name: arrivals\n    hostPath: {{path: {ARRIVALS}, type: DirectoryOrCreate}}"
+            if arrivals else "")
     return f"""workload:
   replicas: {apps}
   containers:
   - name: app
     image: {app_image}
-    command: [huntlb-workload, --listen=127.0.0.1:9000, --id=$(POD_NAME), --workers=8, --cores=2,
-              --demand=exp:20, --arrivals={ARRIVALS}/$(POD_NAME)]
+    command: [huntlb-workload, --listen=127.0.0.1:9000, --id=$(POD_NAME), --workers={workers}, --cores=2,
+              --demand=exp:20{trail}
     env:
     - name: POD_NAME
       valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}
-    volumeMounts: [{{name: arrivals, mountPath: {ARRIVALS}}}]
     resources:
-      requests: {{cpu: 10m, memory: 16Mi}}
-  volumes:
-  - name: arrivals
-    hostPath: {{path: {ARRIVALS}, type: DirectoryOrCreate}}
+      requests: {{cpu: 10m, memory: 16Mi}}{vols}
 agent:
-  workers: 8
+  workers: {workers}
   resources:
     requests: {{cpu: 10m, memory: 16Mi}}
 """
 
 
-def front_configs() -> dict[str, str]:
+def front_configs(release: str = RELEASE) -> dict[str, str]:
     """compose's proxy configs (compose/build.sh stages them in compose/dist),
-    pointed at the cluster: the apps by CoreDNS, `shop-pods` in `shop`."""
+    pointed at the cluster: the apps by CoreDNS, `<release>-pods` in `shop`."""
     dist = ROOT / "compose/dist/config"
     if not (dist / "envoy.yaml").exists():
         subprocess.run([str(ROOT / "compose/build.sh"), "--stage"], check=True, capture_output=True, timeout=1800)
-    name = f"{RELEASE}-pods.{NS}.svc.cluster.local"
+    name = f"{release}-pods.{NS}.svc.cluster.local"
     envoy = (dist / "envoy.yaml").read_text()
     envoy = envoy.replace("address: 127.0.0.11", f"address: {k8s.DNS_IP}").replace("address: backends", f"address: {name}")
     # what the image's entrypoint fills in from compose/.env (Envoy reads no environment)
@@ -129,8 +131,12 @@ def doc_commands(first: str) -> list[list[str]]:
     return [shlex.split(c) for c in re.sub(r"\\\n\s*", " ", block).strip().splitlines()]
 
 
-def fronts_manifest(images: dict[str, str], replicas: int) -> str:
-    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fronts"}, "data": front_configs()}
+def fronts_manifest(images: dict[str, str], replicas: int, release: str = RELEASE, load_pod: bool = True) -> str:
+    """Each proxy's fronts over `release`'s ready pods (Deployments named by
+    the proxy, `-<release>` after it for a release other than the fleet's),
+    and the load pod."""
+    sfx = "" if release == RELEASE else f"-{release}"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"fronts{sfx}"}, "data": front_configs(release)}
     env = [{"name": k, "value": v} for k, v in FRONT_ENV.items()]
     # On delete, while the endpoints drop the pod, each front sends its
     # clients elsewhere before it stops. Envoy: its listeners drained, every
@@ -146,14 +152,15 @@ def fronts_manifest(images: dict[str, str], replicas: int) -> str:
     cmd = {"envoy": ["envoy", "-c", "/etc/fronts/envoy.yaml", "--concurrency", FRONT_ENV["ENVOY_CONCURRENCY"],
                      "--disable-hot-restart", "-l", "warning", "--drain-time-s", "5", "--drain-strategy", "immediate"],
            "haproxy": ["haproxy", "-W", "-db", "-f", "/etc/fronts/haproxy.cfg"]}
-    docs = [cm, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{RELEASE}-pods"},
+    docs = [cm, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{release}-pods"},
                  # the apps' pods as a gateway sees endpoints: ready ones only
-                 "spec": {"clusterIP": "None", "selector": {"app.kubernetes.io/instance": RELEASE},
+                 "spec": {"clusterIP": "None", "selector": {"app.kubernetes.io/instance": release},
                           "ports": [{"name": "http", "port": 8080, "targetPort": 8080}]}}]
     for p in PROXIES:
-        docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": p, "labels": {"front": p}},
-                     "spec": {"replicas": replicas, "selector": {"matchLabels": {"front": p}},
-                              "template": {"metadata": {"labels": {"front": p}}, "spec": {
+        name = p + sfx
+        docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"front": name}},
+                     "spec": {"replicas": replicas, "selector": {"matchLabels": {"front": name}},
+                              "template": {"metadata": {"labels": {"front": name}}, "spec": {
                                   "terminationGracePeriodSeconds": 30,
                                   "containers": [{"name": p, "image": images[p], "command": cmd[p], "env": env,
                                                   "ports": [{"containerPort": FRONT_PORT}],
@@ -161,12 +168,16 @@ def fronts_manifest(images: dict[str, str], replicas: int) -> str:
                                                   "lifecycle": {"preStop": {"exec": {"command": stop[p]}}},
                                                   "volumeMounts": [{"name": "fronts", "mountPath": "/etc/fronts"}],
                                                   "resources": {"requests": {"cpu": "10m"}}}],
-                                  "volumes": [{"name": "fronts", "configMap": {"name": "fronts"}}]}}}})
-        docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": p},
-                     "spec": {"selector": {"front": p}, "ports": [{"name": "http", "port": FRONT_PORT, "targetPort": FRONT_PORT}]}})
-    docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "load"}, "spec": {
-        "nodeName": k8s.node_name(0), "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "load", "image": images["app"], "command": ["sleep", "infinity"]}]}})
+                                  "volumes": [{"name": "fronts", "configMap": {"name": f"fronts{sfx}"}}]}}}})
+        docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                     "spec": {"selector": {"front": name}, "ports": [{"name": "http", "port": FRONT_PORT, "targetPort": FRONT_PORT}]}})
+    if load_pod:
+        docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "load"}, "spec": {
+            "nodeName": k8s.node_name(0), "terminationGracePeriodSeconds": 1,
+            # a CPU request: a BestEffort pod gets the least CPU share on a busy node, and an
+            # open-loop generator sending late measures its own queue, not the fleet
+            "containers": [{"name": "load", "image": images["app"], "command": ["sleep", "infinity"],
+                            "resources": {"requests": {"cpu": "100m"}}}]}})
     return "\n---\n".join(json.dumps(d) for d in docs)
 
 

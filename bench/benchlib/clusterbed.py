@@ -7,8 +7,9 @@ the client host. The apps, agents, jobs and arrivals are the testbed's, so a
 run here pairs with the same run on loopback.
 
 Strategies: the tier front (`FWD/pass`, front-tier.yaml / front-tier.cfg over
-the agents' tier) and the proxy's own least-loaded pick through the same
-front with its hunting lines removed (`LR/full`, `leastconn`). The agents
+the agents' tier), the proxy's own least-loaded pick through the same
+front with its hunting lines removed (`LR/full`, `leastconn`), and that plain
+front over agents that pass its tries on (`FWDp/plain`, the chart's default). The agents
 always form the tier here (their `fleet_peers` is the service's name): under a
 baseline nothing is passed on, and the tier only sends its heartbeats.
 fleet_loss: each datagram arriving at a backend's fleet port is dropped with
@@ -28,7 +29,9 @@ from harness import agent_default
 from harness.net import wait_until
 
 # What each proxy runs here: (hunting, tier front) per strategy.
-CLUSTER_STRATEGIES = {"envoy": {"LR/full": False, "hunt/pass": True}, "haproxy": {"leastconn": False, "hunt/pass": True}}
+# `hunt/plain` (FWDp/plain): the plain front, each its own host, over agents that pass its tries on.
+CLUSTER_STRATEGIES = {"envoy": {"LR/full": False, "hunt/pass": True, "hunt/plain": False},
+                      "haproxy": {"leastconn": False, "hunt/pass": True, "hunt/plain": False}}
 HAPROXY = "haproxy-2.6"
 
 
@@ -38,6 +41,7 @@ class ClusterFleet:
 
     def __init__(self, cluster: Cluster, cores: list[float], workers: int, backlog: int, mean_ms: float) -> None:
         self.c, self.cores, self.workers, self.mean_ms = cluster, cores, workers, mean_ms
+        self.opts: dict = {}
         for i, k in enumerate(cores):
             cluster.backend(app_opts={"workers": workers, "cores": k, "backlog": backlog, "demand": f"exp:{mean_ms}",
                                       "seed": 1000 + i}, workers=workers, drain_grace_ms=0)
@@ -51,6 +55,7 @@ class ClusterFleet:
     def set_policy(self, policy: str, forward: bool = False, sample: int | None = None, opts: dict | None = None) -> None:
         """Every agent restarted in place with this policy (fresh state), as on
         loopback; the tier stays on (see the module's docs)."""
+        self.opts = opts or {}
         for b in self.backends:
             b.agent_proc.stop()
         for i, b in enumerate(self.backends):
@@ -59,6 +64,13 @@ class ClusterFleet:
                 kw["fleet_sample"] = sample
             b.start_agent(**kw)
         self._wait_heard(agent_default("fleet_sample") if sample is None else sample)
+
+    def relay_plain(self) -> None:
+        """As loopback's Fleet.relay_plain: the tier stays (see the module's
+        docs), plain fronts' tries relayed. The hosts keep an agent's options
+        across restarts, so the key is turned off, not left out."""
+        if self.opts.get("fleet_pass_plain") not in (None, "false"):
+            self.set_policy("dynamic:seen_margin=1", opts={"fleet_pass_plain": "false"})
 
     def _wait_heard(self, sample: int) -> None:
         """Until every agent hears its sample (0: every other member)."""
