@@ -97,7 +97,8 @@ class Bench:
         if key not in self.fronts:
             strategy, _, kind = strategy.partition("+")
             hunting, lb, *rest = STRATEGIES[proxy][strategy]
-            example, kw = (rest + [None, {}])[:2]
+            # (hunting, lb[, example[, kw]]): a strategy with an example and no kw gets none
+            example, kw = (rest + [None, {}][len(rest):])[:2]
             name = f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}{'-' + kind if kind else ''}-{instance}"
             if kind:
                 if hunting:
