@@ -18,6 +18,7 @@ import yaml
 from benchlib.fronts import start_front
 from harness import Backend, HaproxyRoot, Proc, Procs, binary, envoy_bind_source, request, start_envoy, wait_http, wait_until
 from harness.envoy import sock
+from harness.testbed import peers_of, tier_opts, wait_heard
 
 EPP_GATEWAY = Path(__file__).resolve().parents[1] / "configs" / "epp-gateway.yaml"
 DEST = "x-gateway-destination-endpoint"
@@ -46,7 +47,7 @@ def model_fleet(procs: Procs, addrs, n: int, seats: int, time_scale: float, agen
     default), and (agents) a huntlb agent beside it, the agents a forwarding
     tier."""
     hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in hosts)
+    peers = peers_of(hosts)
     out = []
     for host in hosts:
         llm = f"{host}:8000"
@@ -55,14 +56,13 @@ def model_fleet(procs: Procs, addrs, n: int, seats: int, time_scale: float, agen
                                           "--max-num-seqs", str(seats), "--model", "m", *kv])
         wait_http(llm, "/health", proc=lp)
         if agents:
-            ap, agent, admin = procs.agent(host, llm, policy=policy, workers=seats, app_stall_ms=0, fleet_listen=f"{host}:9700",
-                                           fleet_peers=peers, fleet_key_file=procs.fleet_key(), id=None)
+            ap, agent, admin = procs.agent(host, llm, policy=policy, workers=seats, app_stall_ms=0,
+                                           **tier_opts(host, peers, procs.fleet_key()), id=None)
         else:
             ap, agent, admin = None, None, None
         out.append(Backend(host, llm, agent, admin, lp, ap))
     if agents and n > 1:
-        wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), timeout=20,
-                   what="every agent hearing the others")
+        wait_heard(out, n - 1, timeout=20)
     return out
 
 
@@ -106,12 +106,12 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
     ports, name = ((PLAIN_PREFIX_AGENT_PORTS, "plainprefix") if pass_plain and prefix_bytes else (PLAIN_AGENT_PORTS, "plain") if pass_plain
                    else (PREFIX_AGENT_PORTS, "prefix") if prefix_bytes else (KV_AGENT_PORTS, "kv") if kv_busy_at is not None
                    else (LLM_AGENT_PORTS, "llm"))
-    peers = ",".join(f"{b.host}:{ports['fleet']}" for b in fleet)
+    peers = peers_of([b.host for b in fleet], ports["fleet"])
     out = []
     for b in fleet:
         listen, admin = f"{b.host}:{ports['listen']}", f"{b.host}:{ports['admin']}"
-        opts = {"load": "llm", "workers": seats, "policy": policy, "app_stall_ms": 0, "fleet_listen": f"{b.host}:{ports['fleet']}",
-                "fleet_peers": peers, "fleet_key_file": procs.fleet_key(),
+        opts = {"load": "llm", "workers": seats, "policy": policy, "app_stall_ms": 0,
+                **tier_opts(b.host, peers, procs.fleet_key(), ports["fleet"]),
                 "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
                 "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound,
                 "llm_metrics_url": f"http://{b.app}/metrics" if kv_busy_at is not None else None, "llm_kv_busy_at": kv_busy_at,
@@ -125,8 +125,7 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
         wait_http(admin, "/metrics", proc=p)
         out.append(Backend(b.host, b.app, listen, admin, b.app_proc, p))
     if len(out) > 1:
-        wait_until(lambda: all(a.metrics()["huntlb_fleet_peers"] == len(out) - 1 for a in out), timeout=20,
-                   what=f"every {name} agent hearing the others")
+        wait_heard(out, len(out) - 1, timeout=20, what=f"{name} agent")
     return out
 
 

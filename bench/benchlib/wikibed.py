@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 from benchlib import wikitrace
-from benchlib.fleet import FLEET_PORT, FORWARDING, HUNT_POLICIES, STRATEGIES
+from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES
 from benchlib.fronts import start_front, wait_all_up
-from harness import Addrs, HaproxyRoot, Procs, agent_default, binary, metrics, request
+from harness import Addrs, HaproxyRoot, Procs, binary, metrics, request
 from harness import wiki
+from harness.testbed import heard_at, heard_of, peers_of, tier_opts, wait_heard
 
 # How often each agent reads its Apache's busy workers (a scoreboard read costs microseconds).
 POLL_MS = 5
@@ -75,19 +76,14 @@ class Bed:
         when `forward` (each hearing the agent's default sample, as FORWARDING's FWD)."""
         if self.policy == (policy, forward):
             return
-        peers = ",".join(f"{r.host}:{FLEET_PORT}" for r in self.replicas)
+        peers = peers_of([r.host for r in self.replicas])
         for r in self.replicas:
             r.agent_proc.stop()
-            fleet = {"fleet_listen": f"{r.host}:{FLEET_PORT}", "fleet_key_file": self.procs.fleet_key(), "fleet_peers": peers} if forward else {}
+            fleet = tier_opts(r.host, peers, self.procs.fleet_key()) if forward else {}
             r.agent_proc, _, _ = self.procs.agent(r.host, r.apache.addr, policy=policy, **wiki.agent_load(r.apache, self.t["load"], POLL_MS),
                                                   **self._agent_base(), **fleet)
         if forward:
-            heard = min(agent_default("fleet_sample"), len(self.replicas) - 1)
-            deadline = time.monotonic() + 20
-            while not all(_peers(r.admin) >= heard for r in self.replicas):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"agents did not hear {heard} peers each within 20 s")
-                time.sleep(0.1)
+            wait_heard(self.replicas, heard_of(len(self.replicas)), timeout=20, read=lambda r: heard_at(r.admin))
         self.policy = (policy, forward)
 
     def front(self, proxy: str, strategy: str, i: int):
@@ -170,9 +166,3 @@ def _get(addr: str, path: str) -> int:
     except OSError:
         return 0
 
-
-def _peers(admin: str) -> float:
-    try:
-        return metrics(admin).get("huntlb_fleet_peers", 0)
-    except OSError:  # not listening yet
-        return 0
