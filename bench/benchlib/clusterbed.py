@@ -17,80 +17,18 @@ this probability, for the whole bench.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+from benchlib.fleet import Fleet
 from benchlib.fronts import Front
 from benchlib.testbed import BACKLOG, CORES, MEAN_MS, SERVERS, WORKERS, Bench
-from harness.cluster import FLEET_PORT, Cluster
+from harness.cluster import Cluster, EmulatedHosts
 from harness.netns import inside
-from harness import agent_default
-from harness.net import wait_until
+from harness.testbed import FLEET_PORT
 
 # What each proxy runs here: (hunting, tier front) per strategy.
 CLUSTER_STRATEGIES = {"envoy": {"LR/full": False, "hunt/pass": True}, "haproxy": {"leastconn": False, "hunt/pass": True}}
 HAPROXY = "haproxy-2.6"
-
-
-class ClusterFleet:
-    """benchlib.fleet.Fleet's interface, as Bench uses it, over the cluster's
-    backend hosts."""
-
-    def __init__(self, cluster: Cluster, cores: list[float], workers: int, backlog: int, mean_ms: float) -> None:
-        self.c, self.cores, self.workers, self.mean_ms = cluster, cores, workers, mean_ms
-        for i, k in enumerate(cores):
-            cluster.backend(app_opts={"workers": workers, "cores": k, "backlog": backlog, "demand": f"exp:{mean_ms}",
-                                      "seed": 1000 + i}, workers=workers, drain_grace_ms=0)
-        self.backends = cluster.backends()
-        self._wait_heard(agent_default("fleet_sample"))
-
-    @property
-    def capacity(self) -> float:
-        return sum(self.cores) / (self.mean_ms / 1000)
-
-    def set_policy(self, policy: str, forward: bool = False, sample: int | None = None, opts: dict | None = None) -> None:
-        """Every agent restarted in place with this policy (fresh state), as on
-        loopback; the tier stays on (see the module's docs)."""
-        for b in self.backends:
-            b.agent_proc.stop()
-        for i, b in enumerate(self.backends):
-            kw = {"policy": policy.format(cores=math.ceil(self.cores[i])), **(opts or {})}
-            if sample is not None:
-                kw["fleet_sample"] = sample
-            b.start_agent(**kw)
-        self._wait_heard(agent_default("fleet_sample") if sample is None else sample)
-
-    def _wait_heard(self, sample: int) -> None:
-        """Until every agent hears its sample (0: every other member)."""
-        n = len(self.backends)
-        heard = n - 1 if not sample else min(sample, n - 1)
-        wait_until(lambda: all(b.peers_heard() >= heard for b in self.backends), timeout=15 + n // 4,
-                   what=f"every agent hearing {heard} peers")
-
-    def stats(self) -> list[dict | None]:
-        out = []
-        for b in self.backends:
-            try:
-                out.append(b.stats() if b.app_proc.alive() else None)
-            except OSError:
-                out.append(None)
-        return out
-
-    def _sum(self, key: str) -> float:
-        return sum(b.metrics().get(key, 0) for b in self.backends if b.agent_proc.alive())
-
-    def refused(self) -> float:
-        return self._sum('huntlb_offers_total{decision="refuse"}')
-
-    def datagrams(self) -> float:
-        return self._sum("huntlb_fleet_reports_sent_total")
-
-    def forwarded(self) -> float:
-        return self._sum('huntlb_forwards_total{outcome="sent"}')
-
-    def agents_cpu_seconds(self) -> float:
-        from benchlib.tools import proc_cpu_seconds
-        return sum(proc_cpu_seconds(b.agent_proc.pid) for b in self.backends if b.agent_proc.alive())
 
 
 class ClusterBench(Bench):
@@ -109,7 +47,9 @@ class ClusterBench(Bench):
         self.seq = 0
         try:
             self.cluster.start()
-            self.fleet = ClusterFleet(self.cluster, [CORES] * servers, WORKERS, BACKLOG, mean_ms)
+            # the cluster's agents as harness.cluster's backend hosts run them (its policy)
+            self.fleet = Fleet(self.cluster.procs, None, [CORES] * servers, WORKERS, BACKLOG, mean_ms, policy="dynamic:seen_margin=1",
+                               place=EmulatedHosts(self.cluster)).start()
             if fleet_loss:
                 self.cluster.loss(self.fleet.backends, fleet_loss, FLEET_PORT)
         except BaseException:
