@@ -4,6 +4,8 @@ integration tests, the benchmarks and the demo alike. One module per job:
 * `procs`: starting and stopping processes (by PID, always), loopback addresses;
 * `net`: requests, raw exchanges, metrics, bounded waits;
 * `envoy`, `haproxy`: each real proxy with the committed example configs;
+* `testbed`: one way to describe a fleet (apps, agents, a tier or not) and
+  where it runs, and to start, wait for and stop it;
 * `hunters`: backends (an app behind the agent or a sidecar);
 * `fronts`: the committed hunting fronts over a list of backends.
 * `wiki`: real MediaWiki replicas (a template wiki, its copies, an Apache and
@@ -24,5 +26,6 @@ from harness.haproxy import (HAPROXY_EXAMPLES, HAPROXY_VERSIONS, TRIXIE, Haproxy
 from harness.hunters import Backend, Hunter, counts, each_refused_once_then_served_elsewhere, hold, path_count, start_backends, start_fleet, start_hunted_backends, start_hunter
 from harness.net import FINAL, OFFER, app_stats, concurrent_statuses, metrics, raw_exchange, request, wait_http, wait_tcp, wait_until
 from harness.procs import ROOT, TARGET, Addrs, Proc, Procs, agent_default, agent_defaults, binary
+from harness.testbed import FLEET_PORT, FleetSpec, Loopback, Testbed, heard_of, peers_of, tier_opts, wait_heard
 
 __all__ = [n for n in dir() if not n.startswith("_")]
