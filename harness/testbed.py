@@ -17,10 +17,10 @@ and reads their admin API; the tier's trust model is the agent's
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Callable, Protocol
 
-from harness.net import app_stats, metrics, wait_until
-from harness.procs import agent_default
+from harness.net import app_stats, metrics, wait_http, wait_until
+from harness.procs import Addrs, Proc, Procs, agent_default, binary
 
 # The agents' UDP port for the tier (`fleet_listen`), the same on every host.
 FLEET_PORT = 9700
@@ -113,13 +113,28 @@ class Backend:
         return heard_at(self.admin)
 
 
+def model_server(procs: Procs, host: str, **opts) -> tuple[Proc, str]:
+    """An emulated model server (`huntlb-llm`, model `m`) on host:8000, once
+    it answers /health; opts are its flags (max_num_seqs, time_scale, ...)."""
+    addr = f"{host}:8000"
+    argv = [binary("huntlb-llm"), "--listen", addr, "--model", "m"]
+    for k, v in opts.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    p = procs.start(f"llm-{host}", argv)
+    wait_http(addr, "/health", proc=p)
+    return p, addr
+
+
 class Loopback:
-    """Every backend on this machine, on its own 127.x.y.z (`Addrs`)."""
+    """Every backend on this machine, on its own 127.x.y.z (`Addrs`). app:
+    what each backend's app is, started as app(procs, host, **app_opts) ->
+    (process, address): the workload app (`Procs.workload`) unless given,
+    such as `model_server`."""
 
     always_tier = False
 
-    def __init__(self, procs, addrs) -> None:
-        self.procs, self.addrs = procs, addrs
+    def __init__(self, procs: Procs, addrs: Addrs, app: Callable[..., tuple[Proc, str]] = Procs.workload) -> None:
+        self.procs, self.addrs, self.app = procs, addrs, app
 
     def backend(self, app_opts: dict) -> Backend:
         b = Backend(self.addrs.host(), None, None, None, None, None)
@@ -127,7 +142,7 @@ class Loopback:
         return b
 
     def start_app(self, b, app_opts: dict) -> None:
-        b.app_proc, b.app = self.procs.workload(b.host, **app_opts)
+        b.app_proc, b.app = self.app(self.procs, b.host, **app_opts)
 
     def start_agent(self, b, agent_opts: dict) -> None:
         b.agent_proc, b.agent, b.admin = self.procs.agent(b.host, b.app, **agent_opts)
@@ -141,17 +156,19 @@ class Loopback:
 
 @dataclass
 class FleetSpec:
-    """A fleet: one workload app's options per backend (`apps`), what every
-    agent runs (`policy`, `agent`) and each its own (`each`, by index),
+    """A fleet: one app's options per backend (`apps`), what every agent runs
+    (`policy`, None: the agent's default; `agent`) and each its own (`each`:
+    a list by index, or a function of the backend, for options that name
+    its app's address),
     whether the agents form a tier (`tier`), and for a tier: `absent`, more
     members' hosts in `fleet_peers` where no agent runs (an attacker may), and
     `key_files`, each agent's own `fleet_key_file` (a key rotated one agent
     at a time; None: the place's one key)."""
 
     apps: list[dict]
-    policy: str = "dynamic"
+    policy: str | None = None
     agent: dict = field(default_factory=dict)
-    each: list[dict] | None = None
+    each: list[dict] | Callable[..., dict] | None = None
     tier: bool = True
     absent: tuple[str, ...] = ()
     key_files: list[str] | None = None
@@ -160,7 +177,7 @@ class FleetSpec:
         n = len(self.apps)
         for key in ("each", "key_files"):
             v = getattr(self, key)
-            if v is not None and len(v) != n:
+            if isinstance(v, list) and len(v) != n:
                 raise ValueError(f"FleetSpec.{key}: {len(v)} entries for {n} backends")
 
     @property
@@ -173,6 +190,8 @@ class FleetSpec:
 class Testbed:
     """A FleetSpec started on a Place: `start()`, `wait_heard()`,
     `restart_agents(...)` with other settings, `stop()`; `backends` in order."""
+
+    __test__ = False  # a name pytest would collect where a test module imports it
 
     def __init__(self, spec: FleetSpec, place: Place) -> None:
         self.spec, self.place = spec, place
@@ -188,7 +207,8 @@ class Testbed:
     def agent_opts(self, i: int) -> dict:
         """Backend i's agent options: the spec's, its own, the tier's."""
         s, b = self.spec, self.backends[i]
-        opts = {"policy": s.policy, **s.agent, **(s.each[i] if s.each else {})}
+        own = s.each(b) if callable(s.each) else s.each[i] if s.each else {}
+        opts = {**({} if s.policy is None else {"policy": s.policy}), **s.agent, **own}
         if self.tiered:
             peers = self.place.peers([*(x.host for x in self.backends), *s.absent])
             opts |= tier_opts(b.host, peers, s.key_files[i] if s.key_files else self.place.fleet_key())

@@ -18,7 +18,7 @@ import yaml
 from benchlib.fronts import start_front
 from harness import Backend, HaproxyRoot, Proc, Procs, binary, envoy_bind_source, request, start_envoy, wait_http, wait_until
 from harness.envoy import sock
-from harness.testbed import peers_of, tier_opts, wait_heard
+from harness.testbed import FleetSpec, Loopback, Testbed, model_server, peers_of, tier_opts, wait_heard
 
 EPP_GATEWAY = Path(__file__).resolve().parents[1] / "configs" / "epp-gateway.yaml"
 DEST = "x-gateway-destination-endpoint"
@@ -45,25 +45,14 @@ def model_fleet(procs: Procs, addrs, n: int, seats: int, time_scale: float, agen
     """n hosts, each an emulated model server with `seats` seats (max_num_seqs)
     at `time_scale` (and `kv_blocks` KV-cache blocks; None: the emulator's
     default), and (agents) a huntlb agent beside it, the agents a forwarding
-    tier."""
-    hosts = [addrs.host() for _ in range(n)]
-    peers = peers_of(hosts)
-    out = []
-    for host in hosts:
-        llm = f"{host}:8000"
-        kv = ["--kv-blocks", str(kv_blocks)] if kv_blocks is not None else []
-        lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--time-scale", str(time_scale),
-                                          "--max-num-seqs", str(seats), "--model", "m", *kv])
-        wait_http(llm, "/health", proc=lp)
-        if agents:
-            ap, agent, admin = procs.agent(host, llm, policy=policy, workers=seats, app_stall_ms=0,
-                                           **tier_opts(host, peers, procs.fleet_key()), id=None)
-        else:
-            ap, agent, admin = None, None, None
-        out.append(Backend(host, llm, agent, admin, lp, ap))
-    if agents and n > 1:
-        wait_heard(out, n - 1, timeout=20)
-    return out
+    tier (harness.testbed)."""
+    place = Loopback(procs, addrs, model_server)
+    app = {"time_scale": time_scale, "max_num_seqs": seats, **({} if kv_blocks is None else {"kv_blocks": kv_blocks})}
+    if not agents:
+        return [place.backend(app) for _ in range(n)]
+    # a model server's seats are its workers; a long generation answers no head for a while, which is not a stall
+    spec = FleetSpec([app] * n, policy=policy, agent={"workers": seats, "app_stall_ms": 0, "id": None})
+    return Testbed(spec, place).start().backends
 
 
 # The ports of the second set of agents (`llm_agents`): beside the same
