@@ -20,7 +20,7 @@ the path); the names below are the public surface.
 
 from harness.envoy import (EXAMPLES, WASM, bind_source as envoy_bind_source, envoy_binary, envoy_host_health, envoy_stats, front_config, sidecar_config,
                            sock, start_envoy, wait_envoy_hosts_healthy)
-from harness.fronts import FRONTS, Front, start_front
+from harness.fronts import FRONTS, Front, start_front, wait_all_up
 from harness.haproxy import (HAPROXY_EXAMPLES, HAPROXY_VERSIONS, TRIXIE, HaproxyRoot, bind_source as haproxy_bind_source, haproxy_config, haproxy_front_text, least_pick, random_offer, wait_runtime,
                              haproxy_runtime, haproxy_server_states, servers_section, start_haproxy)
 from harness.hunters import Backend, Hunter, counts, each_refused_once_then_served_elsewhere, hold, path_count, start_backends, start_fleet, start_hunted_backends, start_hunter

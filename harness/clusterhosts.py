@@ -172,6 +172,27 @@ class Front(Host):
     def request(self, method: str, path: str, **kw):
         return self.cluster.call(request, self.listen, method, path, **kw)
 
+    # what a bench reads of a front, as of harness.fronts.Front
+    @property
+    def proxy(self) -> str:
+        return self.kind.partition("-")[0]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen}/"
+
+    @property
+    def proc(self) -> Proc:
+        return self.procs[-1]  # the proxy: the only process on a front host
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def health(self) -> dict[str, bool]:
+        """The backends (agent ip:port) up, each True (as Front.health reads Envoy's)."""
+        return {a: True for a in self.up()}
+
     def logged(self, path: str) -> list[str]:
         """The proxy's access log lines for `path` (a request's own path)."""
         return [line for p in self.procs for line in p.log().splitlines() if path in line]

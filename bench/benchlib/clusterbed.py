@@ -20,9 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchlib.fleet import Fleet
-from benchlib.fronts import Front
 from benchlib.testbed import BACKLOG, CORES, MEAN_MS, SERVERS, WORKERS, Bench
 from harness.cluster import Cluster, EmulatedHosts
+from harness.clusterhosts import Front
 from harness.netns import inside
 from harness.testbed import FLEET_PORT
 
@@ -67,7 +67,7 @@ class ClusterBench(Bench):
             kind = HAPROXY if proxy == "haproxy" else "envoy"
             f = self.cluster.front(kind, name=f"{strategy.replace('/', '-')}-{instance}", expect=self.servers,
                                    hunting=CLUSTER_STRATEGIES[proxy][strategy], slots=max(8, self.servers + 4))
-            self.fronts[key] = Front(proxy, f"http://{f.listen}/", lambda f=f: {a: True for a in f.up()}, f.procs[-1])
+            self.fronts[key] = f
         return self.fronts[key]
 
     def run(self, *args, **kw):

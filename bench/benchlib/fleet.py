@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchlib.fronts import Front, start_front
+from benchlib.fronts import MEASURED
 from harness.envoy import FULL_SCAN, FULL_SCAN_NAMED
 from benchlib.stats import jain
-from harness import Addrs, Backend, HaproxyRoot, Procs, binary
+from harness import Addrs, Backend, Front, HaproxyRoot, Procs, binary, start_front
 from harness.testbed import FleetSpec, Loopback, Place, Testbed
 
 # How each named balancing strategy is set up: (proxy, hunting?, lb setting).
@@ -195,8 +195,8 @@ class Fleet:
     def front(self, proxy: str, hunting: bool, lb: str, hr: HaproxyRoot | None = None, name: str = "front", **kw) -> Front:
         """A front over the fleet (kw as fronts.start_front's). Every HAProxy
         server gets weight 100: see STRATEGIES."""
-        return start_front(self.procs, self.addrs, proxy, self.backends, hunting, lb=lb, hr=hr, name=f"{proxy}-{name}",
-                           server_opts="weight 100", **kw)
+        return start_front(proxy, self.procs, self.addrs, self.backends, hunting, lb=lb, hr=hr, name=f"{proxy}-{name}",
+                           server_opts="weight 100", **MEASURED, **kw)
 
 
 def drive(urls: list[str], rate: float, seconds: float, out: Path, seed: int = 1, max_lateness_us: int = 2000,

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import yaml
 
-from benchlib.fronts import start_front
-from harness import Backend, HaproxyRoot, Proc, Procs, binary, envoy_bind_source, request, start_envoy, wait_http, wait_until
+from benchlib.fronts import MEASURED
+from harness import Backend, HaproxyRoot, Proc, Procs, binary, envoy_bind_source, request, start_envoy, start_front, wait_http, wait_until
 from harness.envoy import sock
 from harness.testbed import FleetSpec, Loopback, Testbed, model_server, peers_of, tier_opts, wait_heard
 
@@ -252,6 +252,6 @@ def gateways(procs: Procs, addrs, fleet: list[Backend], kind: str, n: int, proxy
         raise ValueError(f"no proxy {proxy!r}")
     out = []
     for i in range(n):
-        f = start_front(procs, addrs, proxy, backends, hunting, served_by=False, name=f"{kind}-{proxy}-{i}", **kw)
+        f = start_front(proxy, procs, addrs, backends, hunting, served_by=False, name=f"{kind}-{proxy}-{i}", **MEASURED, **kw)
         out.append(Gateway(f.url.removeprefix("http://").rstrip("/"), [f.pid], None, f.proc))
     return out

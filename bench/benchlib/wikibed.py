@@ -15,8 +15,8 @@ from pathlib import Path
 
 from benchlib import wikitrace
 from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES
-from benchlib.fronts import start_front, wait_all_up
-from harness import Addrs, HaproxyRoot, Procs, binary, metrics, request
+from benchlib.fronts import MEASURED
+from harness import Addrs, HaproxyRoot, Procs, binary, metrics, request, start_front, wait_all_up
 from harness import wiki
 from harness.testbed import heard_at, heard_of, peers_of, tier_opts, wait_heard
 
@@ -90,7 +90,7 @@ class Bed:
         k = (proxy, strategy, i)
         if k not in self.fronts:
             hunting, lb = STRATEGIES[proxy][strategy]
-            self.fronts[k] = start_front(self.procs, self.addrs, proxy, self.replicas, hunting, lb=lb, hr=self.hr,
+            self.fronts[k] = start_front(proxy, self.procs, self.addrs, self.replicas, hunting, lb=lb, hr=self.hr, **MEASURED,
                                          name=f"{proxy}-{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{i}",
                                          server_opts="weight 100")
         return self.fronts[k]
