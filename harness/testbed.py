@@ -11,7 +11,11 @@ started. Tests (`harness.hunters.start_fleet`), the benches' fleet
 
 No new port or message: the testbed starts agents with the tier's options
 and reads their admin API; the tier's trust model is the agent's
-(docs/agent.md, "Forwarding").
+(docs/agent.md, "Forwarding"). Its cost: n apps and n agents started one
+after another, then `wait_heard` reads each agent's /metrics once a round
+(every 50 ms at the most): at 10 or 100 backends a round takes milliseconds,
+at 1000 about a second of sequential reads, within its timeout (15 s and a
+quarter second a backend).
 """
 
 from __future__ import annotations

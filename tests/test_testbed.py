@@ -24,12 +24,13 @@ def test_a_spec_whose_lists_do_not_fit_its_backends_is_refused_naming_the_key(ke
 
 
 def test_a_tier_started_heard_and_restarted_without_its_tier(procs, addrs):
-    bed = Testbed(FleetSpec([{"demand": "const:0"}] * 3, policy="always"), Loopback(procs, addrs)).start()
+    # drain_grace_ms 0: a restart's agents stop at once (nothing of theirs is in flight then)
+    bed = Testbed(FleetSpec([{"demand": "const:0"}] * 3, policy="always", agent={"drain_grace_ms": 0}), Loopback(procs, addrs)).start()
     a, b, c = bs = bed.backends
     assert len({x.host for x in bs}) == 3
     assert [x.metrics()["huntlb_fleet_peers"] for x in bs] == [2, 2, 2]
-    # a is full: its offer goes on to a peer through the tier, and is processed there once
-    held = hold(a, 32, work_ms=1500)
+    # a is the busiest: its offer goes on to a peer through the tier, and is processed there once
+    held = hold(a, 4, work_ms=500)
     path = f"/bed/{uuid.uuid4()}"
     status, h, _ = request(a.agent, "GET", path, headers=OFFER)
     assert status == 200 and h["hunt-served-by"] in (b.id, c.id)
@@ -42,3 +43,5 @@ def test_a_tier_started_heard_and_restarted_without_its_tier(procs, addrs):
     path = f"/bed/{uuid.uuid4()}"
     status, h, _ = request(a.agent, "GET", path, headers=OFFER)
     assert (status, h["hunt-served-by"], counts(bs, path)) == (200, a.id, [1, 0, 0])
+    bed.stop()
+    assert not any(p.alive() for x in bs for p in (x.agent_proc, x.app_proc))
