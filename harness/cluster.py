@@ -416,6 +416,7 @@ class EmulatedHosts:
     the agents always a tier, finding their peers by the service's name."""
 
     always_tier = True
+    fleet_port = FLEET_PORT
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster

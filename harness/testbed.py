@@ -79,6 +79,7 @@ class Place(Protocol):
     (the emulated cluster's find their peers by the service's name)."""
 
     always_tier: bool
+    fleet_port: int  # its agents' `fleet_listen` port
 
     def backend(self, app_opts: dict):
         """A new backend host with its app started (no agent yet)."""
@@ -136,6 +137,7 @@ class Loopback:
     such as `model_server`."""
 
     always_tier = False
+    fleet_port = FLEET_PORT
 
     def __init__(self, procs: Procs, addrs: Addrs, app: Callable[..., tuple[Proc, str]] = Procs.workload) -> None:
         self.procs, self.addrs, self.app = procs, addrs, app
@@ -153,6 +155,44 @@ class Loopback:
 
     def peers(self, hosts: list[str]) -> str:
         return peers_of(hosts)
+
+    def fleet_key(self) -> str:
+        return self.procs.fleet_key()
+
+
+class Beside:
+    """Another set of agents beside running backends' apps (one each, in
+    their order), on ports of their own and in a tier of their own, so that
+    a bench's arms over them run on the very same apps. ports: `listen`,
+    `admin` and `fleet`; name: the set's, in its agents' process (and log)
+    names. The apps are the other fleet's: this place starts none."""
+
+    always_tier = False
+
+    def __init__(self, procs: Procs, backends: list, ports: dict[str, int], name: str) -> None:
+        self.procs, self.ports, self.name, self.fleet_port = procs, ports, name, ports["fleet"]
+        self._next = iter(backends)
+
+    def backend(self, app_opts: dict) -> Backend:
+        b = next(self._next, None)
+        if b is None:
+            raise ValueError(f"Beside {self.name}: more backends asked for than it was given")
+        return Backend(b.host, b.app, None, None, b.app_proc, None)
+
+    def start_app(self, b, app_opts: dict) -> None:
+        raise ValueError(f"Beside {self.name}: its apps are another fleet's, started there")
+
+    def start_agent(self, b, agent_opts: dict) -> None:
+        b.agent, b.admin = f"{b.host}:{self.ports['listen']}", f"{b.host}:{self.ports['admin']}"
+        argv = [binary("huntlb-agent"), "--listen", b.agent, "--admin", b.admin, "--app", b.app]
+        for k, v in agent_opts.items():
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+        # a name of its own: Procs.agent's would share the other set's agent's log
+        b.agent_proc = self.procs.start(f"agent-{self.name}-{b.host}", argv)
+        wait_http(b.admin, "/metrics", proc=b.agent_proc)
+
+    def peers(self, hosts: list[str]) -> str:
+        return peers_of(hosts, self.fleet_port)
 
     def fleet_key(self) -> str:
         return self.procs.fleet_key()
@@ -215,7 +255,7 @@ class Testbed:
         opts = {**({} if s.policy is None else {"policy": s.policy}), **s.agent, **own}
         if self.tiered:
             peers = self.place.peers([*(x.host for x in self.backends), *s.absent])
-            opts |= tier_opts(b.host, peers, s.key_files[i] if s.key_files else self.place.fleet_key())
+            opts |= tier_opts(b.host, peers, s.key_files[i] if s.key_files else self.place.fleet_key(), self.place.fleet_port)
         return opts
 
     @property

@@ -18,7 +18,7 @@ import yaml
 from benchlib.fronts import MEASURED
 from harness import Backend, HaproxyRoot, Proc, Procs, binary, envoy_bind_source, request, start_envoy, start_front, wait_http, wait_until
 from harness.envoy import sock
-from harness.testbed import FleetSpec, Loopback, Testbed, model_server, peers_of, tier_opts, wait_heard
+from harness.testbed import Beside, FleetSpec, Loopback, Testbed, model_server
 
 EPP_GATEWAY = Path(__file__).resolve().parents[1] / "configs" / "epp-gateway.yaml"
 DEST = "x-gateway-destination-endpoint"
@@ -95,27 +95,15 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
     ports, name = ((PLAIN_PREFIX_AGENT_PORTS, "plainprefix") if pass_plain and prefix_bytes else (PLAIN_AGENT_PORTS, "plain") if pass_plain
                    else (PREFIX_AGENT_PORTS, "prefix") if prefix_bytes else (KV_AGENT_PORTS, "kv") if kv_busy_at is not None
                    else (LLM_AGENT_PORTS, "llm"))
-    peers = peers_of([b.host for b in fleet], ports["fleet"])
-    out = []
-    for b in fleet:
-        listen, admin = f"{b.host}:{ports['listen']}", f"{b.host}:{ports['admin']}"
-        opts = {"load": "llm", "workers": seats, "policy": policy, "app_stall_ms": 0,
-                **tier_opts(b.host, peers, procs.fleet_key(), ports["fleet"]),
-                "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
-                "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound,
-                "llm_metrics_url": f"http://{b.app}/metrics" if kv_busy_at is not None else None, "llm_kv_busy_at": kv_busy_at,
-                "llm_metrics_poll_ms": kv_poll_ms, "fleet_pass_plain": "true" if pass_plain else None}
-        argv = [binary("huntlb-agent"), "--listen", listen, "--admin", admin, "--app", b.app]
-        for k, v in opts.items():
-            if v is not None:
-                argv += [f"--{k.replace('_', '-')}", str(v)]
-        # a name of its own: procs.agent's would share model_fleet's agent's log
-        p = procs.start(f"agent-{name}-{b.host}", argv)
-        wait_http(admin, "/metrics", proc=p)
-        out.append(Backend(b.host, b.app, listen, admin, b.app_proc, p))
-    if len(out) > 1:
-        wait_heard(out, len(out) - 1, timeout=20, what=f"{name} agent")
-    return out
+    opts = {"load": "llm", "workers": seats, "app_stall_ms": 0,
+            "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
+            "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound, "llm_kv_busy_at": kv_busy_at,
+            "llm_metrics_poll_ms": kv_poll_ms, "fleet_pass_plain": "true" if pass_plain else None}
+
+    def kv(b: Backend) -> dict:
+        return {"llm_metrics_url": f"http://{b.app}/metrics"} if kv_busy_at is not None else {}
+    spec = FleetSpec([{}] * len(fleet), policy=policy, agent={k: v for k, v in opts.items() if v is not None}, each=kv)
+    return Testbed(spec, Beside(procs, fleet, ports, name)).start().backends
 
 
 def start_picker(procs: Procs, host: str, servers: list[str], interval_ms: int = 50, seed: int = 1,
