@@ -442,6 +442,9 @@ class EmulatedHosts:
     def fleet_key(self) -> str:
         return self.cluster.procs.fleet_key()
 
+    def heard(self, b: Backend) -> int:
+        return b.peers_heard()  # from the client host
+
 
 @contextlib.contextmanager
 def cluster(log_dir: Path, backends: int = 3, fronts: tuple[str, ...] = ("envoy",), app_opts: dict | None = None, **agent_opts):

@@ -96,6 +96,9 @@ class Place(Protocol):
     def fleet_key(self) -> str:
         """The tier's shared key file."""
 
+    def heard(self, b) -> int:
+        """How many peers b's agent hears (harness.testbed.heard_at, read from where the place allows)."""
+
 
 class Backend:
     """One backend on loopback: its app and its agent on one 127.x.y.z."""
@@ -159,6 +162,9 @@ class Loopback:
     def fleet_key(self) -> str:
         return self.procs.fleet_key()
 
+    def heard(self, b) -> int:
+        return heard_at(b.admin)
+
 
 class Beside:
     """Another set of agents beside running backends' apps (one each, in
@@ -197,6 +203,9 @@ class Beside:
     def fleet_key(self) -> str:
         return self.procs.fleet_key()
 
+    def heard(self, b) -> int:
+        return heard_at(b.admin)
+
 
 @dataclass
 class FleetSpec:
@@ -233,13 +242,18 @@ class FleetSpec:
 
 class Testbed:
     """A FleetSpec started on a Place: `start()`, `wait_heard()`,
-    `restart_agents(...)` with other settings, `stop()`; `backends` in order."""
+    `restart_agents(...)` with other settings, `stop()`; `backends` in order.
+    backends: ones already running (started by another harness, such as
+    harness.wiki's replicas), whose agents this testbed restarts; then no
+    start()."""
 
     __test__ = False  # a name pytest would collect where a test module imports it
 
-    def __init__(self, spec: FleetSpec, place: Place) -> None:
+    def __init__(self, spec: FleetSpec, place: Place, backends: list | None = None) -> None:
+        if backends is not None and len(backends) != len(spec.apps):
+            raise ValueError(f"Testbed backends: {len(backends)} running for {len(spec.apps)} in the spec")
         self.spec, self.place = spec, place
-        self.backends: list = []
+        self.backends: list = list(backends or [])
 
     def start(self) -> "Testbed":
         """Every app, then every agent (each agent's peers are known before the
@@ -285,7 +299,8 @@ class Testbed:
     def wait_heard(self, heard: int | None = None, timeout: float | None = None) -> None:
         """Until every agent hears `heard` peers (None: its sample, all
         others in a fleet no larger than the sample)."""
-        wait_heard(self.backends, heard_of(len(self.backends), self.spec.sample) if heard is None else heard, timeout)
+        wait_heard(self.backends, heard_of(len(self.backends), self.spec.sample) if heard is None else heard, timeout,
+                   read=self.place.heard)
 
     def stop(self) -> None:
         """Every process this fleet's agents and apps run, by PID."""

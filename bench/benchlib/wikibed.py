@@ -18,7 +18,7 @@ from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES
 from benchlib.fronts import MEASURED
 from harness import Addrs, HaproxyRoot, Procs, binary, metrics, request, start_front, wait_all_up
 from harness import wiki
-from harness.testbed import heard_at, heard_of, peers_of, tier_opts, wait_heard
+from harness.testbed import FLEET_PORT, FleetSpec, Testbed, heard_at, peers_of
 
 # How often each agent reads its Apache's busy workers (a scoreboard read costs microseconds).
 POLL_MS = 5
@@ -43,6 +43,10 @@ class Bed:
                                                 apache_poll_ms=POLL_MS)
                              for _ in range(t["replicas"])]
             print(f"{len(self.replicas)} replicas up in {time.monotonic() - t0:.0f} s", flush=True)
+            # their agents, restarted per strategy by the one testbed (each reading its own Apache)
+            spec = FleetSpec([{}] * len(self.replicas), policy="always", agent=self._agent_base(), tier=False,
+                             each=lambda r: wiki.agent_load(r.apache, t["load"], POLL_MS))
+            self.agents = Testbed(spec, ReplicaAgents(self.procs), backends=self.replicas)
         except BaseException:
             self.close()
             raise
@@ -76,14 +80,7 @@ class Bed:
         when `forward` (each hearing the agent's default sample, as FORWARDING's FWD)."""
         if self.policy == (policy, forward):
             return
-        peers = peers_of([r.host for r in self.replicas])
-        for r in self.replicas:
-            r.agent_proc.stop()
-            fleet = tier_opts(r.host, peers, self.procs.fleet_key()) if forward else {}
-            r.agent_proc, _, _ = self.procs.agent(r.host, r.apache.addr, policy=policy, **wiki.agent_load(r.apache, self.t["load"], POLL_MS),
-                                                  **self._agent_base(), **fleet)
-        if forward:
-            wait_heard(self.replicas, heard_of(len(self.replicas)), timeout=20, read=lambda r: heard_at(r.admin))
+        self.agents.restart_agents(policy=policy, tier=forward)
         self.policy = (policy, forward)
 
     def front(self, proxy: str, strategy: str, i: int):
@@ -139,6 +136,35 @@ class Bed:
         rep["forwarded"] = self.agents('huntlb_forwards_total{outcome="sent"}') - forwarded0
         rep["replica_cores"] = [round(c, 3) for c in cpu]
         return rep
+
+
+class ReplicaAgents:
+    """harness.testbed's Place over running MediaWiki replicas (harness.wiki
+    starts them, an agent each): each agent restarted in front of its Apache."""
+
+    always_tier = False
+    fleet_port = FLEET_PORT
+
+    def __init__(self, procs: Procs) -> None:
+        self.procs = procs
+
+    def backend(self, app_opts: dict):
+        raise ValueError("the replicas are harness.wiki's to start")
+
+    def start_app(self, r, app_opts: dict) -> None:
+        raise ValueError("the replicas are harness.wiki's to start")
+
+    def start_agent(self, r, agent_opts: dict) -> None:
+        r.agent_proc, _, _ = self.procs.agent(r.host, r.apache.addr, **agent_opts)
+
+    def peers(self, hosts: list[str]) -> str:
+        return peers_of(hosts)
+
+    def fleet_key(self) -> str:
+        return self.procs.fleet_key()
+
+    def heard(self, r) -> int:
+        return heard_at(r.admin)
 
 
 def apache_cpu_s(master: int) -> float:
