@@ -64,7 +64,7 @@ from harness.haproxy import HaproxyRoot, haproxy_front_text, start_haproxy, wait
 from harness.net import wait_http, wait_until
 from harness.netns import NETNS_ETC, PREFIX, STATE, inside, reap_stale, remove_run, run_ip, starttime
 from harness.procs import Procs, binary
-from harness.testbed import FLEET_PORT, wait_heard
+from harness.testbed import FLEET_PORT, FleetSpec, Testbed, wait_heard
 
 
 class Cluster:
@@ -172,9 +172,7 @@ class Cluster:
     def backend(self, name: str | None = None, publish: bool = True, app_opts: dict | None = None, **agent_opts) -> Backend:
         """A new backend host: app, then agent; published in DNS (a ready
         pod's record) unless publish=False."""
-        name = name or f"b{sum(isinstance(h, Backend) for h in self.hosts.values()) + 1}"
-        b = self._host(Backend, name)
-        b.start_app(**(app_opts or {}))
+        b = EmulatedHosts(self).backend(app_opts or {}, name)
         b.start_agent(**agent_opts)
         if publish:
             self.publish(b)
@@ -421,9 +419,9 @@ class EmulatedHosts:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
 
-    def backend(self, app_opts: dict) -> Backend:
+    def backend(self, app_opts: dict, name: str | None = None) -> Backend:
         c = self.cluster
-        b = c._host(Backend, f"b{len(c.backends()) + 1}")
+        b = c._host(Backend, name or f"b{len(c.backends()) + 1}")
         b.start_app(**app_opts)
         return b
 
@@ -451,9 +449,7 @@ def cluster(log_dir: Path, backends: int = 3, fronts: tuple[str, ...] = ("envoy"
     """A cluster with `backends` published backend hosts whose agents all hear
     each other, and `fronts` over them; everything removed on the way out."""
     with Cluster(log_dir) as c:
-        for _ in range(backends):
-            c.backend(app_opts=app_opts, **agent_opts)
-        c.wait_fleet()
+        Testbed(FleetSpec([dict(app_opts or {})] * backends, agent=dict(agent_opts)), EmulatedHosts(c)).start()
         for kind in fronts:
             c.front(kind)
         yield c
