@@ -157,7 +157,7 @@ class Loopback:
         b.agent_proc, b.agent, b.admin = self.procs.agent(b.host, b.app, **agent_opts)
 
     def peers(self, hosts: list[str]) -> str:
-        return peers_of(hosts)
+        return peers_of(hosts, self.fleet_port)
 
     def fleet_key(self) -> str:
         return self.procs.fleet_key()
@@ -166,17 +166,16 @@ class Loopback:
         return heard_at(b.admin)
 
 
-class Beside:
+class Beside(Loopback):
     """Another set of agents beside running backends' apps (one each, in
     their order), on ports of their own and in a tier of their own, so that
     a bench's arms over them run on the very same apps. ports: `listen`,
     `admin` and `fleet`; name: the set's, in its agents' process (and log)
     names. The apps are the other fleet's: this place starts none."""
 
-    always_tier = False
-
     def __init__(self, procs: Procs, backends: list, ports: dict[str, int], name: str) -> None:
-        self.procs, self.ports, self.name, self.fleet_port = procs, ports, name, ports["fleet"]
+        super().__init__(procs, None)
+        self.ports, self.name, self.fleet_port = ports, name, ports["fleet"]
         self._next = iter(backends)
 
     def backend(self, app_opts: dict) -> Backend:
@@ -196,15 +195,6 @@ class Beside:
         # a name of its own: Procs.agent's would share the other set's agent's log
         b.agent_proc = self.procs.start(f"agent-{self.name}-{b.host}", argv)
         wait_http(b.admin, "/metrics", proc=b.agent_proc)
-
-    def peers(self, hosts: list[str]) -> str:
-        return peers_of(hosts, self.fleet_port)
-
-    def fleet_key(self) -> str:
-        return self.procs.fleet_key()
-
-    def heard(self, b) -> int:
-        return heard_at(b.admin)
 
 
 @dataclass

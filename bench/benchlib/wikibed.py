@@ -18,7 +18,7 @@ from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES
 from benchlib.fronts import MEASURED
 from harness import Addrs, HaproxyRoot, Procs, binary, metrics, request, start_front, wait_all_up
 from harness import wiki
-from harness.testbed import FLEET_PORT, FleetSpec, Testbed, heard_at, peers_of
+from harness.testbed import FleetSpec, Loopback, Testbed
 
 # How often each agent reads its Apache's busy workers (a scoreboard read costs microseconds).
 POLL_MS = 5
@@ -138,15 +138,12 @@ class Bed:
         return rep
 
 
-class ReplicaAgents:
+class ReplicaAgents(Loopback):
     """harness.testbed's Place over running MediaWiki replicas (harness.wiki
     starts them, an agent each): each agent restarted in front of its Apache."""
 
-    always_tier = False
-    fleet_port = FLEET_PORT
-
     def __init__(self, procs: Procs) -> None:
-        self.procs = procs
+        super().__init__(procs, None)
 
     def backend(self, app_opts: dict):
         raise ValueError("the replicas are harness.wiki's to start")
@@ -156,15 +153,6 @@ class ReplicaAgents:
 
     def start_agent(self, r, agent_opts: dict) -> None:
         r.agent_proc, _, _ = self.procs.agent(r.host, r.apache.addr, **agent_opts)
-
-    def peers(self, hosts: list[str]) -> str:
-        return peers_of(hosts)
-
-    def fleet_key(self) -> str:
-        return self.procs.fleet_key()
-
-    def heard(self, r) -> int:
-        return heard_at(r.admin)
 
 
 def apache_cpu_s(master: int) -> float:
