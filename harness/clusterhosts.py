@@ -90,7 +90,7 @@ class Host:
 class Backend(Host):
     """A backend host: the workload app and the agent on the host's address,
     the agent in the forwarding tier with `fleet_peers = backends:9700`. The
-    attribute names are harness.hunters.Backend's."""
+    attribute names are harness.testbed.Backend's."""
 
     def __init__(self, cluster: Owner, name: str, ip: str) -> None:
         super().__init__(cluster, name, ip)

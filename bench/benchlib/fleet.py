@@ -193,7 +193,7 @@ class Fleet:
         return self._sum('huntlb_forwards_total{outcome="sent"}')
 
     def front(self, proxy: str, hunting: bool, lb: str, hr: HaproxyRoot | None = None, name: str = "front", **kw) -> Front:
-        """A front over the fleet (kw as fronts.start_front's). Every HAProxy
+        """A front over the fleet (kw as harness.start_front's). Every HAProxy
         server gets weight 100: see STRATEGIES."""
         return start_front(proxy, self.procs, self.addrs, self.backends, hunting, lb=lb, hr=hr, name=f"{proxy}-{name}",
                            server_opts="weight 100", **MEASURED, **kw)
