@@ -27,12 +27,11 @@ from pathlib import Path
 
 from benchlib import plots
 from benchlib.fleet import STRATEGIES, Fleet, Sampler, drive, summary
-from benchlib.fronts import wait_all_up
 from benchlib.render import render, shown_in
 from benchlib.reports import RESULTS, data_path, flag, machine, read_data, write_result
 from benchlib.runs import load, select
 from benchlib.stats import jain, paired_ratio
-from harness import Addrs, HaproxyRoot, Procs
+from harness import Addrs, HaproxyRoot, Procs, wait_all_up
 
 PROXIES = ("envoy", "haproxy")
 LEAST = {"envoy": "LEAST_REQUEST", "haproxy": "leastconn"}

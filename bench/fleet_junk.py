@@ -31,6 +31,7 @@ import time
 
 from benchlib.stats import ci95
 from harness import start_fleet
+from harness.testbed import FLEET_PORT
 from harness.procs import ROOT, Addrs, Procs, binary
 
 OUT = ROOT / "bench" / "out" / "fleet-junk"
@@ -44,8 +45,8 @@ def junk_sender(stop: threading.Event, target: tuple[str, int], stranger: str, m
         a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         a.bind((stranger, 0))
-        b.bind((member, 9700))
-        forged = f"hunt-fleet/2 {member}:9700 {{}} 0 1 1 {'ab' * 16}"
+        b.bind((member, FLEET_PORT))
+        forged = f"hunt-fleet/2 {member}:{FLEET_PORT} {{}} 0 1 1 {'ab' * 16}"
         batch = max(per_second // 200, 1)
         t0 = time.monotonic()
         while not stop.is_set():
@@ -87,7 +88,7 @@ def main() -> int:
             for junk in ([False, True] if rep % 2 == 0 else [True, False]):
                 before = first.metrics()
                 stop = threading.Event()
-                sender = junk_sender(stop, (first.host, 9700), stranger, absent, a.junk) if junk else None
+                sender = junk_sender(stop, (first.host, FLEET_PORT), stranger, absent, a.junk) if junk else None
                 out = OUT / f"run-{rep}-{int(junk)}.json"
                 subprocess.run([binary("huntlb-loadgen"), "--target", f"http://{first.agent}/offer", "--rate", str(a.rate),
                                 "--duration", str(a.seconds), "--seed", str(100 + rep), "--work", "exp:5",

@@ -35,11 +35,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib.fronts import Bed, pin, slow_checks, start_front, static_backends, wait_all_up
+from benchlib.fronts import MEASURED, Bed, pin, slow_checks, static_backends
 from benchlib.render import TEMPLATES, render
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import REQUESTS, instructions_per_request, paired_wrk, wrk_errors
-from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime
+from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime, start_front, wait_all_up
 
 
 def templated(n: int):
@@ -210,9 +210,9 @@ def main() -> int:
                     slots = a.proxy == "haproxy" and a.fill == "runtime" and f in ("tier", "plainpass")
                     proc_name = f"{f}-{n}-{int(hunting)}"
                     then = templated(n) if slots else from_eds(work, proc_name, backends[:n]) if a.proxy == "envoy" and a.fill != "static" else None
-                    fr = start_front(procs, addrs, a.proxy, [] if slots else backends[:n], hunting and f != "plainpass", hr=hr,
+                    fr = start_front(a.proxy, procs, addrs, [] if slots else backends[:n], hunting and f != "plainpass", hr=hr,
                                      name=proc_name, served_by=False, threads=1, example=FRONTS[a.proxy][f],
-                                     edit=slow_checks(a.proxy, then), source=hunting and f == "plainpass")
+                                     edit=slow_checks(a.proxy, then), source=hunting and f == "plainpass", **MEASURED)
                     if slots:
                         fill(fr, backends[:n])
                     pin(fr.pid, 0)

@@ -25,10 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib.fronts import changes, pin, slow_checks, start_front, static_backends
+from benchlib.fronts import MEASURED, changes, pin, slow_checks, static_backends
 from benchlib.stats import median, median_ci95, paired_ratio
 from benchlib.tools import REQUESTS, paired_wrk, wrk_errors
-from harness import Addrs, HaproxyRoot, Procs, random_offer
+from harness import Addrs, HaproxyRoot, Procs, random_offer, start_front
 
 
 def drop(*words: str):
@@ -142,9 +142,9 @@ def main() -> int:
                 if name == "random offer":
                     edit = lambda t: random_offer(hr, t)  # noqa: E731
                 hunting = hunting and not name.startswith("plain +")
-                fr = start_front(procs, addrs, "haproxy", backends[:n], hunting, hr=hr, served_by=False, threads=1,
+                fr = start_front("haproxy", procs, addrs, backends[:n], hunting, hr=hr, served_by=False, threads=1,
                                  name=f"{re.sub(r'[^a-z0-9]+', '-', name).strip('-')}-{n}", example="front.cfg",
-                                 edit=slow_checks("haproxy", edit))
+                                 edit=slow_checks("haproxy", edit), **MEASURED)
                 pin(fr.pid, 0)
                 fronts[name] = fr
             runs = paired_wrk(fronts, kinds, a.reps, a.seconds,

@@ -35,11 +35,10 @@ import time
 from pathlib import Path
 
 from benchlib.fleet import Fleet, drive, summary
-from benchlib.fronts import Front, wait_all_up
 from benchlib import data as rundata
 from benchlib.render import render
 from benchlib.reports import ROOT, RESULTS, data_path, flag, machine
-from harness import Addrs, HaproxyRoot, Procs, envoy_stats, haproxy_runtime
+from harness import Addrs, Front, HaproxyRoot, Procs, envoy_stats, haproxy_runtime, wait_all_up
 
 PROXIES = ("envoy", "haproxy")
 N, CORES, MEAN_MS = 12, 2.0, 20.0

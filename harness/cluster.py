@@ -58,13 +58,13 @@ from pathlib import Path
 
 import yaml
 
-from harness.clusterhosts import (AGENT_PORT, DOMAIN, FLEET_PORT, FRONT_ADMIN_PORT, FRONT_PORT, SERVICE, Backend, Fault, Front,
-                                 Host)
+from harness.clusterhosts import AGENT_PORT, DOMAIN, FRONT_ADMIN_PORT, FRONT_PORT, SERVICE, Backend, Fault, Front, Host
 from harness.envoy import EXAMPLES, front_config, start_envoy
 from harness.haproxy import HaproxyRoot, haproxy_front_text, start_haproxy, wait_runtime
 from harness.net import wait_http, wait_until
 from harness.netns import NETNS_ETC, PREFIX, STATE, inside, reap_stale, remove_run, run_ip, starttime
 from harness.procs import Procs, binary
+from harness.testbed import FLEET_PORT, FleetSpec, Testbed, wait_heard
 
 
 class Cluster:
@@ -172,9 +172,7 @@ class Cluster:
     def backend(self, name: str | None = None, publish: bool = True, app_opts: dict | None = None, **agent_opts) -> Backend:
         """A new backend host: app, then agent; published in DNS (a ready
         pod's record) unless publish=False."""
-        name = name or f"b{sum(isinstance(h, Backend) for h in self.hosts.values()) + 1}"
-        b = self._host(Backend, name)
-        b.start_app(**(app_opts or {}))
+        b = EmulatedHosts(self).backend(app_opts or {}, name)
         b.start_agent(**agent_opts)
         if publish:
             self.publish(b)
@@ -267,10 +265,9 @@ class Cluster:
     def wait_fleet(self, timeout: float = 15) -> None:
         """Until every running agent hears every other published one (fleets of
         up to fleet_sample + 1 members: each hears all)."""
-        n = len(self.published())
-        wait_until(lambda: all(b.peers_heard() == n - 1 for b in self.backends()
-                               if b.agent_proc and b.agent_proc.alive() and b.name in self.published()),
-                   timeout=timeout, what=f"every agent hearing its {n - 1} peers")
+        published = self.published()
+        wait_heard([b for b in self.backends() if b.agent_proc and b.agent_proc.alive() and b.name in published],
+                   len(published) - 1, timeout=timeout)
 
     # --- from the client host -----------------------------------------------
 
@@ -411,14 +408,48 @@ class Cluster:
         self.stop()
 
 
+class EmulatedHosts:
+    """harness.testbed's Place on the emulated cluster: each backend a host
+    of its own, published in DNS once its agent runs (a ready pod's record);
+    the agents always a tier, finding their peers by the service's name."""
+
+    always_tier = True
+    fleet_port = FLEET_PORT
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def backend(self, app_opts: dict, name: str | None = None) -> Backend:
+        c = self.cluster
+        b = c._host(Backend, name or f"b{len(c.backends()) + 1}")
+        b.start_app(**app_opts)
+        return b
+
+    def start_app(self, b: Backend, app_opts: dict) -> None:
+        b.start_app(**app_opts)
+
+    def start_agent(self, b: Backend, agent_opts: dict) -> None:
+        b.agent_opts = {}  # the spec's options whole, none left from an earlier start
+        b.start_agent(**agent_opts)
+        if b.name not in self.cluster.published():
+            self.cluster.publish(b)
+
+    def peers(self, hosts: list[str]) -> str:
+        return f"{SERVICE}:{FLEET_PORT}"
+
+    def fleet_key(self) -> str:
+        return self.cluster.procs.fleet_key()
+
+    def heard(self, b: Backend) -> int:
+        return b.peers_heard()  # from the client host
+
+
 @contextlib.contextmanager
 def cluster(log_dir: Path, backends: int = 3, fronts: tuple[str, ...] = ("envoy",), app_opts: dict | None = None, **agent_opts):
     """A cluster with `backends` published backend hosts whose agents all hear
     each other, and `fronts` over them; everything removed on the way out."""
     with Cluster(log_dir) as c:
-        for _ in range(backends):
-            c.backend(app_opts=app_opts, **agent_opts)
-        c.wait_fleet()
+        Testbed(FleetSpec([dict(app_opts or {})] * backends, agent=dict(agent_opts)), EmulatedHosts(c)).start()
         for kind in fronts:
             c.front(kind)
         yield c

@@ -19,11 +19,11 @@ from harness.haproxy import haproxy_runtime
 from harness.net import app_stats, metrics, request, wait_http
 from harness.netns import PREFIX, kill_and_wait, netns_pids
 from harness.procs import Proc, Procs, binary
+from harness.testbed import FLEET_PORT, heard_at, tier_opts
 
 
 DOMAIN = "svc.cluster.local"
 SERVICE = "backends"  # the headless service: one A record per published backend host
-FLEET_PORT = 9700
 APP_PORT, AGENT_PORT, ADMIN_PORT = 9000, 8080, 9901
 FRONT_PORT, FRONT_ADMIN_PORT = 10000, 9902
 
@@ -90,7 +90,7 @@ class Host:
 class Backend(Host):
     """A backend host: the workload app and the agent on the host's address,
     the agent in the forwarding tier with `fleet_peers = backends:9700`. The
-    attribute names are harness.hunters.Backend's."""
+    attribute names are harness.testbed.Backend's."""
 
     def __init__(self, cluster: Owner, name: str, ip: str) -> None:
         super().__init__(cluster, name, ip)
@@ -100,6 +100,11 @@ class Backend(Host):
         self.app_proc: Proc | None = None
         self.agent_proc: Proc | None = None
         self.agent_opts: dict = {}
+
+    @property
+    def host(self) -> str:
+        """The backend's address, under the loopback Backend's name."""
+        return self.ip
 
     def start_app(self, **opts) -> Proc:
         argv = [binary("huntlb-workload"), "--listen", self.app, "--id", f"app-{self.name}", "--arrivals", str(self.arrivals)]
@@ -112,10 +117,9 @@ class Backend(Host):
     def start_agent(self, **opts) -> Proc:
         """The agent (again, after a restart, with the same options)."""
         self.agent_opts = {**self.agent_opts, **opts}
-        argv = [binary("huntlb-agent"), "--listen", self.agent, "--admin", self.admin, "--app", self.app, "--id", self.id,
-                "--fleet-listen", f"{self.ip}:{FLEET_PORT}", "--fleet-peers", f"{SERVICE}:{FLEET_PORT}",
-                "--fleet-key-file", self.cluster.procs.fleet_key()]
-        for k, v in {"policy": "dynamic:seen_margin=1", **self.agent_opts}.items():
+        argv = [binary("huntlb-agent"), "--listen", self.agent, "--admin", self.admin, "--app", self.app, "--id", self.id]
+        tier = tier_opts(self.ip, f"{SERVICE}:{FLEET_PORT}", self.cluster.procs.fleet_key())
+        for k, v in {**tier, "policy": "dynamic:seen_margin=1", **self.agent_opts}.items():
             argv += [f"--{k.replace('_', '-')}", str(v)]
         self.agent_proc = self.start(f"agent-{self.name}", argv, env={**os.environ, "RUST_LOG": "info"})
         self.cluster.call(wait_http, self.admin, "/metrics", proc=self.agent_proc)
@@ -141,12 +145,8 @@ class Backend(Host):
         return out
 
     def peers_heard(self) -> int:
-        """The agent's view of the fleet: members it heard within
-        fleet_dead_after_ms, whether taking forwards (`huntlb_fleet_peers`)
-        or benched for one they did not take (`huntlb_fleet_peers_benched`:
-        a withdrawn forward under delay is the tier working, not a view lost)."""
-        m = self.metrics()
-        return int(m["huntlb_fleet_peers"] + m["huntlb_fleet_peers_benched"])
+        """The agent's view of the fleet (harness.testbed.heard_at)."""
+        return self.cluster.call(heard_at, self.admin)
 
 
 class Front(Host):
@@ -171,6 +171,27 @@ class Front(Host):
 
     def request(self, method: str, path: str, **kw):
         return self.cluster.call(request, self.listen, method, path, **kw)
+
+    # what a bench reads of a front, as of harness.fronts.Front
+    @property
+    def proxy(self) -> str:
+        return self.kind.partition("-")[0]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen}/"
+
+    @property
+    def proc(self) -> Proc:
+        return self.procs[-1]  # the proxy: the only process on a front host
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def health(self) -> dict[str, bool]:
+        """The backends (agent ip:port) up, each True (as Front.health reads Envoy's)."""
+        return {a: True for a in self.up()}
 
     def logged(self, path: str) -> list[str]:
         """The proxy's access log lines for `path` (a request's own path)."""

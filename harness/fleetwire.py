@@ -15,6 +15,8 @@ import socket
 import struct
 import time
 
+from harness.testbed import FLEET_PORT
+
 MAGIC = "hunt-fleet/3"
 
 
@@ -48,7 +50,7 @@ class Member:
     is not running: it holds the fleet key (an insider), speaks the handshake,
     and reports the count it is told to."""
 
-    def __init__(self, key_file, addr, port=9700):
+    def __init__(self, key_file, addr, port=FLEET_PORT):
         self.key_file = key_file
         self.me = f"{addr}:{port}"
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -1,23 +1,41 @@
 """The committed hunting fronts, started over a list of backends and returned
-once every backend passed its health checks."""
+once every backend passed its health checks: one way for the tests, the
+benchmarks (benchlib) and the demo. (The emulated cluster's fronts find their
+backends by DNS instead: harness.cluster.)"""
 
 from __future__ import annotations
+
+import time
+from typing import Callable
 
 from harness.envoy import bind_source as envoy_bind_source, envoy_host_health, envoy_stats, front_config, start_envoy, wait_envoy_hosts_healthy
 from harness.haproxy import HaproxyRoot, bind_source as haproxy_bind_source, haproxy_front_text, haproxy_server_states, start_haproxy, wait_runtime
 from harness.net import request, wait_until
-from harness.procs import Addrs, Procs
+from harness.procs import Addrs, Proc, Procs
 
 FRONTS = ["envoy", "haproxy-2.6", "haproxy-3.0"]
 
 
 class Front:
-    """A running front: where it listens, and what it thinks of its backends,
-    read from the proxy itself (Envoy's admin API, HAProxy's runtime API)."""
+    """A running front: where it listens (`listen`, `url`), its process, and
+    what it thinks of its backends, read from the proxy itself (Envoy's admin
+    API, HAProxy's runtime API: `stats`, also `admin`)."""
 
-    def __init__(self, kind, listen, backends, envoy_admin=None, stats=None, hr=None):
+    def __init__(self, kind, listen, backends, envoy_admin=None, stats=None, hr=None, proc: Proc | None = None):
         self.kind, self.listen, self.envoy_admin, self.stats, self.hr = kind, listen, envoy_admin, stats, hr
+        self.proxy = kind.partition("-")[0]  # envoy | haproxy
+        self.url, self.proc, self.admin = f"http://{listen}/", proc, stats
         self.backends = [b.agent for b in backends]  # HAProxy's server webN is backends[N-1]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def health(self) -> dict[str, bool]:
+        """Backend address (Envoy) or server name (HAProxy) -> up?"""
+        if self.envoy_admin:
+            return {k: v == "healthy" for k, v in envoy_host_health(self.envoy_admin).items()}
+        return {k: v.startswith("UP") for k, v in haproxy_server_states(self.stats).items()}
 
     def up(self) -> set[str]:
         """The backends (agent addresses) the proxy's health checks pass."""
@@ -45,37 +63,95 @@ TIER_EXAMPLES = {"envoy": "front-tier.yaml", "haproxy": "front-tier.cfg"}
 
 
 def start_front(kind: str, procs: Procs, addrs: Addrs, backends: list, hunting: bool = True, warm: bool = True,
-                example: str | None = None, pass_plain: bool = False, source: bool = False) -> Front:
-    """The committed hunting front of `kind` (one of FRONTS) over `backends`,
-    returned once every backend passed its health checks and it serves.
+                example: str | None = None, pass_plain: bool = False, source: bool = False, *, lb: str | None = None,
+                hr: HaproxyRoot | None = None, name: str | None = None, served_by: bool = True, concurrency: int = 2,
+                threads: int | None = None, server_opts: str = "", runtime: str = "unix",
+                edit: Callable | None = None, every_ms: int | None = None, argv_prefix: list[str] | None = None,
+                timeout: float = 15) -> Front:
+    """The committed hunting front of `kind` (one of FRONTS, or "haproxy"
+    with `hr`) over `backends` (anything with an .agent address), returned
+    once every backend passed its health checks (and, warm, it serves).
     hunting=False: the same shipped config as the plain proxy (the baseline).
     warm=False: no plain GET to see it serve (apps that answer none, gRPC).
     example: another shipped front (front-tier.yaml for Envoy, front-tier.cfg for HAProxy).
     source: its connections to the backends leave from its own address (each
     front on loopback its own IP, as agents with `fleet_pass_plain` need).
     pass_plain: the plain front over agents with `fleet_pass_plain`: the tier
-    front with every hunting line removed, its source bound."""
+    front with every hunting line removed, its source bound.
+    lb: the balancer (Envoy lb_policy, HAProxy balance, or "random-offer":
+    the paper's random first candidate; None keeps the config's).
+    served_by: let `hunt-served-by` through (the loadgen counts per-backend
+    requests by it). edit: rewrites the config (HAProxy: its text; Envoy: its
+    dict). concurrency: Envoy's workers. HAProxy only: hr (the root to run
+    from; else one of its own, from kind's version), threads (nbthread),
+    server_opts (each server line), runtime ("unix": the runtime API on a
+    socket in the instance's folder; "tcp": on the front's host, port 9999),
+    every_ms (the module's background task period), argv_prefix (e.g.
+    valgrind). timeout: for the health checks to pass."""
     if pass_plain:
         example, hunting, source = TIER_EXAMPLES[kind.split("-")[0]], False, True
     host = addrs.host()
     listen = f"{host}:10000"
     if kind == "envoy":
         admin = f"{host}:9902"
-        cfg = front_config(listen, admin, [b.agent for b in backends], hunting=hunting, example=example or "front.yaml")
-        start_envoy(procs, f"envoy-{host}", envoy_bind_source(cfg, host) if source else cfg)
-        wait_envoy_hosts_healthy(admin, len(backends))
+        cfg = front_config(listen, admin, [b.agent for b in backends], lb_policy=lb, hunting=hunting, keep_served_by=served_by,
+                           example=example or "front.yaml")
+        if source:
+            envoy_bind_source(cfg, host)
+        p = start_envoy(procs, name or f"envoy-{host}", edit(cfg) if edit else cfg, concurrency=concurrency)
+        if backends:
+            wait_envoy_hosts_healthy(admin, len(backends), timeout=timeout)
         # The admin API reports health from the main thread; a worker learns of it
         # a moment later, and until then a final can only return to the host
         # that refused it. One served request per worker thread is a fair sign.
         if warm:
             wait_until(lambda: all(request(listen, "GET", "/warmup")[0] == 200 for _ in range(2)), what="front serving")
-        return Front(kind, listen, backends, envoy_admin=admin)
-    hr = HaproxyRoot(kind.split("-")[1])
-    procs.cleanups.append(hr.cleanup)
-    stats = str(hr.dir / f"{host}.sock")  # the shipped unix socket, in this instance's folder
-    text = haproxy_front_text(hr, listen, stats, backends, hunting=hunting, **({"example": example} if example else {}))
-    wait_runtime(stats, start_haproxy(procs, hr, f"haproxy-{host}", haproxy_bind_source(text, host) if source else text))
-    wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=15, what="servers UP")
+        return Front(kind, listen, backends, envoy_admin=admin, proc=p)
+    if not kind.startswith("haproxy"):
+        raise ValueError(f"front kind {kind!r}: envoy, haproxy-2.6, haproxy-3.0 (or haproxy with hr)")
+    if hr is None:
+        if kind == "haproxy":
+            raise ValueError("front kind 'haproxy': give hr (a HaproxyRoot), or name the version (haproxy-2.6, haproxy-3.0)")
+        hr = HaproxyRoot(kind.split("-")[1])
+        procs.cleanups.append(hr.cleanup)
+    # the runtime API: the shipped unix socket, in this instance's folder, or a loopback port
+    stats = str(hr.dir / f"{host}.sock") if runtime == "unix" else f"{host}:9999"
+    kw = {"offer": "random"} if lb == "random-offer" else {"balance": lb} if lb else {}
+    text = haproxy_front_text(hr, listen, stats, backends, hunting=hunting, keep_served_by=served_by, server_opts=server_opts,
+                              **kw, **({"example": example} if example else {}))
+    if threads:
+        text = text.replace("defaults\n", f"    nbthread {threads}\ndefaults\n", 1)
+    if edit:
+        text = edit(text)
+    if every_ms:
+        text = text.replace(" map=", f" every_ms={every_ms} map=")
+    if source:
+        text = haproxy_bind_source(text, host)
+    name = name or f"haproxy-{host}"
+    if argv_prefix:
+        path = hr.dir / f"{name}.cfg"
+        path.write_text(text)
+        p = procs.start(name, argv_prefix + hr.argv(path))
+    else:
+        p = start_haproxy(procs, hr, name, text)
+    wait_runtime(stats, p, timeout=max(15, timeout))
+    f = Front(kind, listen, backends, stats=stats, hr=hr, proc=p)
+    if backends:  # none: a config whose servers the caller fills (server-template slots)
+        wait_until(lambda: all(s == "UP" for s in haproxy_server_states(stats).values()), timeout=timeout, what="servers UP")
     if warm:
         wait_until(lambda: request(listen, "GET", "/warmup")[0] == 200, what="front serving")
-    return Front(kind, listen, backends, stats=stats, hr=hr)
+    else:
+        time.sleep(0.5)  # one refresh of the module's map of servers up (no request to show it)
+    return f
+
+
+def wait_all_up(front, n: int, timeout: float = 20) -> None:
+    """Until the front's health checks pass for at least n backends (a config
+    may name more servers than backends) and fail for none."""
+    def all_up() -> bool:
+        try:
+            h = front.health()
+        except OSError:
+            return False
+        return len(h) >= n and all(h.values())
+    wait_until(all_up, timeout=timeout, what=f"{front.proxy} sees all {n} backends up")

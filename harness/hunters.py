@@ -9,20 +9,8 @@ import uuid
 from harness.envoy import envoy_stats, sidecar_config, start_envoy
 from harness.haproxy import HaproxyRoot, haproxy_config, start_haproxy
 from harness.net import app_stats, metrics, request, wait_tcp, wait_until
-from harness.procs import Addrs, Procs, agent_default
-
-
-class Backend:
-    def __init__(self, host, app, agent, admin, app_proc, agent_proc):
-        self.host, self.app, self.agent, self.admin = host, app, agent, admin
-        self.app_proc, self.agent_proc = app_proc, agent_proc
-        self.id = f"agent-{host}"
-
-    def metrics(self) -> dict[str, float]:
-        return metrics(self.admin)
-
-    def refused(self) -> float:
-        return self.metrics()['huntlb_offers_total{decision="refuse"}']
+from harness.procs import Addrs, Procs
+from harness.testbed import Backend, FleetSpec, Loopback, Testbed, heard_of
 
 
 def start_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_opts: dict | None = None,
@@ -39,32 +27,21 @@ def start_backends(procs: Procs, addrs: Addrs, n: int, policy: str, app_opts: di
 def start_fleet(procs: Procs, addrs: Addrs, n: int, policy: str = "dynamic", app_opts: dict | None = None,
                 agent_opts: dict | None = None, wanting: bool = True, absent: list[str] = (),
                 key_files: list[str] | None = None) -> list[Backend]:
-    """`n` backends whose agents form a forwarding tier (`fleet_listen` on
-    port 9700 of each host, every agent a peer of every other), returned once
-    each has heard all the others. wanting: first send each agent an offer
-    with no `hunt-seen` (served where it lands: all are idle), so that every
-    agent wants every change of its peers' counts, as with several fronts,
-    and wait until each peer knows. absent: more members' hosts in
-    `fleet_peers`, where no agent runs (an attacker may). key_files: each
-    agent's own `fleet_key_file` (a key rotated one agent at a time), else one
-    for all."""
-    hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in [*hosts, *absent])
-    out = []
-    for i, host in enumerate(hosts):
-        app_proc, app = procs.workload(host, **{"demand": "const:0", **(app_opts or {})})
-        agent_proc, agent, admin = procs.agent(host, app, policy=policy, fleet_listen=f"{host}:9700", fleet_peers=peers,
-                                               fleet_key_file=key_files[i] if key_files else procs.fleet_key(),
-                                               **(agent_opts or {}))
-        out.append(Backend(host, app, agent, admin, app_proc, agent_proc))
-    # each agent hears its sample (agent_opts' fleet_sample, else the agent's default): every peer in a small fleet
-    heard = min(n - 1, int((agent_opts or {}).get("fleet_sample", agent_default("fleet_sample"))) or n - 1)
-    wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == heard for b in out), what=f"every agent hearing {heard} peers")
+    """`n` backends on loopback whose agents form a forwarding tier
+    (harness.testbed: every agent a peer of every other), returned once each
+    hears its sample. wanting: first send each agent an offer with no
+    `hunt-seen` (served where it lands: all are idle), so that every agent
+    wants every change of its peers' counts, as with several fronts, and wait
+    until each peer knows. absent, key_files: FleetSpec's."""
+    spec = FleetSpec([{"demand": "const:0", **(app_opts or {})}] * n, policy=policy, agent=dict(agent_opts or {}),
+                     absent=tuple(absent), key_files=key_files)
+    out = Testbed(spec, Loopback(procs, addrs)).start().backends
     if wanting:
         for b in out:
             status, _, _ = request(b.agent, "GET", "/fleet-warm-up", headers={"hunt-offer": "1", "hunt-target": "1"})
             assert status == 200, f"warm-up offer to {b.id}: {status}"
         # every agent samples `heard` others, so as many subscriptions to changes stand, spread over the fleet
+        heard = heard_of(n, spec.sample)
         wait_until(lambda: sum(b.metrics()["huntlb_fleet_peers_wanting"] for b in out) == n * heard,
                    what="every agent's sample knowing that it wants their changes")
     return out

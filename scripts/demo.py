@@ -43,8 +43,7 @@ import yaml
 
 from benchlib import testbed
 from benchlib.fleet import FORWARDING, drive, summary
-from benchlib.fronts import wait_all_up
-from harness import ROOT, Addrs, Procs, wait_http
+from harness import ROOT, Addrs, Procs, wait_all_up, wait_http
 
 # make setup's Prometheus when none is on PATH (scripts/setup.sh: Debian's
 # binary alone, not installed, so no service of its own on :9090)

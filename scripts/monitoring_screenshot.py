@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from harness import ROOT, Addrs, Procs, request, start_fleet, start_front, wait_http, wait_until
+from harness.testbed import FLEET_PORT
 
 import dashboard_preview  # beside this script: on sys.path when it runs
 
@@ -99,7 +100,7 @@ def main() -> int:
 
         def junk():
             while not stop.wait(1.0):
-                stranger.sendto(b"hunt-fleet/3 junk", (bs[0].host, 9700))
+                stranger.sendto(b"hunt-fleet/3 junk", (bs[0].host, FLEET_PORT))
         threading.Thread(target=junk, daemon=True).start()
 
         counts: dict = {}

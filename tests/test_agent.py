@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from harness import FINAL, OFFER, agent_default, agent_defaults, app_stats, binary, metrics, request, wait_until
+from harness.testbed import FLEET_PORT, peers_of
 
 
 def hold(addr, n, work_ms, headers=None):
@@ -387,7 +388,7 @@ def test_a_fleet_key_others_may_read_is_refused_and_a_weak_one_warned_about(proc
     import os
     import secrets
     host = addrs.host()
-    fleet = {"fleet_listen": f"{host}:9700", "fleet_peers": f"{host}:9700,{addrs.host()}:9700"}
+    fleet = {"fleet_listen": f"{host}:{FLEET_PORT}", "fleet_peers": peers_of([host, addrs.host()])}
     key = tmp_path / "fleet.key"
     key.write_text(secrets.token_hex(32) + "\n")
     os.chmod(key, 0o644)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from harness import (EXAMPLES, HAPROXY_EXAMPLES, ROOT, Backend, HaproxyRoot, app_stats, binary, hold, request, wait_http,
                      wait_tcp, wait_until)
+from harness.testbed import peers_of
 from test_envoy_snippet import STOCK as ENVOY_STOCK, run_stock
 from test_tier_snippets import HAPROXY_STOCK
 
@@ -54,7 +55,7 @@ def fleet(procs, addrs, tmp_path):
         toml = b["agent.toml"].replace("127.0.0.1:9000", app).replace("/etc/huntlb", str(etc))
         # the peer list names the three hosts; everything else on the page is
         # 10.0.0.11's own address, which each host writes as its own
-        peers = ",".join(f"{h}:9700" for h in hosts)
+        peers = peers_of(hosts)
         toml = toml.replace("10.0.0.11:9700,10.0.0.12:9700,10.0.0.13:9700", peers).replace("10.0.0.11", host)
         assert "10.0.0." not in toml, toml
         path = tmp_path / f"agent-{i}.toml"

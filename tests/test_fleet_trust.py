@@ -20,6 +20,7 @@ import uuid
 
 import pytest
 from harness import OFFER, path_count, request, start_fleet, wait_until
+from harness.testbed import FLEET_PORT, peers_of, tier_opts
 from harness.fleetwire import Member, loopback_udp_recorder, parse, record, seal, send_forged, text
 
 PEERS = {"fleet_heartbeat_ms": 50, "fleet_dead_after_ms": 400}
@@ -30,9 +31,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="records and forges da
 def restart_agent(procs, b, bs, env=None, **opts):
     """b's agent stopped and started again, as a deploy does (its tables empty)."""
     b.agent_proc.stop()
-    peers = ",".join(f"{x.host}:9700" for x in bs)
-    b.agent_proc, _, _ = procs.agent(b.host, b.app, env=env, policy="always", fleet_listen=f"{b.host}:9700", fleet_peers=peers,
-                                     fleet_key_file=procs.fleet_key(), **{**PEERS, **opts})
+    tier = tier_opts(b.host, peers_of([x.host for x in bs]), procs.fleet_key())
+    b.agent_proc, _, _ = procs.agent(b.host, b.app, env=env, policy="always", **tier, **{**PEERS, **opts})
 
 
 def peers_over(b, seconds, every=0.02):
@@ -48,7 +48,7 @@ def peers_over(b, seconds, every=0.02):
 def sniff(src, dst, seconds=1.0):
     rec = loopback_udp_recorder()
     try:
-        return [d for _, _, _, d in record(rec, 9700, seconds, src=src, dst=dst)]
+        return [d for _, _, _, d in record(rec, FLEET_PORT, seconds, src=src, dst=dst)]
     finally:
         rec.close()
 
@@ -104,7 +104,7 @@ def test_a_forged_sequence_from_a_key_holder_keeps_no_member_out(procs, addrs):
     else:
         forged = seal(key, text(r["from"], r["to"], r["boot"], 2**64 - 1, 0, True, r["sub"], r["mine"], r["yours"]))
     taken = a.metrics()["huntlb_fleet_reports_taken_total"]
-    send_forged(b.host, 9700, a.host, 9700, forged)
+    send_forged(b.host, FLEET_PORT, a.host, FLEET_PORT, forged)
     wait_until(lambda: a.metrics()["huntlb_fleet_reports_taken_total"] > taken, what="the forgery taken (a key holder's)")
     view = peers_over(a, 2.0)
     assert min(view) == 1, f"b left a's view: {view}"
@@ -112,7 +112,7 @@ def test_a_forged_sequence_from_a_key_holder_keeps_no_member_out(procs, addrs):
     assert m['huntlb_fleet_reports_bad_total{reason="replayed"}'] >= 1, "b's own reports were dropped for a while"
     # The forgery, sent again, is taken nowhere.
     bad = sum(v for k, v in m.items() if k.startswith("huntlb_fleet_reports_bad_total"))
-    send_forged(b.host, 9700, a.host, 9700, forged)
+    send_forged(b.host, FLEET_PORT, a.host, FLEET_PORT, forged)
     wait_until(lambda: sum(v for k, v in a.metrics().items() if k.startswith("huntlb_fleet_reports_bad_total")) > bad,
                what="the forgery dropped")
 
@@ -135,7 +135,7 @@ def test_reports_replayed_after_the_receiver_restarts_change_no_view(procs, addr
         view = []
         while time.monotonic() < until:
             for d in recorded:
-                send_forged(m.host, 9700, a.host, 9700, d)
+                send_forged(m.host, FLEET_PORT, a.host, FLEET_PORT, d)
                 replayed += 1
             view.append(a.metrics()["huntlb_fleet_peers"])
             time.sleep(0.05)
@@ -165,9 +165,9 @@ def test_an_agent_of_the_earlier_version_is_told_apart_and_never_heard(procs, ad
     member = Member(procs.fleet_key(), old)
     procs.cleanups.append(member.close)
     for seq in range(1, 6):
-        d = seal(procs.fleet_key(), f"hunt-fleet/2 {old}:9700 {seq} 0 1 1")
+        d = seal(procs.fleet_key(), f"hunt-fleet/2 {old}:{FLEET_PORT} {seq} 0 1 1")
         for x in bs:
-            member.sock.sendto(d, (x.host, 9700))
+            member.sock.sendto(d, (x.host, FLEET_PORT))
     wait_until(lambda: all(x.metrics()['huntlb_fleet_reports_bad_total{reason="version"}'] == 5 for x in bs),
                what="the old agent's reports told apart")
     assert all(x.metrics()["huntlb_fleet_peers"] == 1 for x in bs)

@@ -13,6 +13,7 @@ import uuid
 import pytest
 from harness.fleetwire import Member, seal, text
 from harness import OFFER, app_stats, counts, hold, path_count, request, start_fleet, start_front, wait_until
+from harness.testbed import FLEET_PORT
 from workload_hash import fnv64
 
 
@@ -254,7 +255,7 @@ def test_reports_from_outside_fleet_peers_are_dropped(procs, addrs):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind((stray, 0))
         for i in range(5):
-            s.sendto(f"hunt-fleet/2 {stray}:9700 {i + 1} 0 1 1 {'00' * 16}".encode(), (a.host, 9700))
+            s.sendto(f"hunt-fleet/2 {stray}:{FLEET_PORT} {i + 1} 0 1 1 {'00' * 16}".encode(), (a.host, FLEET_PORT))
     wait_until(lambda: a.metrics()['huntlb_fleet_reports_bad_total{reason="stranger"}'] == 5, what="the stray reports counted")
     assert a.metrics()["huntlb_fleet_peers"] == 1
     # Loaded alike, a keeps its offer: the stray "idle" address is no peer.
@@ -318,16 +319,16 @@ def test_a_datagram_never_decides_where_a_request_goes(procs, addrs):
         hold(b, 2)
     attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     procs.cleanups.append(attacker.close)
-    attacker.bind((gone, 9700))
+    attacker.bind((gone, FLEET_PORT))
 
     def forge(seq):
         # The old format, naming where to send; the new one, unsealed and
         # sealed under a wrong key, with a sequence that would drown the
         # member's own; the front's own listener as a loop target.
         for d in [f"hunt-fleet/1 {fake_addr} {seq} 0 1 1".encode(), f"hunt-fleet/1 {front.listen} {seq} 0 1 1".encode(),
-                  f"hunt-fleet/2 {gone}:9700 18446744073709551615 0 1 1 {'ab' * 16}".encode()]:
+                  f"hunt-fleet/2 {gone}:{FLEET_PORT} 18446744073709551615 0 1 1 {'ab' * 16}".encode()]:
             for b in bs:
-                attacker.sendto(d, (b.host, 9700))
+                attacker.sendto(d, (b.host, FLEET_PORT))
 
     forge(1)
     wait_until(lambda: all(b.metrics()['huntlb_fleet_reports_bad_total{reason="unauthenticated"}'] >= 1 for b in bs))
@@ -350,7 +351,7 @@ def test_a_datagram_never_decides_where_a_request_goes(procs, addrs):
     attacker.close()
     insider = Member(procs.fleet_key(), gone)
     procs.cleanups.append(insider.close)
-    agents = [f"{b.host}:9700" for b in bs]
+    agents = [f"{b.host}:{FLEET_PORT}" for b in bs]
     for i in range(10):
         insider.report(agents, 0)
         wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == 3 for b in bs), what="the keyed member heard")
@@ -371,9 +372,9 @@ def test_junk_on_the_fleet_port_is_counted_and_grows_nothing(procs, addrs):
     rss0 = _rss(a.agent_proc.pid)
     key = procs.fleet_key()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((gone, 9700))
+        s.bind((gone, FLEET_PORT))
         for i in range(20_000):
-            s.sendto(seal(key, text(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:9700", f"{a.host}:9700", 1, i + 1, 0)), (a.host, 9700))
+            s.sendto(seal(key, text(f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:{FLEET_PORT}", f"{a.host}:{FLEET_PORT}", 1, i + 1, 0)), (a.host, FLEET_PORT))
             if i % 2000 == 1999:
                 time.sleep(0.02)  # the kernel's buffer, not the agent, would drop the rest
     wait_until(lambda: a.metrics()['huntlb_fleet_reports_bad_total{reason="replayed"}'] >= 15_000, timeout=20,

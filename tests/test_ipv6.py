@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 from harness import FRONTS, ROOT, Backend, binary, counts, hold, request, start_front, wait_until
+from harness.testbed import FLEET_PORT
 from harness.cluster import Cluster
 from test_client_address import client_as_written
 
@@ -151,12 +152,12 @@ def test_a_dual_stack_fleet_on_hosts_of_their_own(tmp_path, kind):
     # the client and the front, never a member.
     with Cluster(tmp_path) as c:
         bs = [c.backend(publish=True) for _ in range(3)]
-        peers = ",".join(f"[{v6_of(b)}]:9700" for b in bs)
+        peers = ",".join(f"[{v6_of(b)}]:{FLEET_PORT}" for b in bs)
         for b in bs:
             b.run("ip", "addr", "add", f"{v6_of(b)}/64", "dev", "eth0", "nodad")
             b.agent_proc.stop()
             argv = [binary("huntlb-agent"), "--listen", "[::]:8080", "--admin", "[::]:9901", "--app", b.app, "--id", b.id,
-                    "--fleet-listen", "[::]:9700", "--fleet-peers", peers, "--fleet-advertise", v6_of(b),
+                    "--fleet-listen", f"[::]:{FLEET_PORT}", "--fleet-peers", peers, "--fleet-advertise", v6_of(b),
                     "--fleet-key-file", c.procs.fleet_key(), "--policy", "dynamic:seen_margin=1",
                     "--fleet-heartbeat-ms", "1000", "--fleet-dead-after-ms", "5000", "--fleet-commit-ms", "500"]
             b.agent_proc = b.start(f"agent6-{b.name}", argv, env={**os.environ, "RUST_LOG": "info"})

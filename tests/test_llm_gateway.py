@@ -6,7 +6,8 @@ token by token; each request runs once, counted at the servers; a client that
 leaves mid-stream frees its seat at the far end of the chain."""
 
 import pytest
-from harness import Backend, binary, request, start_front, wait_http, wait_until
+from harness import Backend, request, start_front, wait_until
+from harness.testbed import FleetSpec, Loopback, Testbed, model_server
 from test_llm import events, metrics, stream
 
 FRONTS = [("envoy", "front-tier.yaml"), ("haproxy-2.6", "front-tier.cfg")]
@@ -16,21 +17,11 @@ SEATS = 2
 def model_fleet(procs, addrs, n: int = 3) -> list[Backend]:
     """n hosts, each an emulated model server (SEATS seats, ten times faster
     than real) and an agent beside it, the agents a forwarding tier."""
-    hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in hosts)
-    out = []
-    for host in hosts:
-        llm = f"{host}:8000"
-        lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--time-scale", "0.1",
-                                          "--max-num-seqs", str(SEATS), "--model", "m"])
-        wait_http(llm, "/health", proc=lp)
-        # a model server's seats are its workers; a long generation answers no
-        # head for a while, which is not a stall
-        ap, agent, admin = procs.agent(host, llm, policy="dynamic:seen_margin=1", workers=SEATS, app_stall_ms=0,
-                                       fleet_listen=f"{host}:9700", fleet_peers=peers, fleet_key_file=procs.fleet_key())
-        out.append(Backend(host, llm, agent, admin, lp, ap))
-    wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing the others")
-    return out
+    # a model server's seats are its workers; a long generation answers no
+    # head for a while, which is not a stall
+    spec = FleetSpec([{"time_scale": 0.1, "max_num_seqs": SEATS}] * n, policy="dynamic:seen_margin=1",
+                     agent={"workers": SEATS, "app_stall_ms": 0})
+    return Testbed(spec, Loopback(procs, addrs, model_server)).start().backends
 
 
 def gateway(kind, example, procs, addrs, bs):

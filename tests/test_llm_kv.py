@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from harness import OFFER, Backend, agent_default, binary, request, wait_http, wait_until
+from harness.testbed import FleetSpec, Loopback, Testbed, model_server
 from test_llm import events, metrics, stream
 
 SEATS = 4            # max_num_seqs, the agents' workers, and static:SEATS
@@ -31,22 +32,11 @@ def servers(procs, addrs, n: int, kv: bool, tier: bool = True) -> list[Backend]:
     """n emulated servers of KV_BLOCKS blocks (a token a second: a generation
     holds its blocks until its client leaves), an agent beside each with
     load = llm, its KV rule on if `kv`."""
-    hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in hosts)
-    out = []
-    for host in hosts:
-        llm = f"{host}:8000"
-        lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--max-num-seqs", str(SEATS), "--model", "m",
-                                         "--kv-blocks", str(KV_BLOCKS), "--itl-ms", "1000"])
-        wait_http(llm, "/health", proc=lp)
-        own = {"llm_metrics_url": f"http://{llm}/metrics", "llm_metrics_poll_ms": 20, "llm_kv_busy_at": BUSY_AT} if kv else {}
-        if tier:
-            own |= {"fleet_listen": f"{host}:9700", "fleet_peers": peers, "fleet_key_file": procs.fleet_key()}
-        ap, agent, admin = procs.agent(host, llm, load="llm", workers=SEATS, policy=f"static:{SEATS}", app_stall_ms=0, **own)
-        out.append(Backend(host, llm, agent, admin, lp, ap))
-    if tier:
-        wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing the others")
-    return out
+    def own(b) -> dict:
+        return {"llm_metrics_url": f"http://{b.app}/metrics", "llm_metrics_poll_ms": 20, "llm_kv_busy_at": BUSY_AT} if kv else {}
+    spec = FleetSpec([{"max_num_seqs": SEATS, "kv_blocks": KV_BLOCKS, "itl_ms": 1000}] * n, policy=f"static:{SEATS}",
+                     agent={"load": "llm", "workers": SEATS, "app_stall_ms": 0}, each=own, tier=tier)
+    return Testbed(spec, Loopback(procs, addrs, model_server)).start().backends
 
 
 def served(bs) -> list[float]:

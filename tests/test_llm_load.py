@@ -15,7 +15,8 @@ import time
 
 import pytest
 from benchlib.llmfleet import gateways, llm_agents, model_fleet
-from harness import OFFER, Backend, binary, request, wait_http, wait_until
+from harness import OFFER, Backend, request, wait_until
+from harness.testbed import FleetSpec, Loopback, Testbed, model_server
 from test_llm import events, metrics, stream
 
 SEATS = 2          # max_num_seqs, and the agents' workers
@@ -28,21 +29,9 @@ PREFILL = "huntlb_llm_prefill_seats"
 def model_servers(procs, addrs, n: int, load: str = "llm", tier: bool = False, **opts) -> list[Backend]:
     """n emulated servers (SEATS seats, real time: a holder's tokens come
     12 ms apart), an agent beside each with `load`; a forwarding tier if `tier`."""
-    hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in hosts)
-    out = []
-    for host in hosts:
-        llm = f"{host}:8000"
-        lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--max-num-seqs", str(SEATS), "--model", "m"])
-        wait_http(llm, "/health", proc=lp)
-        own = {"llm_prefill_tokens_per_seat": PER_SEAT} if load == "llm" else {}
-        if tier:
-            own |= {"fleet_listen": f"{host}:9700", "fleet_peers": peers, "fleet_key_file": procs.fleet_key()}
-        ap, agent, admin = procs.agent(host, llm, load=load, workers=SEATS, app_stall_ms=0, **(own | opts))
-        out.append(Backend(host, llm, agent, admin, lp, ap))
-    if tier:
-        wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing the others")
-    return out
+    own = {"llm_prefill_tokens_per_seat": PER_SEAT} if load == "llm" else {}
+    spec = FleetSpec([{"max_num_seqs": SEATS}] * n, agent={"load": load, "workers": SEATS, "app_stall_ms": 0, **own, **opts}, tier=tier)
+    return Testbed(spec, Loopback(procs, addrs, model_server)).start().backends
 
 
 def hold_seats(b: Backend) -> list:

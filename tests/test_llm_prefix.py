@@ -14,7 +14,8 @@ import json
 import time
 
 from benchlib.llmfleet import llm_metrics
-from harness import OFFER, Backend, binary, request, wait_http, wait_until
+from harness import OFFER, Backend, request, wait_until
+from harness.testbed import FleetSpec, Loopback, Testbed, model_server
 from test_llm import events
 
 SYSTEM = "You are a terse assistant; answer every question in one line. " * 7  # 441 bytes: 6 full KV blocks of 64
@@ -26,19 +27,9 @@ JSON = {"content-type": "application/json"}
 def servers(procs, addrs, n: int = 3, seats: int = 2, prefix: int | None = PREFIX, bound: int | None = None) -> list[Backend]:
     """n emulated servers (`seats` seats, time scaled by 0.05), each with an
     agent (load = llm) in one forwarding tier, prefix-affine when `prefix`."""
-    hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in hosts)
-    out = []
-    for host in hosts:
-        llm = f"{host}:8000"
-        lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--max-num-seqs", str(seats), "--time-scale", "0.05", "--model", "m"])
-        wait_http(llm, "/health", proc=lp)
-        opts = {"load": "llm", "workers": seats, "app_stall_ms": 0, "fleet_listen": f"{host}:9700", "fleet_peers": peers,
-                "fleet_key_file": procs.fleet_key(), "llm_prefix_bytes": prefix, "llm_prefix_bound": bound}
-        ap, agent, admin = procs.agent(host, llm, **{k: v for k, v in opts.items() if v is not None})
-        out.append(Backend(host, llm, agent, admin, lp, ap))
-    wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing the others")
-    return out
+    opts = {"load": "llm", "workers": seats, "app_stall_ms": 0, "llm_prefix_bytes": prefix, "llm_prefix_bound": bound}
+    spec = FleetSpec([{"max_num_seqs": seats, "time_scale": 0.05}] * n, agent={k: v for k, v in opts.items() if v is not None})
+    return Testbed(spec, Loopback(procs, addrs, model_server)).start().backends
 
 
 def offer(b: Backend, body, path: str = "/v1/completions", headers: dict | None = None):

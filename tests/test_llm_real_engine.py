@@ -19,6 +19,7 @@ import time
 
 import pytest
 from harness import OFFER, ROOT, Backend, wait_http, wait_until
+from harness.testbed import FleetSpec, Loopback, Testbed
 from test_llm import events, stream
 from test_llm_gateway import gateway
 
@@ -67,17 +68,9 @@ def real_fleet(procs, addrs, n: int = 2, interrupt: bool = True) -> list[Backend
     most one more than the try's front knows of, and one more is the whole of
     a one-seat server (through the tier front, a's agent kept every try the
     front sent it, beside a stream the front had not seen)."""
-    hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in hosts)
-    out = []
-    for host in hosts:
-        lp, llm = llama_server(procs, host, interrupt)
-        ap, agent, admin = procs.agent(host, llm, policy="dynamic:seen_margin=0", forward_seen_margin=0,
-                                       workers=1, app_stall_ms=0,
-                                       fleet_listen=f"{host}:9700", fleet_peers=peers, fleet_key_file=procs.fleet_key())
-        out.append(Backend(host, llm, agent, admin, lp, ap))
-    wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), what="every agent hearing the others")
-    return out
+    spec = FleetSpec([{"interrupt": interrupt}] * n, policy="dynamic:seen_margin=0",
+                     agent={"forward_seen_margin": 0, "workers": 1, "app_stall_ms": 0})
+    return Testbed(spec, Loopback(procs, addrs, llama_server)).start().backends
 
 
 def chunks(evs: list[str]) -> list[dict]:

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 from harness import ROOT, request, start_fleet, start_front, wait_http, wait_until
+from harness.testbed import peers_of, tier_opts
 from test_llm_kv import servers as llm_servers
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -90,8 +91,8 @@ def test_the_agents_export_exactly_the_documented_metrics(procs, addrs):
     # prefix affinity (load = llm, its peers the servers' agents, which do not list it): an app that is no model server does for the names
     prefix_host = addrs.host()
     _, prefix_app = procs.workload(prefix_host)
-    _, _, prefix_admin = procs.agent(prefix_host, prefix_app, load="llm", workers=4, fleet_listen=f"{prefix_host}:9700",
-                                     fleet_peers=",".join([f"{prefix_host}:9700", *(f"{b.host}:9700" for b in llm)]), fleet_key_file=procs.fleet_key(), llm_prefix_bytes=64)
+    tier = tier_opts(prefix_host, peers_of([prefix_host, *(b.host for b in llm)]), procs.fleet_key())
+    _, _, prefix_admin = procs.agent(prefix_host, prefix_app, load="llm", workers=4, llm_prefix_bytes=64, **tier)
     seen: dict[str, str] = {}
     for admin in [b.admin for b in llm] + [apache_admin, prefix_admin]:
         seen |= exported(admin)

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from harness import FINAL, OFFER, HaproxyRoot, app_stats, metrics, request, start_fleet, wait_tcp, wait_until
+from harness.testbed import FLEET_PORT, peers_of
 from test_drop_in import blocks
 from test_envoy_snippet import STOCK as ENVOY_STOCK, run_stock
 from test_tier_snippets import HAPROXY_STOCK
@@ -247,8 +248,8 @@ def test_sighup_reloads_fleet_peers_without_dropping_a_request(procs, addrs, tmp
 
     def conf(i: int, members: list[str], peers: str | None = None):
         path = tmp_path / f"agent-{i}.toml"
-        peers = peers or ",".join(f"{h}:9700" for h in members)
-        path.write_text(f'fleet_listen = "{hosts[i]}:9700"\nfleet_peers = "{peers}"\nfleet_key_file = "{key}"\n'
+        peers = peers or peers_of(members)
+        path.write_text(f'fleet_listen = "{hosts[i]}:{FLEET_PORT}"\nfleet_peers = "{peers}"\nfleet_key_file = "{key}"\n'
                         'fleet_heartbeat_ms = 200\nfleet_dead_after_ms = 1000\n')
         return path
 

@@ -16,10 +16,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchlib.fronts import Front, start_front
+from benchlib.fronts import MEASURED
 from harness.envoy import FULL_SCAN, FULL_SCAN_NAMED
 from benchlib.stats import jain
-from harness import Addrs, Backend, HaproxyRoot, Procs, agent_default, app_stats, binary, wait_until
+from harness import Addrs, Backend, Front, HaproxyRoot, Procs, binary, start_front
+from harness.testbed import FleetSpec, Loopback, Place, Testbed
 
 # How each named balancing strategy is set up: (proxy, hunting?, lb setting).
 # RR is the paper's baseline: random, no hunting. SR_* hunt with that agent policy,
@@ -83,7 +84,6 @@ FORWARDING = {"FWD": None, "FWDall": 0, "FWDm1": None, "FWD4": 4, "FWDp": None, 
 # margin no count reaches), to tell what each costs (bench/pairs.py's CPU).
 FORWARD_OPTS = {"FWDm1": {"forward_peer_margin": 1}, "FWDp": {"fleet_pass_plain": "true"},
                 "FWDnone": {"forward_peer_margin": 100000}}
-FLEET_PORT = 9700
 
 
 def baselines(proxy: str) -> list[str]:
@@ -93,7 +93,10 @@ def baselines(proxy: str) -> list[str]:
 
 @dataclass
 class Fleet:
-    """n workload apps, each behind an agent on its own 127.x.y.z."""
+    """n workload apps, each behind an agent on a host of its own: on
+    loopback, each its own 127.x.y.z, unless `place` says otherwise
+    (harness.cluster.EmulatedHosts: the emulated cluster's hosts). Started,
+    waited for and restarted by harness.testbed."""
 
     procs: Procs
     addrs: Addrs
@@ -108,16 +111,27 @@ class Fleet:
     backends: list[Backend] = field(default_factory=list)
     # settings every agent of this fleet gets, whatever the strategy (e.g. threads)
     agent_opts: dict = field(default_factory=dict)
+    place: Place | None = None
 
     def start(self) -> "Fleet":
-        for i, k in enumerate(self.cores):
-            host = self.addrs.host()
-            app_proc, app = self.procs.workload(host, workers=self.workers, cores=k, backlog=self.backlog,
-                                                demand=f"exp:{self.mean_ms}", seed=1000 + i)
-            agent_proc, agent, admin = self.procs.agent(host, app, policy=self.policy, workers=self.workers,
-                                                        drain_grace_ms=0, **self.agent_opts)
-            self.backends.append(Backend(host, app, agent, admin, app_proc, agent_proc))
+        self.place = self.place or Loopback(self.procs, self.addrs)
+        self.bed = Testbed(self._spec(self.policy, False, None, {}), self.place).start()
+        self.backends = self.bed.backends
         return self
+
+    def _app(self, i: int, seed: int) -> dict:
+        return {"workers": self.workers, "cores": self.cores[i], "backlog": self.backlog, "demand": f"exp:{self.mean_ms}",
+                "seed": seed}
+
+    def _spec(self, policy: str, forward: bool, sample: int | None, opts: dict) -> FleetSpec:
+        """`{cores}` in the policy becomes each backend's own cores, rounded up
+        (a capacity-aware fleet: `dynamic:c_min={cores}`); sample and opts
+        count where the agents form a tier."""
+        tier = forward or self.place.always_tier
+        agent = {"workers": self.workers, "drain_grace_ms": 0, **self.agent_opts,
+                 **({"fleet_sample": sample} if tier and sample is not None else {}), **(opts if tier else {})}
+        return FleetSpec([self._app(i, 1000 + i) for i in range(len(self.cores))], policy=policy, agent=agent,
+                         each=[{"policy": policy.format(cores=math.ceil(k))} for k in self.cores], tier=forward)
 
     @property
     def capacity(self) -> float:
@@ -126,46 +140,27 @@ class Fleet:
 
     def set_policy(self, policy: str, forward: bool = False, sample: int | None = None, opts: dict | None = None) -> None:
         """Restart every agent in place with this acceptance policy (fresh state).
-        `{cores}` in it becomes each backend's own cores, rounded up (a
-        capacity-aware fleet: `dynamic:c_min={cores}`). forward: the agents
+        `{cores}` in it becomes each backend's own cores. forward: the agents
         form a forwarding tier, each hearing `sample` peers (0: every other;
         all of them when the fleet is smaller; None: the agent's default),
-        returned once each hears them.
+        returned once each hears them. On a place whose agents are always a
+        tier (the emulated cluster), forward=False leaves it on: nothing is
+        passed on under a baseline, the tier only sends its heartbeats.
         opts: more agent settings (FORWARD_OPTS)."""
-        for b in self.backends:
-            b.agent_proc.stop()
-        self.policy, self.forward, self.sample, self.opts = policy, forward, sample, opts or {}
-        for i in range(len(self.backends)):
-            self._start_agent(i)
-        if forward:
-            n = len(self.backends)
-            sample = agent_default("fleet_sample") if sample is None else sample
-            heard = n - 1 if sample == 0 else min(sample, n - 1)
-            def peers(b: Backend) -> int:
-                try:
-                    return b.metrics().get("huntlb_fleet_peers", 0)
-                except OSError:  # not listening yet: a big fleet's agents take a moment to start
-                    return 0
-
-            wait_until(lambda: all(peers(b) >= heard for b in self.backends), timeout=15 + n // 4,
-                       what=f"every agent hearing {heard} peers")
+        self.policy, self.forward, self.sample = policy, forward, sample
+        new = self._spec(policy, forward, sample, opts or {})
+        self.bed.restart_agents(policy=new.policy, agent=new.agent, each=new.each, tier=new.tier)
 
     def relay_plain(self) -> None:
         """Agents that only relay (a baseline's: the proxy's own pick): fresh
         ones, restarted if a strategy left them in a tier. Else a baseline
         run after a tier's would pay the tier's beats (some 1,000 datagrams a
         second at 12 agents: measured 176 against 143 us of CPU a request
-        relaying) or, after FWDp, pass the plain front's tries on."""
+        relaying) or, after FWDp, pass the plain front's tries on. (Where the
+        tier is always on, the emulated cluster, it stays, with the strategy's
+        options gone.)"""
         if self.forward:
             self.set_policy("always")
-
-    def _start_agent(self, i: int) -> None:
-        b = self.backends[i]
-        fleet = {"fleet_listen": f"{b.host}:{FLEET_PORT}", "fleet_key_file": self.procs.fleet_key(),
-                 "fleet_peers": ",".join(f"{o.host}:{FLEET_PORT}" for o in self.backends),
-                 **({} if self.sample is None else {"fleet_sample": self.sample}), **self.opts} if self.forward else {}
-        b.agent_proc, _, _ = self.procs.agent(b.host, b.app, policy=self.policy.format(cores=math.ceil(self.cores[i])),
-                                              workers=self.workers, drain_grace_ms=0, **self.agent_opts, **fleet)
 
     def kill(self, i: int) -> None:
         """SIGKILL backend i's agent and app: a host that dies, with no drain."""
@@ -174,41 +169,45 @@ class Fleet:
             p.signal(signal.SIGKILL)
 
     def revive(self, i: int) -> None:
-        b = self.backends[i]
-        b.app_proc, _ = self.procs.workload(b.host, workers=self.workers, cores=self.cores[i], backlog=self.backlog,
-                                            demand=f"exp:{self.mean_ms}", seed=2000 + i)
-        self._start_agent(i)
+        self.place.start_app(self.backends[i], self._app(i, 2000 + i))
+        self.bed.start_agent(i)
+
+    def _alive(self) -> list:
+        return [b for b in self.backends if b.agent_proc.alive()]
 
     def agents_cpu_seconds(self) -> float:
         """CPU time the running agents have used (utime + stime)."""
         from benchlib.tools import proc_cpu_seconds
-        return sum(proc_cpu_seconds(b.agent_proc.pid) for b in self.backends if b.agent_proc.alive())
+        return sum(proc_cpu_seconds(b.agent_proc.pid) for b in self._alive())
 
     def stats(self) -> list[dict | None]:
         out = []
         for b in self.backends:
             try:
-                out.append(app_stats(b.app) if b.app_proc.alive() else None)
+                out.append(b.stats() if b.app_proc.alive() else None)
             except OSError:
                 out.append(None)
         return out
 
+    def _sum(self, key: str) -> float:
+        return sum(b.metrics().get(key, 0) for b in self._alive())
+
     def refused(self) -> float:
-        return sum(b.refused() for b in self.backends if b.agent_proc.alive())
+        return self._sum('huntlb_offers_total{decision="refuse"}')
 
     def datagrams(self) -> float:
         """Reports the agents sent to their peers (the tier's cost; 0 without a tier)."""
-        return sum(b.metrics().get("huntlb_fleet_reports_sent_total", 0) for b in self.backends if b.agent_proc.alive())
+        return self._sum("huntlb_fleet_reports_sent_total")
 
     def forwarded(self) -> float:
         """Offers the agents forwarded to a peer that answered (0 without a tier)."""
-        return sum(b.metrics().get('huntlb_forwards_total{outcome="sent"}', 0) for b in self.backends if b.agent_proc.alive())
+        return self._sum('huntlb_forwards_total{outcome="sent"}')
 
     def front(self, proxy: str, hunting: bool, lb: str, hr: HaproxyRoot | None = None, name: str = "front", **kw) -> Front:
-        """A front over the fleet (kw as fronts.start_front's). Every HAProxy
+        """A front over the fleet (kw as harness.start_front's). Every HAProxy
         server gets weight 100: see STRATEGIES."""
-        return start_front(self.procs, self.addrs, proxy, self.backends, hunting, lb=lb, hr=hr, name=f"{proxy}-{name}",
-                           server_opts="weight 100", **kw)
+        return start_front(proxy, self.procs, self.addrs, self.backends, hunting, lb=lb, hr=hr, name=f"{proxy}-{name}",
+                           server_opts="weight 100", **MEASURED, **kw)
 
 
 def drive(urls: list[str], rate: float, seconds: float, out: Path, seed: int = 1, max_lateness_us: int = 2000,

@@ -15,9 +15,10 @@ from types import SimpleNamespace
 
 import yaml
 
-from benchlib.fronts import start_front
-from harness import Backend, HaproxyRoot, Proc, Procs, binary, envoy_bind_source, request, start_envoy, wait_http, wait_until
+from benchlib.fronts import MEASURED
+from harness import Backend, HaproxyRoot, Proc, Procs, binary, envoy_bind_source, request, start_envoy, start_front, wait_http, wait_until
 from harness.envoy import sock
+from harness.testbed import Beside, FleetSpec, Loopback, Testbed, model_server
 
 EPP_GATEWAY = Path(__file__).resolve().parents[1] / "configs" / "epp-gateway.yaml"
 DEST = "x-gateway-destination-endpoint"
@@ -44,26 +45,14 @@ def model_fleet(procs: Procs, addrs, n: int, seats: int, time_scale: float, agen
     """n hosts, each an emulated model server with `seats` seats (max_num_seqs)
     at `time_scale` (and `kv_blocks` KV-cache blocks; None: the emulator's
     default), and (agents) a huntlb agent beside it, the agents a forwarding
-    tier."""
-    hosts = [addrs.host() for _ in range(n)]
-    peers = ",".join(f"{h}:9700" for h in hosts)
-    out = []
-    for host in hosts:
-        llm = f"{host}:8000"
-        kv = ["--kv-blocks", str(kv_blocks)] if kv_blocks is not None else []
-        lp = procs.start(f"llm-{host}", [binary("huntlb-llm"), "--listen", llm, "--time-scale", str(time_scale),
-                                          "--max-num-seqs", str(seats), "--model", "m", *kv])
-        wait_http(llm, "/health", proc=lp)
-        if agents:
-            ap, agent, admin = procs.agent(host, llm, policy=policy, workers=seats, app_stall_ms=0, fleet_listen=f"{host}:9700",
-                                           fleet_peers=peers, fleet_key_file=procs.fleet_key(), id=None)
-        else:
-            ap, agent, admin = None, None, None
-        out.append(Backend(host, llm, agent, admin, lp, ap))
-    if agents and n > 1:
-        wait_until(lambda: all(b.metrics()["huntlb_fleet_peers"] == n - 1 for b in out), timeout=20,
-                   what="every agent hearing the others")
-    return out
+    tier (harness.testbed)."""
+    place = Loopback(procs, addrs, model_server)
+    app = {"time_scale": time_scale, "max_num_seqs": seats, **({} if kv_blocks is None else {"kv_blocks": kv_blocks})}
+    if not agents:
+        return [place.backend(app) for _ in range(n)]
+    # a model server's seats are its workers; a long generation answers no head for a while, which is not a stall
+    spec = FleetSpec([app] * n, policy=policy, agent={"workers": seats, "app_stall_ms": 0, "id": None})
+    return Testbed(spec, place).start().backends
 
 
 # The ports of the second set of agents (`llm_agents`): beside the same
@@ -106,28 +95,15 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
     ports, name = ((PLAIN_PREFIX_AGENT_PORTS, "plainprefix") if pass_plain and prefix_bytes else (PLAIN_AGENT_PORTS, "plain") if pass_plain
                    else (PREFIX_AGENT_PORTS, "prefix") if prefix_bytes else (KV_AGENT_PORTS, "kv") if kv_busy_at is not None
                    else (LLM_AGENT_PORTS, "llm"))
-    peers = ",".join(f"{b.host}:{ports['fleet']}" for b in fleet)
-    out = []
-    for b in fleet:
-        listen, admin = f"{b.host}:{ports['listen']}", f"{b.host}:{ports['admin']}"
-        opts = {"load": "llm", "workers": seats, "policy": policy, "app_stall_ms": 0, "fleet_listen": f"{b.host}:{ports['fleet']}",
-                "fleet_peers": peers, "fleet_key_file": procs.fleet_key(),
-                "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
-                "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound,
-                "llm_metrics_url": f"http://{b.app}/metrics" if kv_busy_at is not None else None, "llm_kv_busy_at": kv_busy_at,
-                "llm_metrics_poll_ms": kv_poll_ms, "fleet_pass_plain": "true" if pass_plain else None}
-        argv = [binary("huntlb-agent"), "--listen", listen, "--admin", admin, "--app", b.app]
-        for k, v in opts.items():
-            if v is not None:
-                argv += [f"--{k.replace('_', '-')}", str(v)]
-        # a name of its own: procs.agent's would share model_fleet's agent's log
-        p = procs.start(f"agent-{name}-{b.host}", argv)
-        wait_http(admin, "/metrics", proc=p)
-        out.append(Backend(b.host, b.app, listen, admin, b.app_proc, p))
-    if len(out) > 1:
-        wait_until(lambda: all(a.metrics()["huntlb_fleet_peers"] == len(out) - 1 for a in out), timeout=20,
-                   what=f"every {name} agent hearing the others")
-    return out
+    opts = {"load": "llm", "workers": seats, "app_stall_ms": 0,
+            "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
+            "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound, "llm_kv_busy_at": kv_busy_at,
+            "llm_metrics_poll_ms": kv_poll_ms, "fleet_pass_plain": "true" if pass_plain else None}
+
+    def kv(b: Backend) -> dict:
+        return {"llm_metrics_url": f"http://{b.app}/metrics"} if kv_busy_at is not None else {}
+    spec = FleetSpec([{}] * len(fleet), policy=policy, agent={k: v for k, v in opts.items() if v is not None}, each=kv)
+    return Testbed(spec, Beside(procs, fleet, ports, name)).start().backends
 
 
 def start_picker(procs: Procs, host: str, servers: list[str], interval_ms: int = 50, seed: int = 1,
@@ -264,6 +240,6 @@ def gateways(procs: Procs, addrs, fleet: list[Backend], kind: str, n: int, proxy
         raise ValueError(f"no proxy {proxy!r}")
     out = []
     for i in range(n):
-        f = start_front(procs, addrs, proxy, backends, hunting, served_by=False, name=f"{kind}-{proxy}-{i}", **kw)
+        f = start_front(proxy, procs, addrs, backends, hunting, served_by=False, name=f"{kind}-{proxy}-{i}", **MEASURED, **kw)
         out.append(Gateway(f.url.removeprefix("http://").rstrip("/"), [f.pid], None, f.proc))
     return out

@@ -12,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchlib.fleet import FORWARD_OPTS, FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, drive, summary
-from benchlib.fronts import Front, start_front, wait_all_up
+from benchlib.fronts import MEASURED
 from benchlib.reports import RESULTS, flag, read_data
 from benchlib.runs import Run
 from benchlib.sidecars import KINDS as SIDECARS, start_sidecars
 from benchlib.stats import cdf
 from benchlib.tools import proc_cpu_seconds
-from harness import Addrs, HaproxyRoot, Procs
+from harness import Addrs, Front, HaproxyRoot, Procs, start_front, wait_all_up
 
 SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
 PROBE_QUERIES = 20000  # the paper's run length
@@ -97,7 +97,8 @@ class Bench:
         if key not in self.fronts:
             strategy, _, kind = strategy.partition("+")
             hunting, lb, *rest = STRATEGIES[proxy][strategy]
-            example, kw = (rest + [None, {}])[:2]
+            # (hunting, lb[, example[, kw]]): a strategy with an example and no kw gets none
+            example, kw = (rest + [None, {}][len(rest):])[:2]
             name = f"{strategy.replace('(', '').replace(')', '').replace('/', '-')}{'-' + kind if kind else ''}-{instance}"
             if kind:
                 if hunting:
@@ -106,9 +107,9 @@ class Bench:
                     if self.hr is None:  # HAProxy sidecars beside Envoy fronts
                         self.hr = HaproxyRoot("2.6")
                     self.sidecars[kind] = start_sidecars(self.procs, self.hr, self.fleet.backends, kind)
-                self.fronts[key] = start_front(self.procs, self.addrs, proxy, self.sidecars[kind], hunting, lb=lb, hr=self.hr,
+                self.fronts[key] = start_front(proxy, self.procs, self.addrs, self.sidecars[kind], hunting, lb=lb, hr=self.hr,
                                                name=f"{proxy}-{name}", served_by=False, server_opts="weight 100",
-                                               example=example, **kw)
+                                               example=example, **MEASURED, **kw)
             else:
                 self.fronts[key] = self.fleet.front(proxy, hunting, lb, self.hr, example=example, name=name, **kw)
         return self.fronts[key]

@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 from benchlib import wikitrace
-from benchlib.fleet import FLEET_PORT, FORWARDING, HUNT_POLICIES, STRATEGIES
-from benchlib.fronts import start_front, wait_all_up
-from harness import Addrs, HaproxyRoot, Procs, agent_default, binary, metrics, request
+from benchlib.fleet import FORWARDING, HUNT_POLICIES, STRATEGIES
+from benchlib.fronts import MEASURED
+from harness import Addrs, HaproxyRoot, Procs, binary, metrics, request, start_front, wait_all_up
 from harness import wiki
+from harness.testbed import FleetSpec, Loopback, Testbed
 
 # How often each agent reads its Apache's busy workers (a scoreboard read costs microseconds).
 POLL_MS = 5
@@ -42,6 +43,10 @@ class Bed:
                                                 apache_poll_ms=POLL_MS)
                              for _ in range(t["replicas"])]
             print(f"{len(self.replicas)} replicas up in {time.monotonic() - t0:.0f} s", flush=True)
+            # their agents, restarted per strategy by the one testbed (each reading its own Apache)
+            spec = FleetSpec([{}] * len(self.replicas), policy="always", agent=self._agent_base(), tier=False,
+                             each=lambda r: wiki.agent_load(r.apache, t["load"], POLL_MS))
+            self.agents = Testbed(spec, ReplicaAgents(self.procs), backends=self.replicas)
         except BaseException:
             self.close()
             raise
@@ -75,26 +80,14 @@ class Bed:
         when `forward` (each hearing the agent's default sample, as FORWARDING's FWD)."""
         if self.policy == (policy, forward):
             return
-        peers = ",".join(f"{r.host}:{FLEET_PORT}" for r in self.replicas)
-        for r in self.replicas:
-            r.agent_proc.stop()
-            fleet = {"fleet_listen": f"{r.host}:{FLEET_PORT}", "fleet_key_file": self.procs.fleet_key(), "fleet_peers": peers} if forward else {}
-            r.agent_proc, _, _ = self.procs.agent(r.host, r.apache.addr, policy=policy, **wiki.agent_load(r.apache, self.t["load"], POLL_MS),
-                                                  **self._agent_base(), **fleet)
-        if forward:
-            heard = min(agent_default("fleet_sample"), len(self.replicas) - 1)
-            deadline = time.monotonic() + 20
-            while not all(_peers(r.admin) >= heard for r in self.replicas):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"agents did not hear {heard} peers each within 20 s")
-                time.sleep(0.1)
+        self.agents.restart_agents(policy=policy, tier=forward)
         self.policy = (policy, forward)
 
     def front(self, proxy: str, strategy: str, i: int):
         k = (proxy, strategy, i)
         if k not in self.fronts:
             hunting, lb = STRATEGIES[proxy][strategy]
-            self.fronts[k] = start_front(self.procs, self.addrs, proxy, self.replicas, hunting, lb=lb, hr=self.hr,
+            self.fronts[k] = start_front(proxy, self.procs, self.addrs, self.replicas, hunting, lb=lb, hr=self.hr, **MEASURED,
                                          name=f"{proxy}-{strategy.replace('(', '').replace(')', '').replace('/', '-')}-{i}",
                                          server_opts="weight 100")
         return self.fronts[k]
@@ -145,6 +138,23 @@ class Bed:
         return rep
 
 
+class ReplicaAgents(Loopback):
+    """harness.testbed's Place over running MediaWiki replicas (harness.wiki
+    starts them, an agent each): each agent restarted in front of its Apache."""
+
+    def __init__(self, procs: Procs) -> None:
+        super().__init__(procs, None)
+
+    def backend(self, app_opts: dict):
+        raise ValueError("the replicas are harness.wiki's to start")
+
+    def start_app(self, r, app_opts: dict) -> None:
+        raise ValueError("the replicas are harness.wiki's to start")
+
+    def start_agent(self, r, agent_opts: dict) -> None:
+        r.agent_proc, _, _ = self.procs.agent(r.host, r.apache.addr, **agent_opts)
+
+
 def apache_cpu_s(master: int) -> float:
     """CPU seconds of an Apache master and its living children (and the
     children it reaped), from /proc."""
@@ -170,9 +180,3 @@ def _get(addr: str, path: str) -> int:
     except OSError:
         return 0
 
-
-def _peers(admin: str) -> float:
-    try:
-        return metrics(admin).get("huntlb_fleet_peers", 0)
-    except OSError:  # not listening yet
-        return 0
