@@ -127,6 +127,13 @@ def main() -> int:
         if bad:
             raise SystemExit(f"--variants: unknown {bad}; known: {list(variants)}")
         variants = {k: v for k, v in variants.items() if k in keep}
+    # tune.memory.hot-size is HAProxy 3.0's: 2.6 refuses the config (its size is fixed)
+    needs_30 = [v for v in variants if "hot-size" in v]
+    if a.haproxy == "2.6" and needs_30:
+        if a.variants:
+            raise SystemExit(f"--variants: {needs_30} need --haproxy 3.0 (tune.memory.hot-size)")
+        print(f"HAProxy 2.6: leaving out {needs_30} (tune.memory.hot-size is 3.0's)", file=sys.stderr)
+        variants = {k: v for k, v in variants.items() if k not in needs_30}
     kinds = {k: REQUESTS[k] for k in a.kinds.split(",")}
     counts = [int(x) for x in a.servers.split(",")]
     work = Path(tempfile.mkdtemp(prefix="huntlb-refusing-ablation-"))
