@@ -250,6 +250,7 @@ fn the_tier_runs_with_the_declared_defaults_the_policy_crates_among_them() {
     let runs = [
         ("fleet_heartbeat_ms", c.heartbeat),
         ("fleet_dead_after_ms", c.dead_after),
+        ("fleet_quiet_beat_ms", c.quiet_beat),
         ("fleet_commit_ms", c.commit),
         ("fleet_settle_ms", c.settle),
         ("fleet_resolve_ms", c.resolve),
@@ -735,6 +736,7 @@ fn the_documented_ranges_are_the_codes() {
             r.fleet_heartbeat_ms = Some(100);
             r.fleet_dead_after_ms = Some(100);
         }),
+        ("fleet_quiet_beat_ms", "at least `fleet_heartbeat_ms`", &|r| r.fleet_quiet_beat_ms = Some(49)),
         ("fleet_commit_ms", "below `fleet_dead_after_ms`", &|r| r.fleet_commit_ms = Some(250)),
         ("fleet_settle_ms", "at most `fleet_dead_after_ms`", &|r| r.fleet_settle_ms = Some(251)),
         ("fleet_resample_ms", "at most half of `fleet_dead_after_ms`", &|r| r.fleet_resample_ms = Some(126)),
@@ -762,6 +764,7 @@ fn the_documented_ranges_are_the_codes() {
         ("forward_seen_margin", &|r| r.forward_seen_margin = Some(1)),
         ("fleet_heartbeat_ms", &|r| r.fleet_heartbeat_ms = Some(50)),
         ("fleet_dead_after_ms", &|r| r.fleet_dead_after_ms = Some(250)),
+        ("fleet_quiet_beat_ms", &|r| r.fleet_quiet_beat_ms = Some(1000)),
         ("fleet_commit_ms", &|r| r.fleet_commit_ms = Some(10)),
         ("fleet_settle_ms", &|r| r.fleet_settle_ms = Some(2)),
         ("fleet_resolve_ms", &|r| r.fleet_resolve_ms = Some(1000)),
