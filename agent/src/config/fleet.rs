@@ -198,10 +198,16 @@ pub(super) fn validate(raw: &mut Raw, listen: SocketAddr, tls: Option<&crate::tl
             if dead_after <= heartbeat {
                 return Err(invalid("fleet_dead_after_ms", "must be longer than fleet_heartbeat_ms, or every peer is dead between beats"));
             }
+            // Unset, never below the heartbeat (a fleet that beats each 2 s
+            // beats no faster when quiet); set below it, a contradiction.
             let quiet_beat = raw.fleet_quiet_beat_ms()?;
-            if quiet_beat < heartbeat {
-                return Err(invalid("fleet_quiet_beat_ms", "must be at least fleet_heartbeat_ms: it is the slower beat, for when nothing decides by counts"));
-            }
+            let quiet_beat = match raw.fleet_quiet_beat_ms {
+                None => quiet_beat.max(heartbeat),
+                Some(_) if quiet_beat < heartbeat => {
+                    return Err(invalid("fleet_quiet_beat_ms", "must be at least fleet_heartbeat_ms: it is the slower beat, for when nothing decides by counts"))
+                }
+                Some(_) => quiet_beat,
+            };
             let commit = raw.fleet_commit_ms()?;
             if commit >= dead_after {
                 return Err(invalid("fleet_commit_ms", "must be shorter than fleet_dead_after_ms"));

@@ -223,8 +223,10 @@ const MIN_RCVBUF: usize = 1 << 20;
 /// offer, the sample's tick, or itself), and no later than READ_BUSY_MAX
 /// (a tick and a half: `read_task`): a report counts as heard within that
 /// of its arrival (liveness), and the socket's buffer holds what comes in
-/// between. Quiet, no later than READ_QUIET_MAX (a quarter of dead_after:
-/// beats come each quiet beat then, a wake-up each read is the fixed cost).
+/// between. Quiet, no later than READ_QUIET_MAX (an eighth of what a beat
+/// keeps a member alive, 10 wake-ups a second at the defaults): a waking
+/// member's subscription is answered, and a member locked out by a forged
+/// sequence heals (`heard`, `Taken::Old`), a read later.
 const READ_EVERY: Duration = Duration::from_millis(10);
 const READ_BUSY_MAX: Duration = Duration::from_millis(50);
 const READ_QUIET_MAX: Duration = Duration::from_millis(100);

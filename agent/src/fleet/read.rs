@@ -35,10 +35,10 @@ impl Fleet {
         // decide: the reader reads only when that tick is late by half a
         // tick, and at least every READ_QUIET_MAX.
         let read_busy = self.tick().mul_f32(1.5).clamp(READ_EVERY, READ_BUSY_MAX);
-        // Quiet, what comes is beats (heard with half a dead_after to spare:
-        // `FleetConfig::beats_alive`) and a waking member's subscription,
-        // answered within a quarter of dead_after.
-        let read_quiet = (self.cfg.dead_after / 4).clamp(read_busy, READ_QUIET_MAX);
+        // Quiet, what comes is beats, each alive for a quiet beat and half a
+        // dead_after (`FleetConfig::beats_alive`): read each eighth of that,
+        // as a tick and a half is of dead_after when busy.
+        let read_quiet = (self.cfg.beats_alive() / 8).clamp(read_busy, READ_QUIET_MAX);
         loop {
             let every = if self.quiet() { read_quiet } else { read_busy };
             let due = self.born + Duration::from_micros(self.read_at.load(Ordering::Relaxed)) + every;
