@@ -58,6 +58,12 @@ MODES: dict[str, tuple[str, list[str]]] = {
     "steal, C=2, T=3": ("steal", [*TIER, "--fleet-sample", "0", "--fleet-share", "steal=2,tries=3"]),
     "steal, C=2, T=6": ("steal", [*TIER, "--fleet-sample", "0", "--fleet-share", "steal=2,tries=6"]),
     "steal, C=2, T=12": ("steal", [*TIER, "--fleet-sample", "0", "--fleet-share", "steal=2,tries=12"]),
+    # For the agents' own bench (12 backends, 4 fronts, ρ 0.88): what a smaller sample, a level,
+    # a slower draw or a short coalescing saves there, and at what mean.
+    "K=6, B=3": ("pushed sample", sampled(6, 3)),
+    "K=8, B=4, level=2": ("level", sampled(8, 4, "level=2")),
+    "K=8, B=4, resample=200 ms": ("pushed sample", sampled(8, 4, resample_ms=200)),
+    "K=8, B=4, batch=1 ms": ("batch", sampled(8, 4, "batch=1")),
 }
 # The modes the report says why of (bench/reports/many-fronts-sim.frontier.md,
 # a bullet each, its numbers by the mode's slug).
