@@ -207,6 +207,11 @@ pub struct Fleet {
     read_at: AtomicU64,
     /// An offer read (`fresh`): the reader task sets its next read from `read_at`.
     read_moved: tokio::sync::Notify,
+    /// The tier stopped being quiet (a listener now wants every change, or an
+    /// offer here decides by counts): the sample's task, asleep for up to a
+    /// quiet beat, wakes to beat each heartbeat and draw each
+    /// `fleet_resample_ms` from now, not from its next quiet beat.
+    busy_now: tokio::sync::Notify,
 }
 
 /// An agent wants its sample's every change for this long after an offer
@@ -355,6 +360,7 @@ impl Fleet {
             inbox: Mutex::new(Inbox::default()),
             read_at: AtomicU64::new(0),
             read_moved: tokio::sync::Notify::new(),
+            busy_now: tokio::sync::Notify::new(),
             cfg,
         };
         fleet.set_members(fleet.cfg.peers.clone(), resolved);

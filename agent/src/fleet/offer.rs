@@ -194,6 +194,7 @@ impl Fleet {
     fn consult(&self) {
         self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
         if !self.told_changes.swap(true, Ordering::Relaxed) {
+            self.busy_now.notify_one();
             scratch(|to| {
                 to.extend(lock(&self.state).subscribed());
                 self.send(to)

@@ -53,7 +53,11 @@ impl Fleet {
             let now = Instant::now();
             let floor = now + if quiet { quiet_every } else { every };
             let due = [drawn.map(|t| t + resample), next_beat, Some(keys_at + KEYS_EVERY)].into_iter().flatten().min().unwrap_or(floor);
-            tokio::time::sleep_until((if all_heard { due.max(floor) } else { floor }).into()).await;
+            tokio::select! {
+                () = tokio::time::sleep_until((if all_heard { due.max(floor) } else { floor }).into()) => {}
+                // Quiet no more: beats and draws are due sooner than this sleep.
+                () = self.busy_now.notified(), if quiet => {}
+            }
         }
     }
 
@@ -85,6 +89,9 @@ impl Fleet {
                 to.extend(st.listeners.iter().filter(|(_, x)| x.changes && now.duration_since(x.renewed) <= self.cfg.dead_after).map(|(a, _)| *a));
                 let changes = self.wants();
                 if self.told_changes.swap(changes, Ordering::Relaxed) != changes {
+                    if changes {
+                        self.busy_now.notify_one();
+                    }
                     for m in st.subscribed() {
                         if !to.contains(m) {
                             to.push(*m);
@@ -214,10 +221,16 @@ impl Fleet {
                     Some(x) => {
                         let first = changes && !x.changes;
                         (x.changes, x.renewed) = (changes, now);
+                        if first {
+                            self.busy_now.notify_one();
+                        }
                         first
                     }
                     None => {
                         l.insert(from, Listener { changes, renewed: now, told: now });
+                        if changes {
+                            self.busy_now.notify_one();
+                        }
                         true
                     }
                 }
