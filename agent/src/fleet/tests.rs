@@ -684,6 +684,57 @@ async fn a_replayed_or_forged_beat_keeps_no_dead_member_alive_nor_revives_it() {
     assert!(out <= dead_after + Duration::from_millis(60), "B in view {out:?} after its report while A wants every change");
 }
 
+/// A quiet agent's sample task sleeps until its next quiet beat; a listener
+/// that starts wanting every change takes the agent for dead after
+/// dead_after, so the task wakes: after its answer, the next beat comes
+/// within a few heartbeats, not at the quiet beat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_starts_wanting_changes_hears_each_heartbeat_at_once() {
+    let (a, b) = ("127.77.16.12:9700", "127.77.16.13:9700");
+    let c = FleetConfig {
+        heartbeat: Duration::from_millis(20),
+        dead_after: Duration::from_millis(200),
+        quiet_beat: Duration::from_secs(5),
+        resample: Duration::from_millis(100),
+        sample: 0,
+        ..cfg(a, &[a, b])
+    };
+    let fa = Fleet::open(c).await.unwrap();
+    let weak = Arc::downgrade(&fa);
+    std::thread::spawn(move || {
+        while let Some(f) = weak.upgrade() {
+            f.drain(&mut lock(&f.inbox), super::READ_AT_MOST);
+            drop(f);
+            std::thread::sleep(READ_EVERY);
+        }
+    });
+    let count = Count::default();
+    count.set(1, true);
+    let c2 = count.clone();
+    let run = tokio::spawn(fa.clone().run(Box::new(move || *c2.0.lock().unwrap())));
+    // Until its task has started, A has no count to answer with (and B's
+    // handshake, answered by nothing, would wait on A's renewals for ever).
+    soon("A's task started", || fa.report.get().is_some());
+    let mut fb = Fake::new(b, a);
+    fb.handshake(1);
+    // Quiet: B asked for beats only, and A's task sleeps for its quiet beat.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(fa.quiet());
+    fb.drain();
+    fb.changes();
+    // A's answer (B is a new listener of changes), then its beats each heartbeat.
+    let first = fb.hear();
+    let answered = Instant::now();
+    assert_eq!(first.from, a);
+    let mut buf = [0u8; 512];
+    fb.sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let next = fb.sock.recv_from(&mut buf).map(|_| answered.elapsed());
+    count.gone();
+    run.abort();
+    let next = next.expect("a beat within 2 s");
+    assert!(next < Duration::from_millis(150), "the next beat {next:?} after the answer: heartbeat 20 ms, quiet beat 5 s");
+}
+
 /// `fleet_listen = "[::]:port"` hears IPv4 members too (IPV6_V6ONLY off):
 /// their datagrams arrive from ::ffff:a.b.c.d, taken as the member a.b.c.d.
 #[tokio::test]
