@@ -292,7 +292,12 @@ impl State {
 
 /// The sample, and each member standing in for a member of it (`State::standby`)
 /// while that one is not alive (`Peer::alive`): never more than the sample.
-fn view<'a>(sample: &'a [SocketAddr], standby: &'a [(SocketAddr, SocketAddr)], peers: &'a HashMap<SocketAddr, Peer>, now: Instant) -> impl Iterator<Item = &'a SocketAddr> {
+fn view<'a>(
+    sample: &'a [SocketAddr],
+    standby: &'a [(SocketAddr, SocketAddr)],
+    peers: &'a HashMap<SocketAddr, Peer>,
+    now: Instant,
+) -> impl Iterator<Item = &'a SocketAddr> {
     let unheard = move |m: &SocketAddr| peers.get(m).is_none_or(|p| !p.alive(now));
     sample.iter().chain(standby.iter().filter(move |(_, drawn)| unheard(drawn)).map(|(m, _)| m))
 }

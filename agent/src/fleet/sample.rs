@@ -109,8 +109,9 @@ impl Fleet {
     /// alive: `Peer::alive`), draw the rest uniformly from the other members,
     /// and send our count to the new sample (renewing) and to the dropped
     /// (ending). Without a sample (`fleet_sample` 0, or no more members than
-    /// it), every member. A member drawn that is not alive has a dropped member in view stand in for it until it is
-    /// (`State::standby`): renewed, not ended. False once the agent is gone.
+    /// it), every member. A member drawn that is not alive has a dropped
+    /// member in view stand in for it until it is (`State::standby`):
+    /// renewed, not ended. False once the agent is gone.
     pub(super) fn redraw(&self) -> bool {
         let mut st = lock(&self.state);
         let others = st.members.others.clone();
