@@ -58,12 +58,20 @@ MODES: dict[str, tuple[str, list[str]]] = {
     "steal, C=2, T=3": ("steal", [*TIER, "--fleet-sample", "0", "--fleet-share", "steal=2,tries=3"]),
     "steal, C=2, T=6": ("steal", [*TIER, "--fleet-sample", "0", "--fleet-share", "steal=2,tries=6"]),
     "steal, C=2, T=12": ("steal", [*TIER, "--fleet-sample", "0", "--fleet-share", "steal=2,tries=12"]),
+    # For the agents' own bench (12 backends, 4 fronts, ρ 0.88): what a smaller sample, a level,
+    # a slower draw or a short coalescing saves there, and at what mean.
+    "K=6, B=3": ("pushed sample", sampled(6, 3)),
+    "K=8, B=4, level=2": ("level", sampled(8, 4, "level=2")),
+    "K=8, B=4, resample=200 ms": ("pushed sample", sampled(8, 4, resample_ms=200)),
+    "K=8, B=4, batch=1 ms": ("batch", sampled(8, 4, "batch=1")),
 }
 # The modes the report says why of (bench/reports/many-fronts-sim.frontier.md,
 # a bullet each, its numbers by the mode's slug).
 EXPLAINED = ("K=8, B=4, level=1", "K=8, B=4, level=3", "K=8, B=4, delta=2", "K=16, B=8, delta=2", "K=8, B=4, batch=5 ms",
              "K=8, B=4, batch=10 ms", "K=8, B=4, piggy", "tokens, L=4", "tokens, L=8", "pull, D=4", "K=8, B=4, spread=2",
              "K=16, B=8, level=1, full", "pull, D=4, memory=4", "steal, C=2, T=6", "steal, C=2, T=12")
+# The modes tried for the agents' own bench, said at its cell (12 backends, ρ 0.88) and at worst.
+AT_BENCH = ("K=6, B=3", "K=8, B=4, level=2", "K=8, B=4, resample=200 ms", "K=8, B=4, batch=1 ms")
 
 
 def args(name: str) -> list[str]:
@@ -154,6 +162,11 @@ def text(f: dict, plotted: bool) -> str:
         s, v = slug(m), vs[m]
         values |= {f"{s}_worst": f"{v['mean_x']:.3f}", f"{s}_96_088": f"{v['part'][(96, 0.88)]:.3f}",
                    f"{s}_96_095": f"{v['part'][(96, 0.95)]:.3f}", f"{s}_msgs": f"{v['most']:.1f}"}
+    for m in AT_BENCH:
+        if m not in vs:
+            raise KeyError(f"many-fronts-sim: the frontier has no runs of {m!r}: run it (--frontier {m!r})")
+        s, v = slug(m), vs[m]
+        values |= {f"{s}_12_088": f"{v['part'][(12, 0.88)]:.3f}", f"{s}_worst": f"{v['mean_x']:.3f}", f"{s}_msgs12": f"{v['msgs'][12]:.1f}"}
     return render("many-fronts-sim.frontier", values, part=True)
 
 

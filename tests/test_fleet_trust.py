@@ -23,7 +23,10 @@ from harness import OFFER, path_count, request, start_fleet, wait_until
 from harness.testbed import FLEET_PORT, peers_of, tier_opts
 from harness.fleetwire import Member, loopback_udp_recorder, parse, record, seal, send_forged, text
 
-PEERS = {"fleet_heartbeat_ms": 50, "fleet_dead_after_ms": 400}
+# A quiet fleet's beats each half dead_after, as earlier versions sent them:
+# these tests record and time a quiet member's reports. The slower default's
+# own attacker test is the agent's (fleet::tests, a replayed or forged beat).
+PEERS = {"fleet_heartbeat_ms": 50, "fleet_dead_after_ms": 400, "fleet_quiet_beat_ms": 200}
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="records and forges datagrams on lo: root")
 

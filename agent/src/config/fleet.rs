@@ -57,6 +57,10 @@ pub struct FleetConfig {
     pub heartbeat: Duration,
     /// A peer not heard from for this long takes no forwards.
     pub dead_after: Duration,
+    /// Quiet, a subscription of beats only (`Sub::Beats`) is beaten and
+    /// renewed this often; such a member is alive for this plus half of
+    /// `dead_after` after its last report (`FleetConfig::beats_alive`).
+    pub quiet_beat: Duration,
     /// A peer has this long to say it takes a forward (`commit`); else the
     /// forward is withdrawn and served here.
     pub commit: Duration,
@@ -77,6 +81,17 @@ pub struct FleetConfig {
     pub pass_plain: bool,
     /// Prefix affinity (`llm_prefix_bytes`, `llm_prefix_bound`): None when off.
     pub affinity: Option<huntlb_policy::prefix::Affinity>,
+}
+
+impl FleetConfig {
+    /// How long a member this agent hears under a subscription of beats only
+    /// stays alive after its last report: a quiet beat, and half of
+    /// `dead_after` for a late tick and a lazy read (as `dead_after` is for a
+    /// beat each half of it). Never less than `dead_after`. Every agent's
+    /// own setting, not the member's word: nothing on the wire stretches it.
+    pub fn beats_alive(&self) -> Duration {
+        self.dead_after.max(self.quiet_beat + self.dead_after / 2)
+    }
 }
 
 /// At most this many members (addresses `fleet_peers` resolves to): what a
@@ -183,6 +198,16 @@ pub(super) fn validate(raw: &mut Raw, listen: SocketAddr, tls: Option<&crate::tl
             if dead_after <= heartbeat {
                 return Err(invalid("fleet_dead_after_ms", "must be longer than fleet_heartbeat_ms, or every peer is dead between beats"));
             }
+            // Unset, never below the heartbeat (a fleet that beats each 2 s
+            // beats no faster when quiet); set below it, a contradiction.
+            let quiet_beat = raw.fleet_quiet_beat_ms()?;
+            let quiet_beat = match raw.fleet_quiet_beat_ms {
+                None => quiet_beat.max(heartbeat),
+                Some(_) if quiet_beat < heartbeat => {
+                    return Err(invalid("fleet_quiet_beat_ms", "must be at least fleet_heartbeat_ms: it is the slower beat, for when nothing decides by counts"))
+                }
+                Some(_) => quiet_beat,
+            };
             let commit = raw.fleet_commit_ms()?;
             if commit >= dead_after {
                 return Err(invalid("fleet_commit_ms", "must be shorter than fleet_dead_after_ms"));
@@ -226,6 +251,7 @@ pub(super) fn validate(raw: &mut Raw, listen: SocketAddr, tls: Option<&crate::tl
                 },
                 heartbeat,
                 dead_after,
+                quiet_beat,
                 commit,
                 settle,
                 resolve: raw.fleet_resolve_ms()?,

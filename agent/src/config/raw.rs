@@ -178,6 +178,9 @@ keys! {
     fleet_heartbeat_ms: u64 = Ms(50), at least 1, needs ["fleet_listen"];
     /// A peer not heard from for this long, in ms, takes no forwards.
     fleet_dead_after_ms: u64 = Ms(250), at least 1, needs ["fleet_listen"];
+    /// Quiet (no offer here or at a listener decides by counts), beat and
+    /// renew a subscription of beats only this often, in ms: the fixed cost at idle.
+    fleet_quiet_beat_ms: u64 = Ms(1000), at least 1, needs ["fleet_listen"];
     // A LAN's round trip and a loaded agent's wakeup, with room: a peer slower
     // than this to say it takes a forward costs that forward this long, then
     // it is served here.

@@ -187,6 +187,45 @@ fn fleet_keys_are_checked_and_named() {
     assert_eq!(key_of(raw(|r| r.fleet_sample = Some(4))), "fleet_sample", "only with fleet_listen");
 }
 
+/// The quiet beat: 1 s unless set; unset, never faster than the heartbeat
+/// (a fleet that beats each 2 s beats no faster when quiet); set below the
+/// heartbeat, refused naming it; and a member asked for beats only is alive
+/// for it and half a dead_after.
+#[test]
+fn the_quiet_beat_is_never_below_the_heartbeat() {
+    let key = std::env::temp_dir().join(format!("huntlb-config-quiet-beat-{}.key", std::process::id()));
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key_path = key.to_string_lossy().into_owned();
+    let tier = |r: &mut Raw| {
+        r.fleet_listen = Some("127.0.0.1:9700".into());
+        r.fleet_peers = Some("127.0.0.2:9700".into());
+        r.fleet_key_file = Some(key_path.clone());
+    };
+    let fleet = |f: &dyn Fn(&mut Raw)| {
+        raw(|r| {
+            tier(r);
+            f(r);
+        })
+    };
+    let c = fleet(&|_| {}).unwrap().fleet.unwrap();
+    assert_eq!((c.quiet_beat, c.beats_alive()), (Duration::from_millis(1000), Duration::from_millis(1125)));
+    let slow = |r: &mut Raw| {
+        r.fleet_heartbeat_ms = Some(2000);
+        r.fleet_dead_after_ms = Some(5000);
+        r.fleet_resample_ms = Some(2000);
+    };
+    let c = fleet(&slow).unwrap().fleet.unwrap();
+    assert_eq!((c.quiet_beat, c.beats_alive()), (Duration::from_millis(2000), Duration::from_millis(5000)));
+    assert_eq!(key_of(fleet(&|r| {
+        slow(r);
+        r.fleet_quiet_beat_ms = Some(1000);
+    })), "fleet_quiet_beat_ms");
+    let c = fleet(&|r| r.fleet_quiet_beat_ms = Some(125)).unwrap().fleet.unwrap();
+    assert_eq!(c.beats_alive(), Duration::from_millis(250), "the earlier cadence, half dead_after: alive for dead_after");
+    std::fs::remove_file(&key).unwrap();
+}
+
 #[test]
 fn fleet_pass_plain_is_off_by_default_and_only_with_the_tier() {
     let key = std::env::temp_dir().join(format!("huntlb-config-pass-plain-{}.key", std::process::id()));
@@ -250,6 +289,7 @@ fn the_tier_runs_with_the_declared_defaults_the_policy_crates_among_them() {
     let runs = [
         ("fleet_heartbeat_ms", c.heartbeat),
         ("fleet_dead_after_ms", c.dead_after),
+        ("fleet_quiet_beat_ms", c.quiet_beat),
         ("fleet_commit_ms", c.commit),
         ("fleet_settle_ms", c.settle),
         ("fleet_resolve_ms", c.resolve),
@@ -735,6 +775,7 @@ fn the_documented_ranges_are_the_codes() {
             r.fleet_heartbeat_ms = Some(100);
             r.fleet_dead_after_ms = Some(100);
         }),
+        ("fleet_quiet_beat_ms", "at least `fleet_heartbeat_ms`", &|r| r.fleet_quiet_beat_ms = Some(49)),
         ("fleet_commit_ms", "below `fleet_dead_after_ms`", &|r| r.fleet_commit_ms = Some(250)),
         ("fleet_settle_ms", "at most `fleet_dead_after_ms`", &|r| r.fleet_settle_ms = Some(251)),
         ("fleet_resample_ms", "at most half of `fleet_dead_after_ms`", &|r| r.fleet_resample_ms = Some(126)),
@@ -762,6 +803,7 @@ fn the_documented_ranges_are_the_codes() {
         ("forward_seen_margin", &|r| r.forward_seen_margin = Some(1)),
         ("fleet_heartbeat_ms", &|r| r.fleet_heartbeat_ms = Some(50)),
         ("fleet_dead_after_ms", &|r| r.fleet_dead_after_ms = Some(250)),
+        ("fleet_quiet_beat_ms", &|r| r.fleet_quiet_beat_ms = Some(1000)),
         ("fleet_commit_ms", &|r| r.fleet_commit_ms = Some(10)),
         ("fleet_settle_ms", &|r| r.fleet_settle_ms = Some(2)),
         ("fleet_resolve_ms", &|r| r.fleet_resolve_ms = Some(1000)),

@@ -59,6 +59,11 @@ struct Peer {
     busy: u32,
     ready: bool,
     heard: Instant,
+    /// Alive this long after `heard`: `dead_after` if its report came while
+    /// this agent asked it for every change, `FleetConfig::beats_alive` if
+    /// for beats only (it beats each `fleet_quiet_beat_ms` then). Set here,
+    /// from what this agent asked, never from what the report says.
+    alive_for: Duration,
     /// When this agent forwarded there, for `settle`: not yet in `busy`.
     sent: VecDeque<Instant>,
     /// This agent's forwards the peer took and has not answered yet: the
@@ -202,6 +207,11 @@ pub struct Fleet {
     read_at: AtomicU64,
     /// An offer read (`fresh`): the reader task sets its next read from `read_at`.
     read_moved: tokio::sync::Notify,
+    /// The tier stopped being quiet (a listener now wants every change, or an
+    /// offer here decides by counts): the sample's task, asleep for up to a
+    /// quiet beat, wakes to beat each heartbeat and draw each
+    /// `fleet_resample_ms` from now, not from its next quiet beat.
+    busy_now: tokio::sync::Notify,
 }
 
 /// An agent wants its sample's every change for this long after an offer
@@ -215,12 +225,16 @@ const WANT_FOR: Duration = Duration::from_secs(10);
 const BUFFERED_PER_MEMBER: usize = 64;
 const MIN_RCVBUF: usize = 1 << 20;
 /// The reader task reads no sooner than this after the last read (by an
-/// offer, the sample's tick, or itself), and no later than READ_QUIET_MAX
+/// offer, the sample's tick, or itself), and no later than READ_BUSY_MAX
 /// (a tick and a half: `read_task`): a report counts as heard within that
 /// of its arrival (liveness), and the socket's buffer holds what comes in
-/// between.
+/// between. Quiet, no later than READ_QUIET_MAX (an eighth of what a beat
+/// keeps a member alive, 10 wake-ups a second at the defaults): a waking
+/// member's subscription is answered, and a member locked out by a forged
+/// sequence heals (`heard`, `Taken::Old`), a read later.
 const READ_EVERY: Duration = Duration::from_millis(10);
-const READ_QUIET_MAX: Duration = Duration::from_millis(50);
+const READ_BUSY_MAX: Duration = Duration::from_millis(50);
+const READ_QUIET_MAX: Duration = Duration::from_millis(100);
 /// At most this many datagrams per pass of the reader task, a batch at a
 /// time with the thread yielded between: a flood cannot hold it.
 const READ_AT_MOST: usize = 1024;
@@ -241,9 +255,14 @@ const BENCH_FIRST: Duration = Duration::from_millis(100);
 const BENCH_MAX: Duration = Duration::from_millis(800);
 
 impl Peer {
-    /// Ready, heard within `dead_after`, and not benched by a failed forward.
-    fn in_view(&self, now: Instant, dead_after: Duration) -> bool {
-        self.ready && now.duration_since(self.heard) <= dead_after && self.benched.is_none_or(|t| now >= t)
+    /// Heard within its `alive_for`.
+    fn alive(&self, now: Instant) -> bool {
+        now.duration_since(self.heard) <= self.alive_for
+    }
+
+    /// Ready, alive, and not benched by a failed forward.
+    fn in_view(&self, now: Instant) -> bool {
+        self.ready && self.alive(now) && self.benched.is_none_or(|t| now >= t)
     }
 
     /// What this agent takes the peer to hold: its last count plus what was
@@ -266,21 +285,20 @@ impl State {
     }
 
     /// The members whose counts decide this agent's offers, if in view.
-    fn view(&self, now: Instant, dead_after: Duration) -> impl Iterator<Item = &SocketAddr> {
-        view(&self.sample, &self.standby, &self.peers, now, dead_after)
+    fn view(&self, now: Instant) -> impl Iterator<Item = &SocketAddr> {
+        view(&self.sample, &self.standby, &self.peers, now)
     }
 }
 
 /// The sample, and each member standing in for a member of it (`State::standby`)
-/// while that one is not heard within `dead_after`: never more than the sample.
+/// while that one is not alive (`Peer::alive`): never more than the sample.
 fn view<'a>(
     sample: &'a [SocketAddr],
     standby: &'a [(SocketAddr, SocketAddr)],
     peers: &'a HashMap<SocketAddr, Peer>,
     now: Instant,
-    dead_after: Duration,
 ) -> impl Iterator<Item = &'a SocketAddr> {
-    let unheard = move |m: &SocketAddr| peers.get(m).is_none_or(|p| now.duration_since(p.heard) > dead_after);
+    let unheard = move |m: &SocketAddr| peers.get(m).is_none_or(|p| !p.alive(now));
     sample.iter().chain(standby.iter().filter(move |(_, drawn)| unheard(drawn)).map(|(m, _)| m))
 }
 
@@ -347,6 +365,7 @@ impl Fleet {
             inbox: Mutex::new(Inbox::default()),
             read_at: AtomicU64::new(0),
             read_moved: tokio::sync::Notify::new(),
+            busy_now: tokio::sync::Notify::new(),
             cfg,
         };
         fleet.set_members(fleet.cfg.peers.clone(), resolved);
@@ -387,12 +406,32 @@ impl Fleet {
     }
 
     /// How long a listener that asked for beats only waits for one, and how
-    /// often a quiet agent draws (so renews) its sample: half of
-    /// `fleet_dead_after_ms`, heard with room to spare (a tick and a read
-    /// late, at most 0.72 of it: `run`, `read_forever`). Wire-compatible: a
-    /// listener of any version takes a member for alive within its dead_after.
+    /// often a quiet agent draws (so renews) its sample: `fleet_quiet_beat_ms`.
+    /// Such a listener takes us for alive for that and half a dead_after more
+    /// (`FleetConfig::beats_alive`), and keeps our subscription as long: both
+    /// sides go by their own settings, which a fleet shares (as it shares
+    /// `fleet_dead_after_ms`). 12 quiet agents sampling 8 each send about 16
+    /// datagrams each per quiet beat (8 renewals, 8 beats), where a beat each
+    /// half dead_after cost 8 times as many.
     fn quiet_beat(&self) -> Duration {
-        (self.cfg.dead_after / 2).max(self.cfg.heartbeat)
+        self.cfg.quiet_beat.max(self.cfg.heartbeat)
+    }
+
+    /// How long a member heard now stays alive (`Peer::alive_for`): what our
+    /// reports ask of it now (`send_with`), every change or beats only.
+    fn alive_for(&self) -> Duration {
+        if self.wants() {
+            self.cfg.dead_after
+        } else {
+            self.cfg.beats_alive()
+        }
+    }
+
+    /// Is a listener's subscription still on: renewed within `dead_after`
+    /// if it wants every change, within `FleetConfig::beats_alive` if beats
+    /// only (it renews each quiet beat then).
+    fn subscribed_now(&self, x: &Listener, now: Instant) -> bool {
+        now.duration_since(x.renewed) <= if x.changes { self.cfg.dead_after } else { self.cfg.beats_alive() }
     }
 
     /// Did an offer here decide by the peers' counts within `WANT_FOR`?

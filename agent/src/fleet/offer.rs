@@ -52,7 +52,7 @@ impl Drop for Outstanding {
 /// The tier's gauges and counters, for `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gauges {
-    /// Sampled members heard within `dead_after` and taking forwards.
+    /// Sampled members alive (`Peer::alive`) and taking forwards.
     pub peers: usize,
     /// Sampled members heard and ready, but benched by a forward not taken.
     pub benched: usize,
@@ -68,8 +68,8 @@ pub struct Gauges {
 }
 
 impl Fleet {
-    /// Where this offer goes, by the view's ready members heard from within
-    /// `dead_after` (the sample, and the members standing in for its members
+    /// Where this offer goes, by the view's ready members alive
+    /// (`Peer::alive`: the sample, and the members standing in for its members
     /// not heard yet: `State::standby`).
     pub fn pick(&self, busy: u32, seen: Option<u32>) -> Pick {
         let now = Instant::now();
@@ -81,12 +81,12 @@ impl Fleet {
         self.consult();
         self.fresh();
         let mut st = lock(&self.state);
-        let mut members: Vec<SocketAddr> = st.view(now, self.cfg.dead_after).copied().collect();
+        let mut members: Vec<SocketAddr> = st.view(now).copied().collect();
         let mut counts = Vec::with_capacity(members.len());
         let peers = &mut st.peers;
         members.retain(|member| {
             let Some(p) = peers.get_mut(member) else { return false };
-            if !p.in_view(now, self.cfg.dead_after) {
+            if !p.in_view(now) {
                 return false;
             }
             while p.sent.front().is_some_and(|t| now.duration_since(*t) > self.cfg.settle) {
@@ -153,13 +153,12 @@ impl Fleet {
         self.consult();
         self.fresh();
         let mut st = lock(&self.state);
-        let dead_after = self.cfg.dead_after;
-        let in_view: Vec<SocketAddr> = st.view(now, dead_after).copied().collect();
+        let in_view: Vec<SocketAddr> = st.view(now).copied().collect();
         let State { peers, members, .. } = &mut *st;
         let settle = self.cfg.settle;
         // What this agent takes a peer to hold, if it is in view.
         let mut count = |member: &SocketAddr| -> Option<u32> {
-            let p = peers.get_mut(member).filter(|p| p.in_view(now, dead_after))?;
+            let p = peers.get_mut(member).filter(|p| p.in_view(now))?;
             while p.sent.front().is_some_and(|t| now.duration_since(*t) > settle) {
                 p.sent.pop_front();
             }
@@ -195,6 +194,7 @@ impl Fleet {
     fn consult(&self) {
         self.consulted_us.store(self.micros() + 1, Ordering::Relaxed);
         if !self.told_changes.swap(true, Ordering::Relaxed) {
+            self.busy_now.notify_one();
             scratch(|to| {
                 to.extend(lock(&self.state).subscribed());
                 self.send(to)
@@ -202,14 +202,14 @@ impl Fleet {
         }
     }
 
-    /// Sampled members heard from within `dead_after` and taking forwards.
+    /// Sampled members alive (`Peer::alive`) and taking forwards.
     pub fn ready_peers(&self) -> usize {
-        lock(&self.state).ready_peers(Instant::now(), self.cfg.dead_after)
+        lock(&self.state).ready_peers(Instant::now())
     }
 
     /// Sampled members heard and ready that a failed forward keeps out of the view.
     pub fn benched_peers(&self) -> usize {
-        lock(&self.state).benched_peers(Instant::now(), self.cfg.dead_after)
+        lock(&self.state).benched_peers(Instant::now())
     }
 
     /// Members asked for their count more than `dead_after` ago with no
@@ -234,8 +234,8 @@ impl Fleet {
         let (now, dead_after) = (Instant::now(), self.cfg.dead_after);
         let st = lock(&self.state);
         Gauges {
-            peers: st.ready_peers(now, dead_after),
-            benched: st.benched_peers(now, dead_after),
+            peers: st.ready_peers(now),
+            benched: st.benched_peers(now),
             unheard: st.unheard_peers(now, dead_after),
             members: st.members.others.len(),
             wanting: st.peers_wanting(now, dead_after),
@@ -272,13 +272,13 @@ impl Fleet {
 
 /// The gauges' counts, as `Fleet`'s methods of the same names say.
 impl State {
-    fn ready_peers(&self, now: Instant, dead_after: Duration) -> usize {
-        self.view(now, dead_after).filter_map(|m| self.peers.get(m)).filter(|p| p.in_view(now, dead_after)).count()
+    fn ready_peers(&self, now: Instant) -> usize {
+        self.view(now).filter_map(|m| self.peers.get(m)).filter(|p| p.in_view(now)).count()
     }
 
-    fn benched_peers(&self, now: Instant, dead_after: Duration) -> usize {
-        let benched = |p: &&Peer| p.ready && now.duration_since(p.heard) <= dead_after && p.benched.is_some_and(|t| now < t);
-        self.view(now, dead_after).filter_map(|m| self.peers.get(m)).filter(benched).count()
+    fn benched_peers(&self, now: Instant) -> usize {
+        let benched = |p: &&Peer| p.ready && p.alive(now) && p.benched.is_some_and(|t| now < t);
+        self.view(now).filter_map(|m| self.peers.get(m)).filter(benched).count()
     }
 
     fn unheard_peers(&self, now: Instant, dead_after: Duration) -> usize {

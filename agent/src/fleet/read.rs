@@ -6,7 +6,7 @@
 
 use super::batch::{Inbox, INBOX};
 use super::members::Members;
-use super::{lock, nonce, Fleet, Link, Peer, State, ANSWER_EVERY, READ_AT_MOST, READ_EVERY, READ_QUIET_MAX};
+use super::{lock, nonce, Fleet, Link, Peer, State, ANSWER_EVERY, READ_AT_MOST, READ_BUSY_MAX, READ_EVERY, READ_QUIET_MAX};
 use crate::seal::Keys;
 use huntlb_policy::forward::{open_ref, ReportRef, Rejected};
 use std::collections::VecDeque;
@@ -34,7 +34,11 @@ impl Fleet {
         // The sample's tick reads (`run`), and offers read before they
         // decide: the reader reads only when that tick is late by half a
         // tick, and at least every READ_QUIET_MAX.
-        let [read_busy, read_quiet] = [self.tick(), self.quiet_tick()].map(|t| t.mul_f32(1.5).clamp(READ_EVERY, READ_QUIET_MAX));
+        let read_busy = self.tick().mul_f32(1.5).clamp(READ_EVERY, READ_BUSY_MAX);
+        // Quiet, what comes is beats, each alive for a quiet beat and half a
+        // dead_after (`FleetConfig::beats_alive`): read each eighth of that,
+        // as a tick and a half is of dead_after when busy.
+        let read_quiet = (self.cfg.beats_alive() / 8).clamp(read_busy, READ_QUIET_MAX);
         loop {
             let every = if self.quiet() { read_quiet } else { read_busy };
             let due = self.born + Duration::from_micros(self.read_at.load(Ordering::Relaxed)) + every;
@@ -231,18 +235,21 @@ impl Fleet {
             (link.seq, link.theirs) = (r.seq, r.mine);
         }
         (link.taken, link.asked) = (Some(now), None);
+        // How long it stays alive: by what our reports ask of it (every
+        // change, or beats each quiet beat), not by anything it says.
+        let alive_for = self.alive_for();
         match st.peers.get_mut(&from) {
             Some(p) => {
                 if !p.ready && r.ready {
                     info!(peer = %from, "peer takes forwards again");
                 }
-                (p.busy, p.ready, p.heard) = (r.busy, r.ready, now);
+                (p.busy, p.ready, p.heard, p.alive_for) = (r.busy, r.ready, now, alive_for);
             }
             None => {
                 info!(peer = %from, busy = r.busy, ready = r.ready, "peer heard");
                 st.peers.insert(
                     from,
-                    Peer { busy: r.busy, ready: r.ready, heard: now, sent: VecDeque::new(), outstanding: Default::default(), benched: None, strikes: 0 },
+                    Peer { busy: r.busy, ready: r.ready, heard: now, alive_for, sent: VecDeque::new(), outstanding: Default::default(), benched: None, strikes: 0 },
                 );
             }
         }

@@ -48,12 +48,16 @@ impl Fleet {
             }
             // Until the next thing due (a draw, a listener's beat, the key
             // file), not a fixed tick: under load every change already told
-            // the listeners, and idle, a beat is due each half dead_after.
+            // the listeners, and idle, a beat is due each quiet beat.
             // At least a tick apart; a tick while a sampled member is unheard.
             let now = Instant::now();
             let floor = now + if quiet { quiet_every } else { every };
             let due = [drawn.map(|t| t + resample), next_beat, Some(keys_at + KEYS_EVERY)].into_iter().flatten().min().unwrap_or(floor);
-            tokio::time::sleep_until((if all_heard { due.max(floor) } else { floor }).into()).await;
+            tokio::select! {
+                () = tokio::time::sleep_until((if all_heard { due.max(floor) } else { floor }).into()) => {}
+                // Quiet no more: beats and draws are due sooner than this sleep.
+                () = self.busy_now.notified(), if quiet => {}
+            }
         }
     }
 
@@ -85,6 +89,9 @@ impl Fleet {
                 to.extend(st.listeners.iter().filter(|(_, x)| x.changes && now.duration_since(x.renewed) <= self.cfg.dead_after).map(|(a, _)| *a));
                 let changes = self.wants();
                 if self.told_changes.swap(changes, Ordering::Relaxed) != changes {
+                    if changes {
+                        self.busy_now.notify_one();
+                    }
                     for m in st.subscribed() {
                         if !to.contains(m) {
                             to.push(*m);
@@ -98,13 +105,13 @@ impl Fleet {
         });
     }
 
-    /// Draw the sample again: keep the `keep` least loaded of it (ready, heard
-    /// within `dead_after`), draw the rest uniformly from the other members,
+    /// Draw the sample again: keep the `keep` least loaded of it (ready and
+    /// alive: `Peer::alive`), draw the rest uniformly from the other members,
     /// and send our count to the new sample (renewing) and to the dropped
     /// (ending). Without a sample (`fleet_sample` 0, or no more members than
-    /// it), every member. A member drawn that was not heard within
-    /// `dead_after` has a dropped member in view stand in for it until it is
-    /// (`State::standby`): renewed, not ended. False once the agent is gone.
+    /// it), every member. A member drawn that is not alive has a dropped
+    /// member in view stand in for it until it is (`State::standby`):
+    /// renewed, not ended. False once the agent is gone.
     pub(super) fn redraw(&self) -> bool {
         let mut st = lock(&self.state);
         let others = st.members.others.clone();
@@ -121,7 +128,7 @@ impl Fleet {
                 let peers = &st.peers;
                 old.iter()
                     .filter_map(|m| peers.get(m).map(|p| (m, p)))
-                    .filter(|(_, p)| p.ready && now.duration_since(p.heard) <= self.cfg.dead_after)
+                    .filter(|(_, p)| p.ready && p.alive(now))
                     .map(|(m, p)| (*m, p.busy.saturating_add(p.sent.len() as u32)))
                     .collect()
             };
@@ -136,12 +143,10 @@ impl Fleet {
         // about dead_after ago). So the view after a draw holds at least as
         // many as before, up to the sample; a dead member drawn again and
         // again is stood in for too (`huntlb_fleet_peers_unheard` counts it).
-        let dead_after = self.cfg.dead_after;
         let was: Vec<SocketAddr> = old.iter().chain(old_standby.iter().map(|(m, _)| m)).copied().collect();
-        let unheard: Vec<SocketAddr> =
-            new.iter().filter(|m| !was.contains(m) || st.peers.get(m).is_none_or(|p| now.duration_since(p.heard) > dead_after)).copied().collect();
+        let unheard: Vec<SocketAddr> = new.iter().filter(|m| !was.contains(m) || st.peers.get(m).is_none_or(|p| !p.alive(now))).copied().collect();
         let dropped: Vec<SocketAddr> = was.into_iter().filter(|m| !new.contains(m)).collect();
-        st.standby = dropped.iter().filter(|m| st.peers.get(m).is_some_and(|p| p.in_view(now, dead_after))).copied().zip(unheard).collect();
+        st.standby = dropped.iter().filter(|m| st.peers.get(m).is_some_and(|p| p.in_view(now))).copied().zip(unheard).collect();
         // A member new to the sample answers its subscription at once: it is
         // asked. One kept is renewed, and answers at its next beat.
         ask(&mut st, new.iter().filter(|m| !old.contains(m)));
@@ -164,22 +169,29 @@ impl Fleet {
         let (heartbeat, quiet) = (self.cfg.heartbeat, self.quiet_beat());
         // A listener that wants every change decides by our count: a beat
         // each heartbeat. One that asked for beats only decides by no
-        // count: it needs to hear us within its dead_after, no sooner.
+        // count: it needs to hear us each quiet beat, no sooner
+        // (`FleetConfig::beats_alive`).
         let period = |x: &Listener| if x.changes { heartbeat } else { quiet };
         let (to, next): (Vec<SocketAddr>, Option<Instant>) = {
             let l = &mut lock(&self.state).listeners;
-            l.retain(|_, x| now.duration_since(x.renewed) <= self.cfg.dead_after);
-            let to = l.iter().filter(|(_, x)| now.duration_since(x.told) >= period(x)).map(|(a, _)| *a).collect();
+            l.retain(|_, x| self.subscribed_now(x, now));
+            // When one is due, every one past half its period goes too (a
+            // beat early is no harm): listeners subscribed at different
+            // moments come into step, and a quiet agent wakes once a quiet
+            // beat for all of them, not once for each.
+            let due = |x: &Listener, part: u32| now.duration_since(x.told) >= period(x) / part;
+            let part = if l.values().any(|x| due(x, 1)) { 2 } else { 1 };
+            let to = l.iter().filter(|(_, x)| due(x, part)).map(|(a, _)| *a).collect();
             // The ones told now are due a period from now; the others at theirs.
-            let next = l.values().map(|x| if now.duration_since(x.told) >= period(x) { now + period(x) } else { x.told + period(x) }).min();
+            let next = l.values().map(|x| if due(x, part) { now + period(x) } else { x.told + period(x) }).min();
             (to, next)
         };
         let alive = if to.is_empty() { self.report.get().is_some_and(|r| r().is_some()) } else { self.send(&to) };
         alive.then_some(next)
     }
 
-    /// Renew the subscription with each member of the sample not heard
-    /// within `dead_after` (or never): a subscription lost on the way (the
+    /// Renew the subscription with each member of the sample not alive
+    /// (`Peer::alive`; or never heard): a subscription lost on the way (the
     /// member was not listening yet) heals within a tick, not at the next
     /// draw. Costs nothing while every sampled member is heard. Whether every
     /// one was; None once the agent is gone.
@@ -187,7 +199,7 @@ impl Fleet {
         let now = Instant::now();
         let unheard: Vec<SocketAddr> = {
             let mut st = lock(&self.state);
-            let unheard: Vec<SocketAddr> = st.sample.iter().filter(|m| st.peers.get(m).is_none_or(|p| now.duration_since(p.heard) > self.cfg.dead_after)).copied().collect();
+            let unheard: Vec<SocketAddr> = st.sample.iter().filter(|m| st.peers.get(m).is_none_or(|p| !p.alive(now))).copied().collect();
             ask(&mut st, unheard.iter());
             unheard
         };
@@ -210,10 +222,16 @@ impl Fleet {
                     Some(x) => {
                         let first = changes && !x.changes;
                         (x.changes, x.renewed) = (changes, now);
+                        if first {
+                            self.busy_now.notify_one();
+                        }
                         first
                     }
                     None => {
                         l.insert(from, Listener { changes, renewed: now, told: now });
+                        if changes {
+                            self.busy_now.notify_one();
+                        }
                         true
                     }
                 }
@@ -291,7 +309,7 @@ impl Fleet {
 /// Date the ask of each of `members` (`Link::asked`), unless an earlier
 /// ask is still unanswered: a report to them now wants an answer within a
 /// round trip. Not every report asks: a renewal of a member that hears
-/// us is answered at its next beat, up to half a dead_after away when
+/// us is answered at its next beat, up to a quiet beat away when
 /// quiet, and one late beat on a busy host is no member that does not answer.
 fn ask<'a>(st: &mut State, members: impl Iterator<Item = &'a SocketAddr>) {
     let now = Instant::now();

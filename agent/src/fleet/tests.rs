@@ -45,6 +45,7 @@ fn cfg(listen: &str, peers: &[&str]) -> FleetConfig {
         forwarding: huntlb_policy::forward::Forwarding { peer_margin: 0, seen_margin: None },
         heartbeat: Duration::from_secs(60),
         dead_after: Duration::from_secs(120),
+        quiet_beat: Duration::from_secs(60),
         commit: Duration::from_millis(10),
         settle: Duration::ZERO,
         resolve: Duration::from_secs(1),
@@ -570,15 +571,16 @@ async fn an_offer_deciding_by_the_counts_asks_for_every_change_at_once() {
 }
 
 /// Quiet, a listener that asked for beats only (it decides by no count)
-/// hears us each half dead_after, not each heartbeat: the fixed cost of a
+/// hears us each quiet beat, not each heartbeat: the fixed cost of a
 /// fleet at idle or behind one front. One that wants every change gets its
 /// beat each heartbeat, as before.
 #[tokio::test]
-async fn a_listener_of_beats_only_hears_us_each_half_dead_after() {
+async fn a_listener_of_beats_only_hears_us_each_quiet_beat() {
     let (a, b) = ("127.77.9.16:9700", "127.77.9.17:9700");
     let timed = |l| FleetConfig {
         heartbeat: Duration::from_millis(20),
         dead_after: Duration::from_millis(600),
+        quiet_beat: Duration::from_millis(300),
         forwarding: huntlb_policy::forward::Forwarding { peer_margin: 0, seen_margin: Some(1) },
         ..cfg(l, &[a, b])
     };
@@ -586,17 +588,17 @@ async fn a_listener_of_beats_only_hears_us_each_half_dead_after() {
     let (fa, fb) = heard_both_ways((timed(a), &ca, 7), (timed(b), &cb, 3)).await;
     assert!(fa.quiet(), "no offer decided by counts anywhere");
     assert_eq!(fa.quiet_beat(), Duration::from_millis(300));
-    // Well past a heartbeat, well before half dead_after (the last report went
+    // Well past a heartbeat, well before a quiet beat (the last report went
     // at most 30 ms before the settling ended): no beat to B.
     std::thread::sleep(Duration::from_millis(60));
     let sent = fa.gauges().sent;
     let next = fa.beat().expect("A runs").expect("B listens");
-    assert_eq!(fa.gauges().sent, sent, "a beats-only listener waits half dead_after");
+    assert_eq!(fa.gauges().sent, sent, "a beats-only listener waits a quiet beat");
     // The sample's task sleeps until then, not a tick: due when B was last
-    // told plus half dead_after, so at most that far ahead, and not yet.
+    // told plus a quiet beat, so at most that far ahead, and not yet.
     let now = Instant::now();
     assert!(next > now && next <= now + fa.quiet_beat(), "next beat {:?} from now", next - now);
-    soon("a beat at half dead_after", || {
+    soon("a beat at a quiet beat", || {
         std::thread::sleep(Duration::from_millis(10));
         fa.beat().is_some() && fa.gauges().sent == sent + 1
     });
@@ -612,6 +614,125 @@ async fn a_listener_of_beats_only_hears_us_each_half_dead_after() {
     std::thread::sleep(Duration::from_millis(40));
     assert!(fa.beat().is_some());
     assert_eq!(fa.gauges().sent, sent + 1, "a listener of changes hears us each heartbeat");
+}
+
+/// Quiet, a member asked for beats only stays in the view for a quiet beat
+/// and half a dead_after after its last report, and no longer: what sets that
+/// is this agent's own setting and what it asked (beats only, or every
+/// change), never the datagram. Once the member dies, its recorded reports
+/// replayed and reports forged without the key neither keep it in the view
+/// past that nor bring it back; and once this agent wants every change, a
+/// member's report keeps it alive for dead_after only.
+#[tokio::test]
+async fn a_replayed_or_forged_beat_keeps_no_dead_member_alive_nor_revives_it() {
+    let (a, b) = ("127.77.16.9:9700", "127.77.16.10:9700");
+    let count = Count::default();
+    count.set(1, true);
+    let (dead_after, quiet_beat) = (Duration::from_millis(200), Duration::from_millis(300));
+    let c = FleetConfig { heartbeat: Duration::from_millis(20), dead_after, quiet_beat, sample: 0, ..cfg(a, &[a, b]) };
+    let alive = c.beats_alive();
+    assert_eq!(alive, Duration::from_millis(400));
+    let fa = agent(c, &count).await;
+    assert!(fa.redraw());
+    let mut fb = Fake::new(b, a);
+    fb.handshake(1);
+    for busy in 2..5 {
+        fb.send(busy);
+    }
+    soon("B's reports taken", || fa.gauges().taken == 4);
+    let last = Instant::now();
+    assert!(fa.quiet() && fa.ready_peers() == 1);
+    let recorded = fb.sent.clone();
+    // Newer than any B sent and echoing A's nonce, but sealed without the key.
+    let text = Report { from: b.into(), to: a.into(), boot: fb.boot, seq: u64::MAX, busy: 0, ready: true, sub: Sub::Beats, mine: fb.mine, yours: fb.theirs }.to_string();
+    let forged = seal(&text, &[7; 16]).into_bytes();
+    // B is dead; every 20 ms an attacker replays all it recorded of B, and the forgery.
+    let mut replay = || {
+        for d in &recorded {
+            fb.raw(d);
+        }
+        fb.raw(&forged);
+    };
+    let mut gone = None;
+    while last.elapsed() < alive + Duration::from_millis(600) {
+        replay();
+        std::thread::sleep(Duration::from_millis(20));
+        let (peers, at) = (fa.ready_peers(), last.elapsed());
+        if at < dead_after + Duration::from_millis(50) {
+            assert_eq!(peers, 1, "B alive past dead_after while A is quiet ({at:?})");
+        }
+        if peers == 0 && gone.is_none() {
+            gone = Some(at);
+        }
+        if gone.is_some() {
+            assert_eq!(peers, 0, "B back in the view at {at:?}, after it left at {gone:?}");
+        }
+    }
+    let gone = gone.expect("B leaves the view");
+    assert!(gone <= alive + Duration::from_millis(60), "B in the view {gone:?} after its last report; its window {alive:?}");
+    assert_eq!(fa.gauges().taken, 4, "no replay nor forgery taken");
+    assert!(fa.reports_bad()[Bad::Unauthenticated as usize] > 0 && fa.reports_bad()[Bad::Replayed as usize] > 0);
+    // A decides by the counts now: a report of B's keeps it alive for dead_after only.
+    assert_eq!(fa.pick(1, None), Pick::NoPeers);
+    assert!(!fa.quiet());
+    fb.drain();
+    fb.send(1);
+    soon("B heard again", || fa.ready_peers() == 1);
+    let heard = Instant::now();
+    soon("B out after dead_after", || fa.ready_peers() == 0);
+    let out = heard.elapsed();
+    assert!(out <= dead_after + Duration::from_millis(60), "B in view {out:?} after its report while A wants every change");
+}
+
+/// A quiet agent's sample task sleeps until its next quiet beat; a listener
+/// that starts wanting every change takes the agent for dead after
+/// dead_after, so the task wakes: after its answer, the next beat comes
+/// within a few heartbeats, not at the quiet beat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_starts_wanting_changes_hears_each_heartbeat_at_once() {
+    let (a, b) = ("127.77.16.12:9700", "127.77.16.13:9700");
+    let c = FleetConfig {
+        heartbeat: Duration::from_millis(20),
+        dead_after: Duration::from_millis(200),
+        quiet_beat: Duration::from_secs(5),
+        resample: Duration::from_millis(100),
+        sample: 0,
+        ..cfg(a, &[a, b])
+    };
+    let fa = Fleet::open(c).await.unwrap();
+    let weak = Arc::downgrade(&fa);
+    std::thread::spawn(move || {
+        while let Some(f) = weak.upgrade() {
+            f.drain(&mut lock(&f.inbox), super::READ_AT_MOST);
+            drop(f);
+            std::thread::sleep(READ_EVERY);
+        }
+    });
+    let count = Count::default();
+    count.set(1, true);
+    let c2 = count.clone();
+    let run = tokio::spawn(fa.clone().run(Box::new(move || *c2.0.lock().unwrap())));
+    // Until its task has started, A has no count to answer with (and B's
+    // handshake, answered by nothing, would wait on A's renewals for ever).
+    soon("A's task started", || fa.report.get().is_some());
+    let mut fb = Fake::new(b, a);
+    fb.handshake(1);
+    // Quiet: B asked for beats only, and A's task sleeps for its quiet beat.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(fa.quiet());
+    fb.drain();
+    fb.changes();
+    // A's answer (B is a new listener of changes), then its beats each heartbeat.
+    let first = fb.hear();
+    let answered = Instant::now();
+    assert_eq!(first.from, a);
+    let mut buf = [0u8; 512];
+    fb.sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let next = fb.sock.recv_from(&mut buf).map(|_| answered.elapsed());
+    count.gone();
+    run.abort();
+    let next = next.expect("a beat within 2 s");
+    assert!(next < Duration::from_millis(150), "the next beat {next:?} after the answer: heartbeat 20 ms, quiet beat 5 s");
 }
 
 /// `fleet_listen = "[::]:port"` hears IPv4 members too (IPV6_V6ONLY off):
@@ -642,7 +763,9 @@ async fn a_late_beat_is_not_counted_unheard_and_a_silent_member_is() {
     let count = Count::default();
     count.set(1, true);
     let dead_after = Duration::from_millis(200);
-    let fa = agent(FleetConfig { dead_after, sample: 0, ..cfg(a, &[a, b, c]) }, &count).await;
+    // Quiet (A decides by no count): B, asked for beats only, is alive for a
+    // quiet beat and half a dead_after: dead_after itself with this quiet beat.
+    let fa = agent(FleetConfig { dead_after, quiet_beat: dead_after / 2, sample: 0, ..cfg(a, &[a, b, c]) }, &count).await;
     assert!(fa.redraw());
     let mut fb = Fake::new(b, a);
     fb.handshake(1);
