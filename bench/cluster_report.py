@@ -123,7 +123,7 @@ def plain_rows(key: str, flagged: list[str] | None = None) -> str:
                     f"{cpu.get(PLAIN_TIER, float('nan')):.3f} | -")
             out.append(f"| {proxy} | {name} | {fmt(list(tl[bed].values()))} | {fmt(list(ti.values()))} | "
                        f"{fmt(across) if bed == 'k8s' else '-'} | {f'≤ {K8S_BAR:.2f}' if bed == 'k8s' and key == 'mean_ms' else ''} | "
-                       f"{cost if key == 'mean_ms' else ''} | {rate:.0f} |")
+                       f"{cost if key == 'mean_ms' else ' | '} | {rate:.0f} |")
     return "\n".join(out) or "| (no runs) | | | | | | | |"
 
 
