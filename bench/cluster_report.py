@@ -54,6 +54,14 @@ def ratios(rs: list[dict], cand: str, base: str, key: str) -> dict[int, float]:
     return out
 
 
+def flag(rs: list[dict], where: str, flagged: list[str] | None) -> None:
+    """Runs with client errors or flagged invalid, named into `flagged`: their pairs are left out."""
+    bad = [r for r in rs if r["errors"] or not r["valid"]]
+    if bad and flagged is not None:
+        flagged.append(f"{where}: {len(bad)} runs flagged (client errors or invalid), their pairs left out: "
+                       + ", ".join(f"{r['policy']} rep {r['rep']}" for r in bad))
+
+
 def fmt(xs: list[float]) -> str:
     if not xs:
         return "no valid pair"
@@ -72,10 +80,7 @@ def rows(key: str, flagged: list[str] | None = None) -> str:
             rs = runs(n, bed)
             if not rs:
                 continue
-            bad = [r for r in rs if r["errors"] or not r["valid"]]
-            if bad and flagged is not None:
-                flagged.append(f"{n} fronts, {name}: {len(bad)} runs flagged (client errors or invalid), "
-                               f"their pairs left out: " + ", ".join(f"{r['policy']} rep {r['rep']}" for r in bad))
+            flag(rs, f"{n} fronts, {name}", flagged)
             ti = ratios(rs, TIER, IDEAL, key)
             tl = ratios(rs, TIER, LEAST, key)
             across = [ti[r] / base[r] for r in ti if r in base] if bed != "loopback" else []
@@ -108,10 +113,7 @@ def plain_rows(key: str, flagged: list[str] | None = None) -> str:
             rs = per[bed]
             if not rs:
                 continue
-            bad = [r for r in rs if r["errors"] or not r["valid"]]
-            if bad and flagged is not None:
-                flagged.append(f"{proxy}, 4 fronts, {name}, plain fronts: {len(bad)} runs flagged (client errors or "
-                               f"invalid), their pairs left out: " + ", ".join(f"{r['policy']} rep {r['rep']}" for r in bad))
+            flag(rs, f"{proxy}, 4 fronts, {name}, plain fronts", flagged)
             ti = ratios(rs, PLAIN_TIER, f"{least}@1", key)
             across = [tl[bed][r] / tl["cluster"][r] for r in tl[bed] if r in tl["cluster"]] if bed == "k8s" else []
             cpu = {n: statistics.median(r["agents_cpu"] for r in rs if r["policy"] == n) for n in (PLAIN_TIER, least)

@@ -6,6 +6,24 @@ fn raw(f: impl FnOnce(&mut Raw)) -> Result<Config, ConfigError> {
     r.validate()
 }
 
+/// A test's fleet key file, `tag` in its name, written 0600 (the agent refuses
+/// one others may read): its path, for the test to remove.
+fn key_file(tag: &str) -> std::path::PathBuf {
+    let key = std::env::temp_dir().join(format!("huntlb-config-{tag}-{}.key", std::process::id()));
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    key
+}
+
+/// What every tier needs: listening, one peer, the key at `key`.
+fn tier_at(key: &std::path::Path) -> impl Fn(&mut Raw) + Copy + '_ {
+    move |r: &mut Raw| {
+        r.fleet_listen = Some("127.0.0.1:9700".into());
+        r.fleet_peers = Some("127.0.0.2:9700".into());
+        r.fleet_key_file = Some(key.to_string_lossy().into_owned());
+    }
+}
+
 fn key_of(r: Result<Config, ConfigError>) -> String {
     match r {
         Err(e) if e.key().is_some() => e.key().unwrap().to_string(),
@@ -83,9 +101,7 @@ fn fleet_keys_are_checked_and_named() {
     assert!(raw(|_| {}).unwrap().fleet.is_none());
     assert_eq!(key_of(raw(|r| r.fleet_peers = Some("127.0.0.2:9700".into()))), "fleet_peers");
     assert_eq!(key_of(raw(|r| r.forward_peer_margin = Some(1))), "forward_peer_margin");
-    let key = std::env::temp_dir().join(format!("huntlb-config-test-{}.key", std::process::id()));
-    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key_file("test");
     let key = key.to_string_lossy().into_owned();
     let fleet = |peers: &str| {
         let (peers, key) = (peers.to_string(), key.clone());
@@ -193,15 +209,8 @@ fn fleet_keys_are_checked_and_named() {
 /// for it and half a dead_after.
 #[test]
 fn the_quiet_beat_is_never_below_the_heartbeat() {
-    let key = std::env::temp_dir().join(format!("huntlb-config-quiet-beat-{}.key", std::process::id()));
-    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let key_path = key.to_string_lossy().into_owned();
-    let tier = |r: &mut Raw| {
-        r.fleet_listen = Some("127.0.0.1:9700".into());
-        r.fleet_peers = Some("127.0.0.2:9700".into());
-        r.fleet_key_file = Some(key_path.clone());
-    };
+    let key = key_file("quiet-beat");
+    let tier = tier_at(&key);
     let fleet = |f: &dyn Fn(&mut Raw)| {
         raw(|r| {
             tier(r);
@@ -228,15 +237,8 @@ fn the_quiet_beat_is_never_below_the_heartbeat() {
 
 #[test]
 fn fleet_pass_plain_is_off_by_default_and_only_with_the_tier() {
-    let key = std::env::temp_dir().join(format!("huntlb-config-pass-plain-{}.key", std::process::id()));
-    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let key_path = key.to_string_lossy().into_owned();
-    let tier = |r: &mut Raw| {
-        r.fleet_listen = Some("127.0.0.1:9700".into());
-        r.fleet_peers = Some("127.0.0.2:9700".into());
-        r.fleet_key_file = Some(key_path.clone());
-    };
+    let key = key_file("pass-plain");
+    let tier = tier_at(&key);
     assert!(!raw(tier).unwrap().fleet.unwrap().pass_plain, "off unless asked");
     for on in [true, false] {
         let c = raw(|r| {
@@ -271,9 +273,7 @@ fn the_tier_runs_with_the_declared_defaults_the_policy_crates_among_them() {
     assert_eq!(shown("forward_peer_margin"), f.peer_margin.to_string());
     assert_eq!(shown("forward_seen_margin"), seen.to_string());
 
-    let key = std::env::temp_dir().join(format!("huntlb-config-defaults-{}.key", std::process::id()));
-    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key_file("defaults");
     let c = raw(|r| {
         r.fleet_listen = Some("127.0.0.1:9700".into());
         r.fleet_peers = Some("127.0.0.2:9700".into());
@@ -407,9 +407,7 @@ fn unknown_file_key_is_named() {
 /// name overrides a file's old one.
 #[test]
 fn renamed_keys_are_taken_with_a_warning() {
-    let key = std::env::temp_dir().join(format!("huntlb-config-renamed-{}.key", std::process::id()));
-    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key_file("renamed");
     let key = key.to_string_lossy().into_owned();
     let fleet = |r: &mut Raw| {
         r.fleet_listen = Some("127.0.0.1:9700".into());
@@ -474,9 +472,7 @@ fn renamed_keys_are_taken_with_a_warning() {
 #[test]
 fn prefix_affinity_is_off_by_default_and_only_with_load_llm_and_the_tier() {
     use huntlb_policy::prefix::{Affinity, DEFAULT_BOUND};
-    let key = std::env::temp_dir().join(format!("huntlb-config-prefix-{}.key", std::process::id()));
-    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key_file("prefix");
     let key_path = key.to_string_lossy().into_owned();
     let tier = |r: &mut Raw| {
         r.load = Some("llm".into());
@@ -687,9 +683,7 @@ fn documented_range(meaning: &str) -> Option<(u64, Option<u64>)> {
 /// the key's row and refused naming the key.
 #[test]
 fn the_documented_ranges_are_the_codes() {
-    let key = std::env::temp_dir().join(format!("huntlb-config-ranges-{}.key", std::process::id()));
-    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key_file("ranges");
     let key_path = key.to_string_lossy().into_owned();
     let tier = move |r: &mut Raw| {
         r.fleet_listen = Some("127.0.0.1:9700".into());
@@ -830,9 +824,7 @@ fn the_documented_ranges_are_the_codes() {
 
 #[test]
 fn fleet_advertise_takes_a_bare_ip_bracketed_when_ipv6() {
-    let key = std::env::temp_dir().join(format!("huntlb-config-test-adv-{}.key", std::process::id()));
-    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key_file("test-adv");
     let key = key.to_string_lossy().into_owned();
     let advertised = |listen: &str, fleet_listen: &str, adv: &str| {
         raw(|r| {
