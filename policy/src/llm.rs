@@ -64,9 +64,9 @@ impl LlmWeights {
 /// that scores prefixes chooses knowingly to queue behind a cache: with
 /// prompts waiting for a seat here and a seat free elsewhere, the wait costs
 /// more than the cache saves (one prefix-scoring picker over agents without
-/// this rule: TTFT p90 4 to 6 times least-request's on the same requests,
-/// docs/results/llm-pickers.md). With a seat free the front's count still decides,
-/// and the cache hits the picker buys stay where it sent them.
+/// this rule: TTFT p90 up to 5 times least-request's on the same requests;
+/// with it, a tie: docs/llm.md § 8). With a seat free the front's count
+/// still decides, and the cache hits the picker buys stay where it sent them.
 pub fn seen_while_free(busy: u32, workers: u32, seen: Option<u32>) -> Option<u32> {
     seen.filter(|_| busy < workers)
 }
