@@ -45,11 +45,11 @@ from llm_gateways import (AGENTS, ARMS, NAME as GATEWAYS, SEATS, SERVER_FLAGS, S
 NAME = "llm-pickers"
 # The arms each workload runs by default: on sharegpt the picker without its
 # prefix scorer (the scorer scores nothing on prompts that share no prefix);
-# on shared-prefix both, and least-request, which the prefix-scoring picker
-# over agents is held to
+# on shared-prefix both, and least-request at each count, which the
+# prefix-scoring picker over agents at that count is held to
 DEFAULT_ARMS = {
     "sharegpt": ["epp1", "epp4", "eppa1", "eppa2", "eppa4", "hunt4"],
-    "shared-prefix": ["epp4", "eppa1", "eppa2", "eppa4", "eppp4", "epppa1", "epppa2", "epppa4", "lr4"],
+    "shared-prefix": ["epp4", "eppa1", "eppa2", "eppa4", "eppp4", "epppa1", "epppa2", "epppa4", "lr1", "lr2", "lr4"],
 }
 # N active pickers over agents are held to one picker over agents, TTFT p50
 # and p90, within this
@@ -107,6 +107,11 @@ def verdicts(runs: list[dict]) -> list[str]:
     for n in (1, 2, 4):
         if f"epppa{n}" in have and f"lr{n}" in have:
             within(f"epppa{n}", f"lr{n}", ("ttft_p90_ms",), BOUND)
+    # what the scorer buys, kept or lost under the agents: the hit shares side by side
+    hits = [f"{arm} {100 * statistics.median(r['prefix_hit_share'] for r in runs if r['arm'] == arm):.1f}%"
+            for arm in ARMS if arm in have and ARMS[arm].kind in ("eppp", "lr")]
+    if hits:
+        out.append("* prefix-cache hits (median share of prompt tokens): " + ", ".join(hits))
     errors = sum(r["errors"] for r in runs)
     # every request the clients had answered was served once: the servers
     # finished exactly as many (a request processed twice would be one more)

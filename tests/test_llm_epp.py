@@ -117,7 +117,9 @@ def test_a_pick_whose_server_is_full_is_passed_on_by_the_agent(procs, addrs):
     picker's own counters saying it picked the full one. The picker here knows
     only a's agent, so every pick is a, whatever its scrape says."""
     a, b = bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
-    ga, gb = llm_agents(procs, bs, SEATS, pass_plain=True)
+    # the front's count alone (llm_seen_while_free off): else a's agent would
+    # pass the test's own second request on, as the tests below show
+    ga, gb = llm_agents(procs, bs, SEATS, pass_plain=True, seen_while_free=False)
     gw = EppGateway(procs, addrs, [ga.agent], metrics_port=int(a.app.rpartition(":")[2]))
     # a's one seat taken and one waiting, through a's agent (which counts
     # them, load = "llm", for another front: the test's own IP, one front
@@ -147,9 +149,10 @@ def test_two_pickers_over_agents_are_two_fronts_and_one_corrects_the_other(procs
     picker as a front of its own. Gateway 1 fills a (kept: its own count
     there); gateway 2's pick of a is passed on to b. Were both one front (one
     source IP), a would keep it behind gateway 1's requests. Both pickers
-    know only a's agent."""
+    know only a's agent. The fronts' counts alone (llm_seen_while_free off:
+    with it, a full a would pass gateway 1's own second request on too)."""
     a, b = bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
-    ga, gb = llm_agents(procs, bs, SEATS, pass_plain=True)
+    ga, gb = llm_agents(procs, bs, SEATS, pass_plain=True, seen_while_free=False)
     g1, g2 = gateways(procs, addrs, [ga], "epp", 2, via_agents=True)
     hold = [stream(g1.target, {"prompt": f"held {i}", "max_tokens": 100_000}) for i in range(2)]
     try:
@@ -163,6 +166,56 @@ def test_two_pickers_over_agents_are_two_fronts_and_one_corrects_the_other(procs
         assert ga.metrics()['huntlb_forwards_total{outcome="sent"}'] == 1
     finally:
         close(hold)
+
+
+def one_picker_fills_a(procs, addrs, seen_while_free: bool | None):
+    """One picker over agents (load = "llm", fleet_pass_plain), knowing only
+    a's agent, so every pick is a: its first request takes a's one seat
+    (kept: a idle). Returns the servers, the agents, the gateway and the hold."""
+    a, b = bs = model_fleet(procs, addrs, 2, SEATS, 0.1, agents=False)
+    ga, gb = llm_agents(procs, bs, SEATS, pass_plain=True, seen_while_free=seen_while_free)
+    (g,) = gateways(procs, addrs, [ga], "eppp", 1, via_agents=True)
+    hold = [stream(g.target, {"prompt": "held", "max_tokens": 100_000})]
+    wait_until(lambda: [(m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]) for m in map(llm_metrics, (a.app, b.app))]
+               == [(1, 0), (0, 0)], what="the picker's first request at a")
+    wait_until(lambda: gb.metrics()["huntlb_fleet_peers"] == 1 and ga.metrics()["huntlb_fleet_peers"] == 1, what="a's and b's agents hearing each other")
+    return (a, b), (ga, gb), g, hold
+
+
+def test_one_pickers_pick_of_a_full_server_is_passed_to_a_free_seat(procs, addrs):
+    """What the prefix-scoring picker over agents needed to be as good as
+    least-request: with one picker every request at a server is its own, so
+    its count there (forward_seen_margin) would keep its pick at a full
+    server. With `llm_seen_while_free` (on by default) a server with no free
+    seat passes it to a member with one, whatever the picker saw."""
+    (a, b), (ga, _), g, hold = one_picker_fills_a(procs, addrs, None)
+    try:
+        status, _, _ = request(g.target, "POST", "/v1/completions", headers={"content-type": "application/json"},
+                               body=json.dumps({"prompt": "second", "max_tokens": 3}).encode())
+        assert status == 200
+        assert (served(a), served(b)) == (0, 1)
+        assert ga.metrics()['huntlb_forwards_total{outcome="sent"}'] == 1
+        assert g.picker.picker_stats()[f'huntlb_epp_picks_total{{endpoint="{ga.agent}"}}'] == 2
+    finally:
+        close(hold)
+
+
+def test_without_llm_seen_while_free_one_pickers_pick_waits_at_its_full_server(procs, addrs):
+    """The same with `llm_seen_while_free = false`: the picker's own count at
+    a keeps its pick there, queued behind the held request, b idle."""
+    import concurrent.futures
+    (a, b), (ga, _), g, hold = one_picker_fills_a(procs, addrs, False)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            second = pool.submit(request, g.target, "POST", "/v1/completions", headers={"content-type": "application/json"},
+                                 body=json.dumps({"prompt": "second", "max_tokens": 3}).encode())
+            wait_until(lambda: llm_metrics(a.app)["vllm:num_requests_waiting"] == 1, what="the second request waiting at a")
+            assert llm_metrics(b.app)["vllm:num_requests_running"] == 0
+        finally:
+            close(hold)
+        assert second.result(timeout=30)[0] == 200
+    assert served(b) == 0
+    assert ga.metrics()['huntlb_forwards_total{outcome="sent"}'] == 0
 
 
 def test_the_llm_gateways_report_renders_from_its_data():

@@ -152,7 +152,10 @@ impl Agent {
                         self.metrics.prefix[2].fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                let (pick, home) = fleet.pick_for(self.busy(), t.seen, prefix);
+                let busy = self.busy();
+                // `llm_seen_while_free`: a front's count keeps a try only while a seat is free here
+                let seen = if self.cfg.llm_seen_while_free { huntlb_policy::llm::seen_while_free(busy, self.cfg.workers, t.seen) } else { t.seen };
+                let (pick, home) = fleet.pick_for(busy, seen, prefix);
                 if prefix.is_some() {
                     self.metrics.prefix[if home { 0 } else { 1 }].fetch_add(1, Ordering::Relaxed);
                 }

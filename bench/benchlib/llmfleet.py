@@ -76,7 +76,8 @@ PLAIN_PREFIX_AGENT_PORTS = {"listen": 8085, "admin": 9915, "fleet": 9705}
 def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dynamic:seen_margin=1",
                tokens_per_seat: int | None = None, bytes_per_token: int | None = None,
                prefix_bytes: int | None = None, prefix_bound: int | None = None,
-               kv_busy_at: float | None = None, kv_poll_ms: int | None = None, pass_plain: bool = False) -> list[Backend]:
+               kv_busy_at: float | None = None, kv_poll_ms: int | None = None, pass_plain: bool = False,
+               seen_while_free: bool | None = None) -> list[Backend]:
     """A second set of agents beside the same model servers as `fleet`, with
     load = "llm" (requests in flight plus the prompts waiting for prefill, in
     seats: docs/llm.md), on LLM_AGENT_PORTS and in a forwarding tier of their
@@ -89,7 +90,8 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
     `llm_metrics_poll_ms` unless `kv_poll_ms` is None), a set of its own on
     KV_AGENT_PORTS. With `pass_plain`: `fleet_pass_plain` on (a try no member
     marked is passed on as its front's `hunt-pass`), a set of its own on
-    PLAIN_AGENT_PORTS, or PLAIN_PREFIX_AGENT_PORTS with `prefix_bytes`."""
+    PLAIN_AGENT_PORTS, or PLAIN_PREFIX_AGENT_PORTS with `prefix_bytes`.
+    `seen_while_free`: `llm_seen_while_free` (None: the agent's default)."""
     if pass_plain and kv_busy_at is not None:
         raise ValueError("pass_plain: no set of ports for it with kv_busy_at")
     ports, name = ((PLAIN_PREFIX_AGENT_PORTS, "plainprefix") if pass_plain and prefix_bytes else (PLAIN_AGENT_PORTS, "plain") if pass_plain
@@ -98,7 +100,8 @@ def llm_agents(procs: Procs, fleet: list[Backend], seats: int, policy: str = "dy
     opts = {"load": "llm", "workers": seats, "app_stall_ms": 0,
             "llm_prefill_tokens_per_seat": tokens_per_seat, "llm_bytes_per_token": bytes_per_token,
             "llm_prefix_bytes": prefix_bytes, "llm_prefix_bound": prefix_bound, "llm_kv_busy_at": kv_busy_at,
-            "llm_metrics_poll_ms": kv_poll_ms, "fleet_pass_plain": "true" if pass_plain else None}
+            "llm_metrics_poll_ms": kv_poll_ms, "fleet_pass_plain": "true" if pass_plain else None,
+            "llm_seen_while_free": None if seen_while_free is None else str(seen_while_free).lower()}
 
     def kv(b: Backend) -> dict:
         return {"llm_metrics_url": f"http://{b.app}/metrics"} if kv_busy_at is not None else {}

@@ -54,6 +54,23 @@ impl LlmWeights {
     }
 }
 
+/// The front's own count here (`seen`, what `forward_seen_margin` compares
+/// with), kept only while this server has a free seat: `busy` (the load `b`,
+/// this try not counted) below `workers`. At or past it, None: the tier
+/// decides the try by the peers' counts alone, whatever its front saw.
+///
+/// Why: `forward_seen_margin` keeps a try whose front chose knowingly (this
+/// load is the front's own), which with one front is every try. A picker
+/// that scores prefixes chooses knowingly to queue behind a cache: with
+/// prompts waiting for a seat here and a seat free elsewhere, the wait costs
+/// more than the cache saves (one prefix-scoring picker over agents without
+/// this rule: TTFT p90 up to 5 times least-request's on the same requests;
+/// with it, a tie: docs/llm.md § 8). With a seat free the front's count
+/// still decides, and the cache hits the picker buys stay where it sent them.
+pub fn seen_while_free(busy: u32, workers: u32, seen: Option<u32>) -> Option<u32> {
+    seen.filter(|_| busy < workers)
+}
+
 /// KV-cache use in parts per `KV_SCALE`: vLLM's `vllm:kv_cache_usage_perc`
 /// (a fraction, 0 to 1) × 10 000, rounded to the nearest. Fixed point, so the
 /// rule below compares integers and every host decides alike; 1/10 000 is

@@ -410,6 +410,12 @@ fn llm_vectors() {
         assert_eq!(u64::from(k.load(n(c, "b") as u32, n(c, "workers") as u32, read)), n(c, "load"), "llm.json `{}`", c["name"]);
     }
     assert!(kv_fixed_cases.len() >= 8 && kv_load_cases.len() >= 6);
+    let seen_cases = doc["seen_while_free"].as_array().unwrap();
+    for c in seen_cases {
+        let got = huntlb_policy::llm::seen_while_free(n(c, "busy") as u32, n(c, "workers") as u32, c["seen"].as_u64().map(|s| s as u32));
+        assert_eq!(got.map(u64::from), c["kept"].as_u64(), "llm.json `{}`", c["name"]);
+    }
+    assert!(seen_cases.len() >= 6);
 }
 
 #[test]

@@ -67,6 +67,9 @@ pub struct Config {
     pub load: LoadSource,
     /// With `llm_metrics_url`: the server's KV-cache use counts (None: off).
     pub llm_kv: Option<LlmKv>,
+    /// `llm_seen_while_free`: with `load = "llm"`, a front's own count here
+    /// keeps a try only while a seat is free (`huntlb_policy::llm::seen_while_free`).
+    pub llm_seen_while_free: bool,
     pub health_path: String,
     pub drain_limit: usize,
     pub max_connections: usize,
@@ -230,6 +233,7 @@ impl Raw {
             admin: self.admin()?,
             app,
             llm_kv,
+            llm_seen_while_free: matches!(load, LoadSource::Llm(_)) && self.llm_seen_while_free(),
             agent_check: self.agent_check.as_deref().map(|v| keys::addr("agent_check", v)).transpose()?,
             served_by: if named { Some(http::HeaderValue::from_str(&id).map_err(|_| invalid("id", "must be a header value"))?) } else { None },
             id,

@@ -84,6 +84,11 @@ keys! {
     /// at most those at the least loaded this agent knows plus this (0: while
     /// a seat is free at the home).
     llm_prefix_bound: u32 = Num(prefix::DEFAULT_BOUND), in 0 to 1000000, needs ["load = \"llm\"", "fleet_listen", "llm_prefix_bytes above 0"];
+    /// With load=llm and fleet_listen: a front's own count here
+    /// (`forward_seen_margin`) keeps a try only while the server has a seat
+    /// free; past that the tier passes it to a less loaded member, whatever
+    /// its front saw (docs/llm.md, "Under your endpoint picker").
+    llm_seen_while_free: bool = Value(true), needs ["load = \"llm\"", "fleet_listen"];
     /// With load=llm: the model server's Prometheus page, e.g.
     /// http://127.0.0.1:8000/metrics, on the app's own host; its
     /// `vllm:kv_cache_usage_perc` is polled and a server whose KV cache is at

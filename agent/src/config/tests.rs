@@ -498,6 +498,29 @@ fn prefix_affinity_is_off_by_default_and_only_with_load_llm_and_the_tier() {
 }
 
 #[test]
+fn llm_seen_while_free_is_on_with_load_llm_and_named_without_it_or_the_tier() {
+    let key = std::env::temp_dir().join(format!("huntlb-config-test-seen-{}.key", std::process::id()));
+    std::fs::write(&key, "9f3c5a7e01b2d4c6aa81f0e3b5c7d9e1f2a4b6c8d0e1f3a5b7c9d1e3f5a7b9c1").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key_path = key.to_string_lossy().into_owned();
+    let tier = |r: &mut Raw| {
+        r.load = Some("llm".into());
+        r.fleet_listen = Some("127.0.0.1:9700".into());
+        r.fleet_peers = Some("127.0.0.2:9700".into());
+        r.fleet_key_file = Some(key_path.clone());
+    };
+    assert!(raw(tier).unwrap().llm_seen_while_free, "on by default with load = llm");
+    assert!(!raw(|r| { tier(r); r.llm_seen_while_free = Some(false) }).unwrap().llm_seen_while_free);
+    // a request count has no seats to be free: off with any other load
+    assert!(!raw(|r| { tier(r); r.load = None }).unwrap().llm_seen_while_free);
+    assert_eq!(key_of(raw(|r| { tier(r); r.load = None; r.llm_seen_while_free = Some(false) })), "llm_seen_while_free");
+    assert_eq!(key_of(raw(|r| { r.load = Some("llm".into()); r.llm_seen_while_free = Some(true) })), "llm_seen_while_free");
+    let parsed: Raw = toml::from_str("llm_seen_while_free = false").unwrap();
+    assert_eq!(parsed.llm_seen_while_free, Some(false));
+    std::fs::remove_file(&key).unwrap();
+}
+
+#[test]
 fn kv_keys_only_with_load_llm_and_a_url_on_the_apps_host() {
     use huntlb_policy::llm::KvBound;
     let llm = |r: &mut Raw| {

@@ -49,3 +49,14 @@ fn zero_weights_cannot_divide_by_zero() {
     let z = LlmWeights { bytes_per_token: 0, tokens_per_seat: 0, workers: 2 };
     assert_eq!((z.prompt_tokens(Some(10)), z.load(0, 5)), (2, 5));
 }
+
+#[test]
+fn the_fronts_count_stands_only_while_a_seat_is_free() {
+    assert_eq!(seen_while_free(3, 4, Some(3)), Some(3));
+    assert_eq!(seen_while_free(0, 4, Some(0)), Some(0));
+    // every seat taken, or waiting prompts weighing past them: the peers' counts decide
+    for busy in [4, 5, 7, u32::MAX] {
+        assert_eq!(seen_while_free(busy, 4, Some(busy)), None, "{busy}");
+    }
+    assert_eq!(seen_while_free(1, 4, None), None);
+}
