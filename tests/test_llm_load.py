@@ -94,7 +94,9 @@ def test_an_offer_goes_to_the_peer_with_the_smaller_prefill_backlog(procs, addrs
         waiting(a, 1)
         waiting(b, 1)
         # three requests at each; with load = llm a's is 3 + 2 and b's 3 + 1
-        time.sleep(0.3)  # a few heartbeats (50 ms): each agent has heard the other's load
+        # no offer yet: the tier is quiet and beats each quiet beat (1 s), so
+        # wait past one: each agent has heard the other's load
+        time.sleep(1.3)
         done0 = [metrics(s.app)["vllm:request_success_total"] for s in bs]
         host, port = a.agent.rsplit(":", 1)
         c = http.client.HTTPConnection(host, int(port), timeout=30)

@@ -95,8 +95,9 @@ struct Link {
     answered: Option<Instant>,
     /// When this agent first asked it for its count (drew it into the sample,
     /// or renewed it there after `dead_after` of silence) with none taken
-    /// since: an answer comes within a round trip, so one older than
-    /// `dead_after` is a member that does not answer
+    /// since: an answer comes within a round trip (a quiet member's may wait
+    /// for its next quiet beat), so one older than the time a live member is
+    /// given (`Fleet::alive_for`) is a member that does not answer
     /// (`huntlb_fleet_peers_unheard`). A draw that drops it keeps the date:
     /// a dead member, drawn again and again for 100 ms at a time, is counted.
     asked: Option<Instant>,

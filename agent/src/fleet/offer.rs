@@ -212,12 +212,15 @@ impl Fleet {
         lock(&self.state).benched_peers(Instant::now())
     }
 
-    /// Members asked for their count more than `dead_after` ago with no
-    /// report taken since (`Link::asked`). Not "sampled and not heard now":
-    /// a member just drawn is that for a round trip, which at 1000 agents
-    /// drawing 40 members a second would read as a dead member or more.
+    /// Members asked for their count longer ago than a live one is given to
+    /// answer (`alive_for`: `dead_after`, or while quiet a quiet beat and
+    /// half a `dead_after`, since a quiet member may answer only at its next
+    /// beat) with no report taken since (`Link::asked`). Not "sampled and not
+    /// heard now": a member just drawn is that for a round trip, which at
+    /// 1000 agents drawing 40 members a second would read as a dead member
+    /// or more.
     pub fn unheard_peers(&self) -> usize {
-        lock(&self.state).unheard_peers(Instant::now(), self.cfg.dead_after)
+        lock(&self.state).unheard_peers(Instant::now(), self.alive_for())
     }
 
     /// Members sampling this agent, renewed within `dead_after`, that want every change of our count.
@@ -231,12 +234,12 @@ impl Fleet {
     /// at best) reads members out whose reports sit unread.
     pub fn gauges(&self) -> Gauges {
         self.fresh();
-        let (now, dead_after) = (Instant::now(), self.cfg.dead_after);
+        let (now, dead_after, answer_within) = (Instant::now(), self.cfg.dead_after, self.alive_for());
         let st = lock(&self.state);
         Gauges {
             peers: st.ready_peers(now),
             benched: st.benched_peers(now),
-            unheard: st.unheard_peers(now, dead_after),
+            unheard: st.unheard_peers(now, answer_within),
             members: st.members.others.len(),
             wanting: st.peers_wanting(now, dead_after),
             sent: self.sent.load(Ordering::Relaxed),
