@@ -94,8 +94,8 @@ def test_an_offer_goes_to_the_peer_with_the_smaller_prefill_backlog(procs, addrs
         waiting(a, 1)
         waiting(b, 1)
         # three requests at each; with load = llm a's is 3 + 2 and b's 3 + 1
-        # no offer yet: the tier is quiet and beats each quiet beat (1 s), so
-        # wait past one: each agent has heard the other's load
+        # no offer yet: the tier is quiet and beats each quiet beat, so wait
+        # past one (1.3 s covers a 1-s quiet beat too): each agent has heard the other's load
         time.sleep(1.3)
         done0 = [metrics(s.app)["vllm:request_success_total"] for s in bs]
         host, port = a.agent.rsplit(":", 1)
