@@ -204,16 +204,16 @@ bench-k8s: bench-setup release setup-k8s
 	$(BENCH) bench/cluster_report.py
 
 # What the agents cost beside 4 HAProxy, then 4 Envoy fronts, a plain HAProxy and
-# Envoy beside each backend as the yardstick (~16 min); then docs/results/tier-cost.md from the
-# runs (bench/tier_cost_report.py; the reader-thread set is the tree before its change).
+# Envoy beside each backend as the yardstick (~24 min); then docs/results/tier-cost.md from the
+# runs (bench/tier_cost_report.py).
 TC := bench/data/tier-cost
 bench-tier-cost: bench-setup release
 	$(BENCH) bench/pairs.py haproxy leastconn FWD/least FWDnone/least FWDp/plain leastconn+sc leastconn+esc \
-	  --fronts 4 --reps 3 --idle 10 --json $(TC)/haproxy-4-fronts-reader-task.jsonl > $(TC)/haproxy-4-fronts-reader-task.txt
-	cat $(TC)/haproxy-4-fronts-reader-task.txt
+	  --fronts 4 --reps 3 --idle 10 --json $(TC)/haproxy-4-fronts.jsonl > $(TC)/haproxy-4-fronts.txt
+	cat $(TC)/haproxy-4-fronts.txt
 	$(BENCH) bench/pairs.py envoy LR/full FWD/full FWDnone/full FWDp/plain LR/full+sc LR/full+esc \
-	  --fronts 4 --reps 3 --idle 10 --json $(TC)/envoy-4-fronts-reader-task.jsonl > $(TC)/envoy-4-fronts-reader-task.txt
-	cat $(TC)/envoy-4-fronts-reader-task.txt
+	  --fronts 4 --reps 3 --idle 10 --json $(TC)/envoy-4-fronts.jsonl > $(TC)/envoy-4-fronts.txt
+	cat $(TC)/envoy-4-fronts.txt
 	$(BENCH) bench/tier_cost_report.py
 
 bench-agent: setup release

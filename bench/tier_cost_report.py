@@ -26,9 +26,11 @@ from benchlib.stats import ci95
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data" / "tier-cost"
 REPORT = ROOT / "docs" / "results" / "tier-cost.md"
-# set name -> what the agents were (the HAProxy sets: the two builds; the Envoy set: the later one)
-SETS = {"haproxy-4-fronts-reader-thread": "a reader thread (before)", "haproxy-4-fronts-reader-task": "the reader on the agent's thread",
-        "envoy-4-fronts-reader-task": "4 Envoy fronts"}
+# set name -> its fronts, in the page's order (make bench-tier-cost writes both)
+SETS = {"haproxy-4-fronts": "4 HAProxy fronts", "envoy-4-fronts": "4 Envoy fronts"}
+# What a peer's forward costs the peer beyond a plain request's hop: the head,
+# `100 Continue` and the go byte (docs/agent.md § Cost, "One hop, taken apart").
+HANDSHAKE_US = 13
 # row -> what it is, in the table's order; each proxy's strategy names for it
 ROWS = {"relay": "agents relaying (the proxy's own least)",
         "sc": "HAProxy beside each backend instead",
@@ -102,6 +104,19 @@ def table(name: str) -> tuple[str, list[str], dict]:
     return head + "\n".join(lines) + f"\n\nThe 4 fronts in use: {med(fronts)} cores (relaying runs).", flagged, keep
 
 
+def shares(name: str, row: str) -> list[float]:
+    """The forwarded share of offers (1 - acceptance) in each valid run of a tier row."""
+    rs = runs(name)
+    s = NAMES[rs[0]["proxy"]][row]
+    return [1 - r["acceptance"] for r in rs if r["policy"] == s and r["valid"] and not r["errors"] and r.get("acceptance") is not None]
+
+
+def datagrams(name: str, row: str) -> float:
+    rs = runs(name)
+    s = NAMES[rs[0]["proxy"]][row]
+    return statistics.median(r["datagrams"] / r["achieved_rate"] for r in rs if r["policy"] == s and r["valid"] and not r["errors"])
+
+
 def report() -> str:
     values, keeps, flagged = {}, {}, []
     for i, (name, what) in enumerate(SETS.items()):
@@ -109,32 +124,33 @@ def report() -> str:
         values[f"table{i}"] = t
         keeps[name] = keep
         flagged += [f"{what}: {b}" for b in bad]
-    before, after, envoy = (keeps[n] for n in SETS)
-
-    def change(s: str, k: str, f: str = ".0f") -> str:
-        return f"{before[s][k]:{f}} → {after[s][k]:{f}}"
-    values["tier_over"] = change("tier", "over")
-    values["plain_over"] = change("plain", "over")
-    values["none_over"] = change("none", "over")
-    values["tier_per_front"] = change("tier", "per_front", ".2f")
-    values["relay_per_front"] = f"{after['relay']['per_front']:.2f}"
-    values["sc_per_front"] = f"{after['sc']['per_front']:.2f}"
-    values["esc_per_front"] = f"{after['esc']['per_front']:.2f}"
-    values["relay_us"] = f"{after['relay']['us']:.0f}"
-    values["sc_us"] = f"{after['sc']['us']:.0f}"
-    values["esc_us"] = f"{after['esc']['us']:.0f}"
-    values["relay_vs_sc"] = f"{after['relay']['us'] / after['sc']['us']:.1f}"
-    values["relay_vs_esc"] = f"{after['relay']['us'] / after['esc']['us']:.2f}"
-    values["plain_us"] = f"{after['plain']['us']:.0f}"
-    values["plain_vs_esc"] = f"{after['plain']['us'] / after['esc']['us']:.2f}"
-    values["idle_tier"] = change("plain", "idle", ".2f")
-    values["idle_relay"] = f"{after['relay']['idle']:.2f}"
-    values["idle_sc"] = f"{after['sc']['idle']:.2f}"
-    values["envoy_relay_per_front"] = f"{envoy['relay']['per_front']:.2f}"
-    values["envoy_plain_per_front"] = f"{envoy['plain']['per_front']:.2f}"
-    values["envoy_tier_per_front"] = f"{envoy['tier']['per_front']:.2f}"
+    h, envoy = (keeps[n] for n in SETS)
+    hname = next(iter(SETS))
+    for k in ("tier", "plain", "none"):
+        values[f"{k}_over"] = f"{h[k]['over']:.0f}"
+    for k in ("relay", "sc", "esc"):
+        values[f"{k}_per_front"] = f"{h[k]['per_front']:.2f}"
+        values[f"{k}_us"] = f"{h[k]['us']:.0f}"
+    values["plain_us"] = f"{h['plain']['us']:.0f}"
+    values["relay_vs_sc"] = f"{h['relay']['us'] / h['sc']['us']:.1f}"
+    values["relay_vs_esc"] = f"{h['relay']['us'] / h['esc']['us']:.2f}"
+    values["plain_vs_esc"] = f"{h['plain']['us'] / h['esc']['us']:.2f}"
+    for k in ("plain", "relay", "sc"):
+        values[f"idle_{k}"] = f"{h[k]['idle']:.2f}"
+    for k in ("relay", "plain", "tier", "esc"):
+        values[f"envoy_{k}_per_front"] = f"{envoy[k]['per_front']:.2f}"
     values["envoy_plain_over"] = f"{envoy['plain']['over']:.0f}"
-    values["envoy_esc_per_front"] = f"{envoy['esc']['per_front']:.2f}"
+    # The floor: what the tier's own cost would be were every hop a plain
+    # HAProxy's and every datagram free, from this set's own measurements.
+    share = statistics.median(shares(hname, "plain"))
+    dg = datagrams(hname, "plain")
+    per_dg = h["none"]["over"] / dg
+    per_fwd = (h["plain"]["over"] - h["none"]["over"]) / share
+    floor = share * (h["sc"]["us"] + HANDSHAKE_US)
+    fronts_us = h["plain"]["us"] / h["plain"]["per_front"]
+    values.update(share=f"{100 * share:.0f}", dg=f"{dg:.1f}", per_dg=f"{per_dg:.1f}", per_fwd=f"{per_fwd:.0f}",
+                  handshake=f"{HANDSHAKE_US}", floor=f"{floor:.0f}", fronts_us=f"{fronts_us:.0f}",
+                  floor_all=f"{h['sc']['us'] + floor:.0f}", floor_all_per_front=f"{(h['sc']['us'] + floor) / fronts_us:.2f}")
     values["flagged"] = ("Runs flagged (client errors or invalid) and left out: " + "; ".join(flagged) + ".") if flagged else \
         "No run had a client error or was flagged invalid."
     return render("tier-cost", values)
