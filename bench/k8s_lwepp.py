@@ -432,7 +432,11 @@ def main() -> int:
     ap.add_argument("--images", action="store_true", help="build the emulator's and lwepp's images again")
     ap.add_argument("--smoke", action="store_true", help="install, send a request through each gateway, tear down (no data)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up (then `python -m harness.k8scluster down`)")
+    ap.add_argument("--summary", action="store_true", help="print the data's medians and paired ratios, run nothing")
     a = ap.parse_args()
+    if a.summary:
+        print("\n".join(summary_lines(rundata.read(DATA)["runs"])))
+        return 0
     arms = a.arms.split(",")
     bad = [x for x in arms if x not in ARMS]
     if bad:
