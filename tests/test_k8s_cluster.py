@@ -296,3 +296,82 @@ def chart_version() -> str:
         if line.startswith("appVersion:"):
             return line.split(":", 1)[1].strip().strip('"')
     raise AssertionError("charts/huntlb/Chart.yaml: no appVersion")
+
+
+def _llmload_n(n: int, rate: float, seed: int, *flags: str) -> list[str]:
+    """huntlb-llmload's arguments for exactly its first n requests (the
+    duration ends just past the n-th offset of its schedule, read by --dry-run)."""
+    args = ["--rate", str(rate), "--seed", str(seed), *flags]
+    sched = subprocess.run([str(ROOT / "target/release/huntlb-llmload"), "--target", "127.0.0.1:9", "--duration", "60", *args,
+                            "--dry-run"], capture_output=True, text=True, check=True, timeout=30).stdout.split("\n")
+    offsets = [float(line.split()[0]) for line in sched if line.strip()]
+    return [*args, "--duration", f"{(offsets[n - 1] + offsets[n]) / 2:.6f}"]
+
+
+def test_lwepps_pick_of_a_full_server_is_passed_on_and_clients_cannot_pick(before, tmp_path):
+    """GIE's lightweight picker (`make lwepp`) on the cluster as
+    bench/k8s_lwepp.py installs it (an Envoy and lwepp per gateway pod, over
+    the LLM emulator with the chart's agents): a client's
+    `x-gateway-destination-endpoint` and `test-epp-endpoint-selection`
+    naming one engine steer nothing (the gateway drops them: 8 requests
+    through the picker alone, round robin, one at each engine); with one
+    engine's 4 seats held by long requests through its agent, 16 requests
+    through the picker over agents (round robin: that engine picked twice)
+    are all answered, none served at the full engine, its agent passing
+    each pick on; every engine finished exactly the requests answered."""
+    import k8s_lwepp as lw
+    if not HELM.exists():
+        pytest.skip("no helm: make setup-k8s")
+    if not lw.LWEPP_BIN.exists():
+        pytest.skip("no lwepp: make lwepp")
+    try:
+        c = k8s.up(3)
+        lw.images()
+        f = Fleet(c, tmp_path)
+        lw.install(f, 1)
+        servers = lw.servers(f)
+        x = servers[0]
+        xname, xip = x["metadata"]["name"], x["status"]["podIP"]
+
+        def served() -> dict[str, float]:
+            return {k: m["vllm:request_success_total"] for k, m in lw.engines(f).items()}
+
+        # the attacker: a client naming engine x, through the picker alone
+        gw = lw.gateways(f, "direct")[0]["status"]["podIP"]
+        s0 = served()
+        body = '{"model": "m", "prompt": "hello", "max_tokens": 4}'
+        for _ in range(8):
+            code = c.docker_exec(1, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10",
+                                 "-H", f"x-gateway-destination-endpoint: {xip}:{lw.ENGINE_PORT}",
+                                 "-H", f"test-epp-endpoint-selection: {xip}", "-H", "content-type: application/json",
+                                 "-d", body, f"http://{gw}:{lw.GATEWAY_PORT}/v1/completions")
+            assert code == "200", code
+        lw.quiet(f)
+        got = {k: v - s0[k] for k, v in served().items()}
+        assert sorted(got.values()) == [1.0] * 8, got  # round robin, x's one as any other's
+
+        # engine x full: its 4 seats held by long requests sent to its agent
+        # from node 1, chunked (no Content-Length: an agent passes such a
+        # request on to no one, so all 4 stay at x)
+        long = '{"model": "m", "prompt": "hold", "max_tokens": 2000}'
+        k8s.run(["docker", "exec", "-d", c.names[1], "sh", "-c", "for i in 1 2 3 4; do curl -s -o /dev/null --max-time 120 "
+                 f"-H 'transfer-encoding: chunked' -H 'content-type: application/json' -d '{long}' "
+                 f"http://{xip}:{lw.AGENT_PORT}/v1/completions & done; wait"])
+        k8s._wait("engine x's 4 seats taken", lambda: lw.engines(f)[xname]["vllm:num_requests_running"] == 4, 30)
+        s1 = served()
+        fwd0 = lw.scrape(f, lw.ADMIN_PORT)[xname][lw.FORWARD_SENT]
+        gwa = lw.gateways(f, "agents")[0]["status"]["podIP"]
+        out = f.kubectl("exec", "llmload", "--", "huntlb-llmload", "--target", f"{gwa}:{lw.GATEWAY_PORT}", "--out", "/tmp/gw.jsonl",
+                        *_llmload_n(16, 8, 11), timeout=120)
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["ok"] == 16 and summary["errors"] == 0, summary
+        fwd = lw.scrape(f, lw.ADMIN_PORT)[xname][lw.FORWARD_SENT] - fwd0
+        assert lw.engines(f)[xname]["vllm:num_requests_running"] == 4  # still held: every pick at x came while full
+        lw.quiet(f)
+        got = {k: v - s1[k] for k, v in served().items()}
+        assert got[xname] == 4, got          # the held ones only: no pick of the gateway's served at x
+        assert fwd >= 1, fwd                 # x was picked (16 picks over 8 engines) and passed each on
+        assert sum(got.values()) == 16 + 4, got  # each answered request finished once
+    finally:
+        left = k8s.down()
+    assert not any(left.values()), left

@@ -855,3 +855,20 @@ def test_the_docs_post_renderer_commands_inject_the_agent(key_file, tmp_path):
     pod = Pod(rendered_docs)
     assert pod.labels["huntlb.io/fleet"] == "shop-huntlb"
     assert pod.volumes["huntlb-fleet-key"]["secret"]["secretName"] == one(rendered_docs, "Secret")["metadata"]["name"]
+
+
+def test_extra_config_from_a_values_file_is_taken_by_the_agent(procs, addrs, key_file, tmp_path):
+    """agent.extraConfig in a values file, where YAML makes every number a
+    float: a whole number is written as a TOML integer (600000.0 the agent
+    refuses, naming the key), a string as it is; the agent starts on the
+    rendered file and serves its /metrics."""
+    values = yaml.safe_load(EXAMPLE.read_text())
+    values["agent"]["extraConfig"] = {"app_timeout_ms": 600000, "app_stall_ms": 0, "load": "llm"}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    pod = Pod(render(key_file, values=path))
+    assert {k: (pod.file[k], type(pod.file[k])) for k in values["agent"]["extraConfig"]} == {
+        "app_timeout_ms": (600000, int), "app_stall_ms": (0, int), "load": ("llm", str)}
+    p, _, admin, _, _ = start_pod_agent(procs, pod, addrs.host(), tmp_path, [secrets.token_hex(32)])
+    wait_http(admin, "/metrics", proc=p, want=200)
+    assert "invalid type" not in p.log(), p.log()
