@@ -113,28 +113,21 @@ def report() -> str:
 
     def change(s: str, k: str, f: str = ".0f") -> str:
         return f"{before[s][k]:{f}} → {after[s][k]:{f}}"
-    values["tier_over"] = change("tier", "over")
-    values["plain_over"] = change("plain", "over")
-    values["none_over"] = change("none", "over")
-    values["tier_per_front"] = change("tier", "per_front", ".2f")
-    values["relay_per_front"] = f"{after['relay']['per_front']:.2f}"
-    values["sc_per_front"] = f"{after['sc']['per_front']:.2f}"
-    values["esc_per_front"] = f"{after['esc']['per_front']:.2f}"
-    values["relay_us"] = f"{after['relay']['us']:.0f}"
-    values["sc_us"] = f"{after['sc']['us']:.0f}"
-    values["esc_us"] = f"{after['esc']['us']:.0f}"
-    values["relay_vs_sc"] = f"{after['relay']['us'] / after['sc']['us']:.1f}"
-    values["relay_vs_esc"] = f"{after['relay']['us'] / after['esc']['us']:.2f}"
-    values["plain_us"] = f"{after['plain']['us']:.0f}"
-    values["plain_vs_esc"] = f"{after['plain']['us'] / after['esc']['us']:.2f}"
-    values["idle_tier"] = change("plain", "idle", ".2f")
-    values["idle_relay"] = f"{after['relay']['idle']:.2f}"
-    values["idle_sc"] = f"{after['sc']['idle']:.2f}"
-    values["envoy_relay_per_front"] = f"{envoy['relay']['per_front']:.2f}"
-    values["envoy_plain_per_front"] = f"{envoy['plain']['per_front']:.2f}"
-    values["envoy_tier_per_front"] = f"{envoy['tier']['per_front']:.2f}"
+    for arm, field, f in (("tier", "over", ".0f"), ("plain", "over", ".0f"), ("none", "over", ".0f"), ("tier", "per_front", ".2f")):
+        values[f"{arm}_{field}"] = change(arm, field, f)
+    values["idle_tier"] = change("plain", "idle", ".2f")  # the tier's idle cost is read on the plain front's run
+    # the rest from one set each, named after the arm and the field
+    for arm in ("relay", "sc", "esc"):
+        values[f"{arm}_per_front"] = f"{after[arm]['per_front']:.2f}"
+    for arm in ("relay", "sc", "esc", "plain"):
+        values[f"{arm}_us"] = f"{after[arm]['us']:.0f}"
+    for arm in ("relay", "sc"):
+        values[f"idle_{arm}"] = f"{after[arm]['idle']:.2f}"
+    for arm in ("relay", "plain", "tier", "esc"):
+        values[f"envoy_{arm}_per_front"] = f"{envoy[arm]['per_front']:.2f}"
     values["envoy_plain_over"] = f"{envoy['plain']['over']:.0f}"
-    values["envoy_esc_per_front"] = f"{envoy['esc']['per_front']:.2f}"
+    for a, b, f in (("relay", "sc", ".1f"), ("relay", "esc", ".2f"), ("plain", "esc", ".2f")):
+        values[f"{a}_vs_{b}"] = f"{after[a]['us'] / after[b]['us']:{f}}"
     values["flagged"] = ("Runs flagged (client errors or invalid) and left out: " + "; ".join(flagged) + ".") if flagged else \
         "No run had a client error or was flagged invalid."
     return render("tier-cost", values)
