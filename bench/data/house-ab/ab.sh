@@ -8,7 +8,8 @@
 # PRE_TREE: a checkout of the tree before (`git worktree add PRE_TREE ba4c3b1`, .venv and .cache linked), built with
 # `cargo build --release -p huntlb-agent -p huntlb-instruments` into PRE_TARGET (default PRE_TREE/target); this tree
 # built the same way (`make release`). LOCK: the lock every load run on the machine takes, held for one round (about
-# 1.5 minutes); ran as `ROUNDS=0 ./ab.sh`, then the rest under one hold: `flock LOCK env LOCK=OTHER ROUNDS="1 2 3 4 5" ./ab.sh`.
+# 1.5 minutes); ran as `ROUNDS=0 ./ab.sh`, then the rest under one hold: `flock LOCK env LOCK=OTHER ROUNDS="1 2 3 4 5" ./ab.sh`
+# (round 4's run of this tree again alone, README.md says why).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(git -C "$here" rev-parse --show-toplevel)
@@ -22,7 +23,7 @@ run() {  # one tree's run: ROLE REP DIR TARGET
 }
 export -f run
 export root here
-for r in ${ROUNDS:-0 1 2 3 4}; do
+for r in ${ROUNDS:-0 1 2 3 4 5}; do
   # a round's two runs under one hold of the lock, which tree first alternating
   now="run now $r $root ${CARGO_TARGET_DIR:-$root/target}" before="run pre $r $pre $pre_target"
   if [ $((r % 2)) = 0 ]; then order="$before; $now"; else order="$now; $before"; fi
