@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchlib.fronts import pin
 from benchlib.render import render, shown_in
-from benchlib.reports import machine, read_data, write_result
+from benchlib.reports import machine, parse_or_rewrite, write_result
 from benchlib.stats import ci95, median
 from benchlib.tools import wrk
 from harness import OFFER, Addrs, Procs
@@ -27,11 +27,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=4)
-    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
-    a = ap.parse_args()
-    if a.report_only:
-        data = read_data("agent-overhead")
-        write_result("agent-overhead", data, report(data))
+    a = parse_or_rewrite(ap, {"agent-overhead": report})
+    if a is None:
         return
     procs, addrs = Procs(Path(tempfile.mkdtemp(prefix="huntlb-bench-"))), Addrs()
     try:

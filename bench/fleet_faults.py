@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from benchlib import testbed
-from benchlib.reports import ROOT
+from benchlib.reports import ROOT, write_json
 from benchlib.runs import Run
 from benchlib.stats import ci95, median_ci95, rep_ratios
 
@@ -257,10 +257,8 @@ def main() -> int:
                 runs.append((r, back))
     finally:
         b.close()
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text("".join(json.dumps({**r.to_json(), "fault": r.policy, "back_after_s": back}, sort_keys=True) + "\n"
-                                  for r, back in runs))
+    write_json(a.json, "".join(json.dumps({**r.to_json(), "fault": r.policy, "back_after_s": back}, sort_keys=True) + "\n"
+                   for r, back in runs))
     summarize(a.proxy, faults, runs)
     return 0
 

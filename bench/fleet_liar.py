@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib import testbed
+from benchlib.reports import write_json
 from benchlib.stats import ci95, rep_ratios
 
 STRATEGY = {"envoy": "FWD/full", "haproxy": "FWD/least"}
@@ -64,9 +65,7 @@ def main() -> int:
                 runs.append((r, share))
     finally:
         b.close()
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text("".join(json.dumps({**r.to_json(), "variant": r.policy, "liar_share": s}, sort_keys=True) + "\n" for r, s in runs))
+    write_json(a.json, "".join(json.dumps({**r.to_json(), "variant": r.policy, "liar_share": s}, sort_keys=True) + "\n" for r, s in runs))
     bad = [r for r, _ in runs if r.errors or not r.valid]
     for r in bad:
         print(f"FLAGGED: {r.policy} rep {r.rep}: {r.errors} client errors, valid {r.valid}")

@@ -32,14 +32,14 @@ import json
 import re
 import string
 import sys
-import tempfile
 from pathlib import Path
 
-from benchlib.fronts import MEASURED, Bed, pin, slow_checks, static_backends
+from benchlib.fronts import MEASURED, Bed, overhead_bed, pin, slow_checks
 from benchlib.render import TEMPLATES, render
+from benchlib.reports import write_json
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import REQUESTS, instructions_per_request, paired_wrk, wrk_errors
-from harness import Addrs, HaproxyRoot, Procs, haproxy_runtime, start_front, wait_all_up
+from harness import haproxy_runtime, start_front, wait_all_up
 
 
 def templated(n: int):
@@ -181,12 +181,10 @@ def main() -> int:
     if a.proxy is None:
         ap.error("the proxy to measure: envoy or haproxy (or --report, --page)")
     counts = [int(x) for x in a.servers.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="huntlb-front-scaling-"))
-    procs, addrs, hr = Procs(work), Addrs(), HaproxyRoot(a.haproxy)
     label = f"haproxy {a.haproxy}" if a.proxy == "haproxy" else "envoy"
     out = {"proxy": label, "fill": a.fill, "reps": a.reps, "seconds": a.seconds, "runs": {}}
-    try:
-        backends = static_backends(procs, hr, addrs, max(counts))
+    with overhead_bed("huntlb-front-scaling-", a.haproxy, max(counts)) as bed:
+        work, procs, addrs, hr, backends = bed.work, bed.procs, bed.addrs, bed.hr, bed.backends
         if a.instructions:
             # the tier front (its hunting lines against none), or with --fronts
             # plainpass the plain front (its source address against none)
@@ -233,12 +231,7 @@ def main() -> int:
                           f"CPU {cpu[0]:.1f} ± {cpu[1]:.1f} us/req (plain "
                           f"{median([r['cpu_us_per_req'] for r in p]):.1f})"
                           f"{f', FLAGGED: {errs} client errors' if errs else ''}", flush=True)
-    finally:
-        procs.stop_all()
-        hr.cleanup()
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(out) + "\n")
+    write_json(a.json, json.dumps(out) + "\n")
     return 0
 
 

@@ -22,7 +22,7 @@ import shutil
 
 from benchlib.fronts import BACKENDS, changes, overhead_bed
 from benchlib.render import render, shown_in
-from benchlib.reports import machine, read_data, write_result
+from benchlib.reports import machine, parse_or_rewrite, write_result
 from benchlib.tools import instructions_per_request
 from harness import least_pick
 
@@ -73,11 +73,8 @@ MORE_SERVERS = [12, 32]
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000)
-    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
-    a = ap.parse_args()
-    if a.report_only:
-        data = read_data("haproxy-ablation")
-        write_result("haproxy-ablation", data, report(data))
+    a = parse_or_rewrite(ap, {"haproxy-ablation": report})
+    if a is None:
         return
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind missing: make bench-setup")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from benchlib.fronts import BACKENDS, overhead_bed, pin
 from benchlib.render import render, shown_in
-from benchlib.reports import machine, read_data, write_result
+from benchlib.reports import machine, parse_or_rewrite, write_result
 from benchlib.stats import median, paired_ratio
 from benchlib.tools import proc_cpu_seconds, wrk
 from harness import HaproxyRoot, random_offer
@@ -78,11 +78,8 @@ def main():
     ap.add_argument("--pair-reps", type=int, default=40, help="paired 1-s runs for req/s and CPU per request")
     ap.add_argument("--reps", type=int, default=6, help="profiled runs per variant")
     ap.add_argument("--seconds", type=int, default=3)
-    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
-    a = ap.parse_args()
-    if a.report_only:
-        data = read_data("haproxy-profile")
-        write_result("haproxy-profile", data, report(data))
+    a = parse_or_rewrite(ap, {"haproxy-profile": report})
+    if a is None:
         return
     if not shutil.which("perf"):
         raise SystemExit("perf missing (Debian: linux-perf)")

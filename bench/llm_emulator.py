@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from benchlib.render import render, shown_in
-from benchlib.reports import machine, read_data, write_result
+from benchlib.reports import machine, parse_or_rewrite, write_result
 from benchlib.stats import ci95
 from harness import Addrs, Procs, binary, wait_http
 
@@ -107,11 +107,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--agent-pairs", type=int, default=100, help="single requests straight and through the agent, paired")
-    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report from the committed data")
-    a = ap.parse_args()
-    if a.report_only:
-        data = read_data("llm")
-        write_result("llm", data, report(data))
+    a = parse_or_rewrite(ap, {"llm": report})
+    if a is None:
         return 0
     llm = binary("huntlb-llm")
     table = subprocess.run([llm, "--table", "1,8,32,64,128,256"], capture_output=True, text=True, check=True, timeout=60)

@@ -28,7 +28,7 @@ import time
 
 from benchlib.fronts import BACKENDS, Bed, overhead_bed, pin
 from benchlib.render import render, shown_in
-from benchlib.reports import flag, machine, read_data, write_result
+from benchlib.reports import flag, machine, parse_or_rewrite, write_result
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import BROWSER_HEADERS, REQUESTS, instructions_per_request, proc_cpu_seconds, wrk, wrk_errors
 from harness import start_backends
@@ -126,13 +126,8 @@ def main():
     ap.add_argument("--requests", type=int, default=3000, help="requests counted under callgrind")
     ap.add_argument("--only-envoy", action="store_true",
                     help="only Envoy's bottleneck runs, to docs/results/envoy-front-cost.md (about 3 min)")
-    ap.add_argument("--report-only", action="store_true",
-                    help="measure nothing: rewrite both reports (proxy-overhead, envoy-front-cost) from the committed data")
-    a = ap.parse_args()
-    if a.report_only:
-        for name, render_report in (("proxy-overhead", report), ("envoy-front-cost", report_envoy)):
-            data = read_data(name)
-            write_result(name, data, render_report(data))
+    a = parse_or_rewrite(ap, {"proxy-overhead": report, "envoy-front-cost": report_envoy})
+    if a is None:
         return
     with overhead_bed("huntlb-bench-") as bed:
         if a.only_envoy:

@@ -22,13 +22,13 @@ import argparse
 import json
 import re
 import sys
-import tempfile
 from pathlib import Path
 
-from benchlib.fronts import MEASURED, changes, pin, slow_checks, static_backends
+from benchlib.fronts import MEASURED, changes, overhead_bed, pin, slow_checks
+from benchlib.reports import write_json
 from benchlib.stats import median, median_ci95, paired_ratio
 from benchlib.tools import REQUESTS, paired_wrk, wrk_errors
-from harness import Addrs, HaproxyRoot, Procs, random_offer, start_front
+from harness import random_offer, start_front
 
 
 def drop(*words: str):
@@ -136,12 +136,10 @@ def main() -> int:
         variants = {k: v for k, v in variants.items() if k not in needs_30}
     kinds = {k: REQUESTS[k] for k in a.kinds.split(",")}
     counts = [int(x) for x in a.servers.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="huntlb-refusing-ablation-"))
-    procs, addrs, hr = Procs(work), Addrs(), HaproxyRoot(a.haproxy)
     out = {"proxy": f"haproxy {a.haproxy}", "reps": a.reps, "seconds": a.seconds,
            "variants": {k: v[0] for k, v in variants.items()}, "runs": {}}
-    try:
-        backends = static_backends(procs, hr, addrs, max(counts))
+    with overhead_bed("huntlb-refusing-ablation-", a.haproxy, max(counts)) as bed:
+        procs, addrs, hr, backends = bed.procs, bed.addrs, bed.hr, bed.backends
         for n in counts:
             fronts = {}
             for name, hunting, edit in ([("plain", False, None), ("hunting", True, None)]
@@ -160,12 +158,7 @@ def main() -> int:
                 fr.proc.stop()
             out["runs"][str(n)] = runs
             print(table({"runs": {str(n): runs}}), flush=True)
-    finally:
-        procs.stop_all()
-        hr.cleanup()
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(out) + "\n")
+    write_json(a.json, json.dumps(out) + "\n")
     return 0
 
 

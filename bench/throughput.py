@@ -21,7 +21,7 @@ from pathlib import Path
 from benchlib import plots
 from benchlib.fleet import Fleet
 from benchlib.render import render, shown_in
-from benchlib.reports import RESULTS, flag, machine, read_data, write_result
+from benchlib.reports import RESULTS, flag, machine, parse_or_rewrite, write_result
 from benchlib.stats import ci95, median, paired_ratio
 from benchlib.tools import proc_cpu_seconds, wrk, wrk_errors
 from harness import Addrs, HaproxyRoot, Procs
@@ -43,12 +43,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seconds", type=int, default=3)
-    ap.add_argument("--report-only", action="store_true", help="measure nothing: rewrite the report and plot from the committed data")
-    a = ap.parse_args()
-    if a.report_only:
-        data = read_data("proxy-throughput")
-        plots.throughput(data, RESULTS)
-        write_result("proxy-throughput", data, report(data))
+    a = parse_or_rewrite(ap, {"proxy-throughput": report}, plot=lambda d: plots.throughput(d, RESULTS))
+    if a is None:
         return
     work = Path(tempfile.mkdtemp(prefix="huntlb-tput-"))
     procs, addrs = Procs(work), Addrs()

@@ -23,8 +23,9 @@ from harness.envoy import (EXAMPLES, WASM, bind_source as envoy_bind_source, env
 from harness.fronts import FRONTS, Front, start_front, wait_all_up
 from harness.haproxy import (HAPROXY_EXAMPLES, HAPROXY_VERSIONS, TRIXIE, HaproxyRoot, bind_source as haproxy_bind_source, haproxy_config, haproxy_front_text, least_pick, random_offer, wait_runtime,
                              haproxy_runtime, haproxy_server_states, servers_section, start_haproxy)
-from harness.hunters import Backend, Hunter, counts, each_refused_once_then_served_elsewhere, hold, path_count, start_backends, start_fleet, start_hunted_backends, start_hunter
-from harness.net import FINAL, OFFER, app_stats, concurrent_statuses, metrics, raw_exchange, request, wait_http, wait_tcp, wait_until
+from harness.hunters import (Backend, Hunter, counts, each_refused_once_then_served_elsewhere, hold, path_count, start_backends, start_fleet,
+                             start_hunted_backends, start_hunter, tries_past_a_loaded_one)
+from harness.net import FINAL, OFFER, app_stats, closed_loop, concurrent_statuses, metrics, raw_exchange, request, wait_http, wait_tcp, wait_until
 from harness.procs import ROOT, TARGET, Addrs, Proc, Procs, agent_default, agent_defaults, binary
 from harness.testbed import FLEET_PORT, FleetSpec, Loopback, Testbed, heard_of, peers_of, tier_opts, wait_heard
 

@@ -45,6 +45,7 @@ Needs root (network namespaces, iptables, /etc/netns).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import random
@@ -58,10 +59,11 @@ from pathlib import Path
 
 import yaml
 
-from harness.clusterhosts import AGENT_PORT, DOMAIN, FRONT_ADMIN_PORT, FRONT_PORT, SERVICE, Backend, Fault, Front, Host
-from harness.envoy import EXAMPLES, front_config, start_envoy
-from harness.haproxy import HaproxyRoot, haproxy_front_text, start_haproxy, wait_runtime
-from harness.net import wait_http, wait_until
+from harness.clusterhosts import AGENT_PORT, DOMAIN, SERVICE, Backend, Fault, Front, Host
+from harness.envoy import EXAMPLES
+from harness.fronts import TIER_EXAMPLES, start_front
+from harness.haproxy import HaproxyRoot
+from harness.net import wait_until
 from harness.netns import NETNS_ETC, PREFIX, STATE, inside, reap_stale, remove_run, run_ip, starttime
 from harness.procs import Procs, binary
 from harness.testbed import FLEET_PORT, FleetSpec, Testbed, wait_heard
@@ -204,62 +206,18 @@ class Cluster:
         proxy's own least-loaded pick, the baseline). slots: HAProxy's
         server-template size, the most backends it can hold."""
         name = name or f"f{sum(isinstance(h, Front) for h in self.hosts.values()) + 1}"
-        f = self._host(Front, name)
-        f.kind = kind
-        f.listen = f"{f.ip}:{FRONT_PORT}"
-        fqdn = f"{SERVICE}.{DOMAIN}"
-        if kind == "envoy":
-            f.admin = f"{f.ip}:{FRONT_ADMIN_PORT}"
-            cfg = front_config(f.listen, f.admin, [], example="front-tier.yaml", hunting=hunting)
-            cluster = cfg["static_resources"]["clusters"][0]
-            for k in ("type", "load_assignment"):
-                cluster.pop(k, None)
-            cluster.update(yaml.safe_load((EXAMPLES / "discovery-dns.yaml").read_text()))
-            # no `resolvers`: c-ares reads the host's resolv.conf, as in a pod
-            cluster["typed_dns_resolver_config"]["typed_config"].pop("resolvers")
-            cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
-                {"endpoint": {"address": {"socket_address": {"address": fqdn, "port_value": AGENT_PORT}}}}]
-            # one line per request in the front's log: what failed, where, and why (RESPONSE_FLAGS)
-            hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-            hcm["access_log"] = [{"name": "envoy.access_loggers.stdout", "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
-                "log_format": {"text_format_source": {"inline_string":
-                    "access %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_FLAGS% upstream=%UPSTREAM_HOST% "
-                    "attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% %UPSTREAM_TRANSPORT_FAILURE_REASON% %DURATION%ms\n"}}}}]
-            start_envoy(f, f"envoy-{name}", cfg, wait=False)
-            self.call(wait_http, f.admin, "/ready", proc=f.procs[-1], want=200, timeout=20)
-        elif kind.startswith("haproxy-"):
+        hr = None
+        if kind.startswith("haproxy-"):
             hr = HaproxyRoot(kind.split("-", 1)[1])
             self._made(hr.dir)
             self.procs.cleanups.append(hr.cleanup)
-            f.stats = str(hr.dir / f"{name}.sock")
-            text = haproxy_front_text(hr, f.listen, f.stats, [], example="front-tier.cfg", hunting=hunting)
-            # one line per request in the front's log (-db: stdout): status, server, termination state, retries
-            text = text.replace("global\n", "global\n    log stdout format raw daemon\n", 1)
-            text = text.replace("defaults\n", "defaults\n    log global\n    option httplog\n", 1)
-            # the servers: slots filled from the service's A records, as
-            # HAProxy's own docs do for Consul or Kubernetes services
-            text += (f"    server-template web {slots} {fqdn}:{AGENT_PORT} resolvers cluster init-addr none resolve-prefer ipv4\n\n"
-                     "resolvers cluster\n"
-                     "    parse-resolv-conf           # the host's resolv.conf: the cluster DNS\n"
-                     "    accepted_payload_size 8192\n"
-                     "    timeout resolve 1s\n"
-                     "    timeout retry 1s\n"
-                     "    hold valid 1s               # the records' TTL\n"
-                     # With no answer at all (the DNS server unreachable), HAProxy keeps
-                     # the last addresses only `hold timeout` (30 s by default), then
-                     # puts every server in maintenance: a DNS outage becomes a total
-                     # one. The health checks, not DNS, say whether a backend is gone.
-                     + (f"    hold timeout {hold_timeout}        # keep the last answer while DNS is down\n" if hold_timeout else ""))
-            p = start_haproxy(f, hr, f"haproxy-{name}", text)
-            wait_runtime(f.stats, p)
-        else:
+        elif kind != "envoy":
             raise ValueError(f"front kind {kind}: envoy, haproxy-2.6 or haproxy-3.0")
-        want = {f"{self.hosts[n].ip}:{AGENT_PORT}" for n in self.published()} if expect is None else None
-        wait_until(lambda: f.up() == want if want is not None else len(f.up()) == expect, timeout=20,
-                   what=f"{kind} on {name} passing its checks for the published backends")
-        # Envoy's workers learn of health a moment after its admin API (harness.fronts)
-        wait_until(lambda: all(f.request("GET", "/warmup")[0] == 200 for _ in range(2)), what=f"{name} serving")
+        f = self._host(Front, name)
+        want = {f"{self.hosts[n].ip}:{AGENT_PORT}" for n in self.published()} if expect is None else expect
+        f.started = start_front(kind, self.procs, None, [], hunting=hunting, example=TIER_EXAMPLES[kind.partition("-")[0]], hr=hr,
+                                edit=envoy_by_dns if kind == "envoy" else functools.partial(haproxy_by_dns, slots, hold_timeout),
+                                where=f, expect=want, timeout=20)
         return f
 
     def wait_fleet(self, timeout: float = 15) -> None:
@@ -453,6 +411,52 @@ def cluster(log_dir: Path, backends: int = 3, fronts: tuple[str, ...] = ("envoy"
         for kind in fronts:
             c.front(kind)
         yield c
+
+
+FQDN = f"{SERVICE}.{DOMAIN}"
+
+
+def envoy_by_dns(cfg: dict) -> dict:
+    """front-tier.yaml's cluster finding its backends by the service's name
+    (STRICT_DNS, examples/discovery-dns.yaml), and one access log line per
+    request: what failed, where, and why (RESPONSE_FLAGS)."""
+    cluster = cfg["static_resources"]["clusters"][0]
+    for k in ("type", "load_assignment"):
+        cluster.pop(k, None)
+    cluster.update(yaml.safe_load((EXAMPLES / "discovery-dns.yaml").read_text()))
+    # no `resolvers`: c-ares reads the host's resolv.conf, as in a pod
+    cluster["typed_dns_resolver_config"]["typed_config"].pop("resolvers")
+    cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
+        {"endpoint": {"address": {"socket_address": {"address": FQDN, "port_value": AGENT_PORT}}}}]
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["access_log"] = [{"name": "envoy.access_loggers.stdout", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+        "log_format": {"text_format_source": {"inline_string":
+            "access %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_FLAGS% upstream=%UPSTREAM_HOST% "
+            "attempts=%UPSTREAM_REQUEST_ATTEMPT_COUNT% %UPSTREAM_TRANSPORT_FAILURE_REASON% %DURATION%ms\n"}}}}]
+    return cfg
+
+
+def haproxy_by_dns(slots: int, hold_timeout: str | None, text: str) -> str:
+    """front-tier.cfg's servers as `slots` server-template slots filled from
+    the service's A records (as HAProxy's own docs do for Consul or Kubernetes
+    services), and one log line per request (-db: stdout): status, server,
+    termination state, retries."""
+    text = text.replace("global\n", "global\n    log stdout format raw daemon\n", 1)
+    text = text.replace("defaults\n", "defaults\n    log global\n    option httplog\n", 1)
+    return text + (
+        f"    server-template web {slots} {FQDN}:{AGENT_PORT} resolvers cluster init-addr none resolve-prefer ipv4\n\n"
+        "resolvers cluster\n"
+        "    parse-resolv-conf           # the host's resolv.conf: the cluster DNS\n"
+        "    accepted_payload_size 8192\n"
+        "    timeout resolve 1s\n"
+        "    timeout retry 1s\n"
+        "    hold valid 1s               # the records' TTL\n"
+        # With no answer at all (the DNS server unreachable), HAProxy keeps
+        # the last addresses only `hold timeout` (30 s by default), then
+        # puts every server in maintenance: a DNS outage becomes a total
+        # one. The health checks, not DNS, say whether a backend is gone.
+        + (f"    hold timeout {hold_timeout}        # keep the last answer while DNS is down\n" if hold_timeout else ""))
 
 
 def delay_counts(f: Fault) -> list[dict[str, float]]:

@@ -12,20 +12,20 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import TYPE_CHECKING, Iterator, Protocol
 
-from harness.envoy import envoy_host_health
-from harness.haproxy import haproxy_runtime
 from harness.net import app_stats, metrics, request, wait_http
 from harness.netns import PREFIX, kill_and_wait, netns_pids
 from harness.procs import Proc, Procs, binary
 from harness.testbed import FLEET_PORT, heard_at, tier_opts
 
+if TYPE_CHECKING:
+    from harness import fronts
+
 
 DOMAIN = "svc.cluster.local"
 SERVICE = "backends"  # the headless service: one A record per published backend host
-APP_PORT, AGENT_PORT, ADMIN_PORT = 9000, 8080, 9901
-FRONT_PORT, FRONT_ADMIN_PORT = 10000, 9902
+APP_PORT, AGENT_PORT, ADMIN_PORT = 9000, 8080, 9901  # a front's ports are harness.fronts.start_front's
 
 
 class Owner(Protocol):
@@ -152,22 +152,41 @@ class Backend(Host):
 class Front(Host):
     """A front host: Envoy (front-tier.yaml, STRICT_DNS) or HAProxy
     (front-tier.cfg, server-template over DNS), finding the backends by the
-    service's name through this host's resolv.conf."""
+    service's name through this host's resolv.conf. It is the place
+    (harness.fronts.FrontPlace) harness.fronts.start_front starts the proxy
+    on; `started` is the front that returned."""
 
-    kind: str
-    listen: str
-    admin: str | None = None
-    stats: str | None = None
+    started: "fronts.Front"
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    def call(self, fn, *args, **kw):
+        """A read of the front: from the client host, as every test's is."""
+        return self.cluster.call(fn, *args, **kw)
+
+    @property
+    def kind(self) -> str:
+        return self.started.kind
+
+    @property
+    def listen(self) -> str:
+        return self.started.listen
+
+    @property
+    def admin(self) -> str | None:
+        """Envoy's admin API (None for HAProxy: `stats`)."""
+        return self.started.envoy_admin
+
+    @property
+    def stats(self) -> str | None:
+        """HAProxy's runtime API (None for Envoy)."""
+        return self.started.stats
 
     def up(self) -> set[str]:
         """The backends (agent ip:port) the proxy's health checks pass."""
-        if self.kind == "envoy":
-            return {a for a, flags in self.cluster.call(envoy_host_health, self.admin).items() if flags == "healthy"}
-        out = haproxy_runtime(self.stats, "show stat")
-        lines = out.splitlines()
-        head = lines[0].lstrip("# ").split(",")
-        rows = [dict(zip(head, line.split(","))) for line in lines[1:]]
-        return {r["addr"] for r in rows if r.get("pxname") == "hunt" and r.get("svname", "").startswith("web") and r.get("status") == "UP"}
+        return self.started.up()
 
     def request(self, method: str, path: str, **kw):
         return self.cluster.call(request, self.listen, method, path, **kw)

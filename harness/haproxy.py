@@ -171,14 +171,15 @@ def haproxy_runtime(stats: str, command: str) -> str:
     return out.decode()
 
 
-def haproxy_server_states(stats: str, backend: str = "hunt") -> dict[str, str]:
-    """{server name: status} from `show stat` (UP, DOWN, MAINT, ...)."""
+def haproxy_servers(stats: str, backend: str = "hunt") -> list[dict[str, str]]:
+    """The rows of `show stat` for `backend`'s servers (svname, addr, status, ...)."""
     out = haproxy_runtime(stats, "show stat")
     lines = out.splitlines()
     head = lines[0].lstrip("# ").split(",")
-    res = {}
-    for l in lines[1:]:
-        row = dict(zip(head, l.split(",")))
-        if row.get("pxname") == backend and row.get("svname") not in ("FRONTEND", "BACKEND", None):
-            res[row["svname"]] = row["status"]
-    return res
+    rows = [dict(zip(head, l.split(","))) for l in lines[1:]]
+    return [r for r in rows if r.get("pxname") == backend and r.get("svname") not in ("FRONTEND", "BACKEND", None)]
+
+
+def haproxy_server_states(stats: str, backend: str = "hunt") -> dict[str, str]:
+    """{server name: status} from `show stat` (UP, DOWN, MAINT, ...)."""
+    return {r["svname"]: r["status"] for r in haproxy_servers(stats, backend)}

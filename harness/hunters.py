@@ -58,6 +58,27 @@ def hold(b: Backend, n: int, work_ms: int = 4000) -> list:
     return ts
 
 
+def tries_past_a_loaded_one(loaded: Backend, backends: list[Backend], fronts: list[str], prefix: str, headers: dict,
+                            body: bytes, check=None) -> list[str]:
+    """`loaded` holding 4 requests (hold, past every front), 24 tries through
+    `fronts` by turns, GET and POST of `body` by turns, with `headers`: each
+    answered 200 and processed at exactly one app. Returns who served each
+    (hunt-served-by); check(body): a further look at each answer."""
+    hold(loaded, 4)
+    wait_until(lambda: loaded.metrics()["huntlb_inflight"] == 4)
+    served = []
+    for i in range(24):  # Envoy's ties are random: with 3 backends, none of 24 to the loaded one is (2/3)^24
+        path = f"{prefix}/{uuid.uuid4()}"
+        b = body if i % 2 else None
+        status, h, out = request(fronts[i % len(fronts)], "POST" if b else "GET", path, body=b, headers=headers)
+        assert status == 200, (status, h, out)
+        assert sorted(counts(backends, path)) == [0] * (len(backends) - 1) + [1], counts(backends, path)  # processed once, somewhere
+        if check:
+            check(out)
+        served.append(h["hunt-served-by"])
+    return served
+
+
 def counts(backends: list[Backend], path: str) -> list[int]:
     """How many times each app processed `path`, in order."""
     return [app_stats(b.app)["paths"].get(path, 0) for b in backends]

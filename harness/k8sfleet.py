@@ -131,6 +131,14 @@ def doc_commands(first: str) -> list[list[str]]:
     return [shlex.split(c) for c in re.sub(r"\\\n\s*", " ", block).strip().splitlines()]
 
 
+def deployment(name: str, labels: dict, pod: dict, replicas: int = 1) -> dict:
+    """A Deployment of `replicas` pods labelled `labels` (its selector), each
+    `pod` (a pod spec)."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod}}}
+
+
 def fronts_manifest(images: dict[str, str], replicas: int, release: str = RELEASE, load_pod: bool = True) -> str:
     """Each proxy's fronts over `release`'s ready pods (Deployments named by
     the proxy, `-<release>` after it for a release other than the fleet's),
@@ -158,17 +166,15 @@ def fronts_manifest(images: dict[str, str], replicas: int, release: str = RELEAS
                           "ports": [{"name": "http", "port": 8080, "targetPort": 8080}]}}]
     for p in PROXIES:
         name = p + sfx
-        docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"front": name}},
-                     "spec": {"replicas": replicas, "selector": {"matchLabels": {"front": name}},
-                              "template": {"metadata": {"labels": {"front": name}}, "spec": {
-                                  "terminationGracePeriodSeconds": 30,
-                                  "containers": [{"name": p, "image": images[p], "command": cmd[p], "env": env,
-                                                  "ports": [{"containerPort": FRONT_PORT}],
-                                                  "readinessProbe": {"tcpSocket": {"port": FRONT_PORT}, "periodSeconds": 1},
-                                                  "lifecycle": {"preStop": {"exec": {"command": stop[p]}}},
-                                                  "volumeMounts": [{"name": "fronts", "mountPath": "/etc/fronts"}],
-                                                  "resources": {"requests": {"cpu": "10m"}}}],
-                                  "volumes": [{"name": "fronts", "configMap": {"name": f"fronts{sfx}"}}]}}}})
+        docs.append(deployment(name, {"front": name}, replicas=replicas, pod={
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": p, "image": images[p], "command": cmd[p], "env": env,
+                            "ports": [{"containerPort": FRONT_PORT}],
+                            "readinessProbe": {"tcpSocket": {"port": FRONT_PORT}, "periodSeconds": 1},
+                            "lifecycle": {"preStop": {"exec": {"command": stop[p]}}},
+                            "volumeMounts": [{"name": "fronts", "mountPath": "/etc/fronts"}],
+                            "resources": {"requests": {"cpu": "10m"}}}],
+            "volumes": [{"name": "fronts", "configMap": {"name": f"fronts{sfx}"}}]}))
         docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
                      "spec": {"selector": {"front": name}, "ports": [{"name": "http", "port": FRONT_PORT, "targetPort": FRONT_PORT}]}})
     if load_pod:

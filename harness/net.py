@@ -105,6 +105,32 @@ def concurrent_statuses(addr: str, paths: list[str], timeout: float = 30) -> lis
         t.join(timeout)
     return out
 
+def closed_loop(addrs: list[str], clients: int, seconds: float, prefix: str, timeout: float = 30) -> dict[int, int]:
+    """`clients` threads, each sending one GET at a time for `seconds` (client
+    i to addrs[i % len(addrs)], paths prefix/i/n); the statuses counted
+    (status -> times). Bounded: each thread joined within seconds + timeout + 10."""
+    import threading
+    out: dict[int, int] = {}
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def client(i):
+        n = 0
+        while time.monotonic() < stop:
+            status, _, _ = request(addrs[i % len(addrs)], "GET", f"{prefix}/{i}/{n}", timeout=timeout)
+            with lock:
+                out[status] = out.get(status, 0) + 1
+            n += 1
+
+    ts = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(seconds + timeout + 10)
+    with lock:
+        return dict(out)
+
+
 def metrics(admin: str) -> dict[str, float]:
     """Prometheus text as {'name{labels}': value}."""
     _, _, body = request(admin, "GET", "/metrics", timeout=5)

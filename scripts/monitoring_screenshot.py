@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from harness import ROOT, Addrs, Procs, request, start_fleet, start_front, wait_http, wait_until
+from harness import ROOT, Addrs, Procs, closed_loop, start_fleet, start_front, wait_http, wait_until
 from harness.testbed import FLEET_PORT
 
 import dashboard_preview  # beside this script: on sys.path when it runs
@@ -48,20 +48,8 @@ def prometheus_binary() -> str:
 
 
 def load(fronts: list[str], clients: int, seconds: float, counts: dict) -> None:
-    stop = time.monotonic() + seconds
-
-    def client(i):
-        n = 0
-        while time.monotonic() < stop:
-            status, _, _ = request(fronts[i % len(fronts)], "GET", f"/shot/{i}/{n}", timeout=30)
-            counts[status] = counts.get(status, 0) + 1
-            n += 1
-
-    ts = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(seconds + 40)
+    for status, n in closed_loop(fronts, clients, seconds, "/shot").items():
+        counts[status] = counts.get(status, 0) + n
 
 
 def main() -> int:

@@ -24,6 +24,12 @@ class DnsServer:
         self._thread.join(timeout=2)
         self.sock.close()
 
+    def __enter__(self) -> "DnsServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def _serve(self):
         while not self._stop.is_set():
             try:
@@ -54,3 +60,14 @@ class DnsServer:
         header = struct.pack("!HHHHHH", qid, 0x8400 | (flags & 0x0100) | rcode, 1, len(ips), 0, 0)
         answers = b"".join(struct.pack("!HHHLH", 0xC00C, 1, 1, self.ttl, 4) + socket.inet_aton(ip) for ip in ips)
         return header + question + answers
+
+
+NAME = "backends.huntlb.test"  # the name the discovery tests' fronts resolve
+
+
+def naming(addrs, hosts: list[str]) -> DnsServer:
+    """A DnsServer on a loopback address of its own, answering NAME with
+    `hosts` (edit .records[NAME] to change them); stopped on leaving `with`."""
+    dns = DnsServer(addrs.host(), 5353)
+    dns.records[NAME] = list(hosts)
+    return dns

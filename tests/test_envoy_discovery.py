@@ -5,7 +5,7 @@ import os
 from collections import Counter
 
 import yaml
-from dnsserver import DnsServer
+from dnsserver import NAME, naming
 from harness import EXAMPLES, sock, front_config, request, start_backends, start_envoy, wait_until
 
 
@@ -52,9 +52,7 @@ def test_backend_added_to_eds_file_gets_traffic(procs, addrs, tmp_path):
 
 def test_backend_added_to_dns_gets_traffic(procs, addrs):
     bs = start_backends(procs, addrs, 3, "always")
-    dns = DnsServer(addrs.host(), 5353)
-    try:
-        dns.records["backends.huntlb.test"] = [b.host for b in bs[:2]]
+    with naming(addrs, [b.host for b in bs[:2]]) as dns:
         host = addrs.host()
         listen, admin = f"{host}:10000", f"{host}:9902"
         cfg = front_config(listen, admin, [])
@@ -63,8 +61,6 @@ def test_backend_added_to_dns_gets_traffic(procs, addrs):
         start_envoy(procs, "envoy-dns", cfg)
         wait_until(lambda: len(served_by(listen, 20)) == 2, timeout=10, what="two DNS backends serving")
         assert bs[2].id not in served_by(listen)
-        dns.records["backends.huntlb.test"] = [b.host for b in bs]
+        dns.records[NAME] = [b.host for b in bs]
         wait_until(lambda: bs[2].id in served_by(listen, 30), timeout=10, what="third backend receives traffic")
         assert dns.queries >= 2
-    finally:
-        dns.stop()

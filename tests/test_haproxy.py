@@ -1,16 +1,14 @@
 """The hunting front on real HAProxy: Debian's 2.6 (Lua 5.3) and 3.0 (Lua 5.4,
 in a debootstrapped trixie root), over real agents and workload apps."""
 
-import os
 import time
-import uuid
 
 import pytest
-from dnsserver import DnsServer
+from dnsserver import NAME, naming
 from harness import (HAPROXY_VERSIONS, HaproxyRoot, haproxy_config, haproxy_front_text, haproxy_runtime,
-                     haproxy_server_states, least_pick, path_count, request, start_backends, start_haproxy, wait_runtime,
+                     haproxy_server_states, least_pick, request, start_backends, start_haproxy, wait_runtime,
                      wait_tcp, wait_until)
-from workload_hash import fnv64
+from workload_hash import post_once
 
 pytestmark = pytest.mark.parametrize("version", HAPROXY_VERSIONS)
 
@@ -45,13 +43,7 @@ def test_post_processed_once_with_body_intact(procs, addrs, front, size, offered
     # are sent to one server as a final: they could not be replayed.
     bs = start_backends(procs, addrs, 3, "static:0")
     listen, _ = front(bs)
-    body = os.urandom(size)
-    path = f"/post/{uuid.uuid4()}"
-    status, _, data = request(listen, "POST", path, body=body)
-    assert status == 200, data[:200]
-    assert f'"len":{size}' in data.decode() and f'"fnv64":"{fnv64(body):016x}"' in data.decode()
-    assert path_count(bs, path) == 1
-    assert sum(b.refused() for b in bs) == (1 if offered else 0)
+    assert post_once(listen, bs, size) == (1 if offered else 0)
 
 
 def front_map(hroot, stats) -> dict[int, str]:
@@ -217,24 +209,25 @@ def test_runtime_api_adds_a_backend_live(procs, addrs, hroot):
     assert bs[2].metrics()["huntlb_finals_total"] + bs[2].metrics()['huntlb_offers_total{decision="accept"}'] > 0
 
 
+def dns_slots(text: str, dns) -> str:
+    """The front's servers as 4 server-template slots filled from NAME's A
+    records, asked of `dns` (short timeouts: the tests wait on changes)."""
+    text = text.replace("defaults\n", f"resolvers huntdns\n    nameserver ns1 {dns.addr[0]}:{dns.addr[1]}\n"
+                                      "    hold valid 1s\n    timeout resolve 200ms\n    timeout retry 200ms\n\ndefaults\n", 1)
+    return least_pick.rewrite(text + f"    server-template web 4 {NAME}:8080 resolvers huntdns init-addr none\n")
+
+
 def test_dns_discovery_adds_a_backend(procs, addrs, hroot):
     bs = start_backends(procs, addrs, 3, "always")
-    dns = DnsServer(addrs.host(), 5353)
-    try:
-        dns.records["backends.huntlb.test"] = [b.host for b in bs[:2]]
+    with naming(addrs, [b.host for b in bs[:2]]) as dns:
         host = addrs.host()
         listen, stats = f"{host}:10000", f"{host}:9999"
-        text = haproxy_front_text(hroot, listen, stats, [])
-        text = text.replace("defaults\n", f"resolvers huntdns\n    nameserver ns1 {dns.addr[0]}:{dns.addr[1]}\n"
-                                          "    hold valid 1s\n    timeout resolve 200ms\n    timeout retry 200ms\n\ndefaults\n", 1)
-        text = least_pick.rewrite(text + "    server-template web 4 backends.huntlb.test:8080 resolvers huntdns init-addr none\n")
+        text = dns_slots(haproxy_front_text(hroot, listen, stats, []), dns)
         wait_tcp(stats, start_haproxy(procs, hroot, f"haproxy-{host}", text))
         served = lambda n: {request(listen, "GET", f"/dns/{i}")[1].get("hunt-served-by") for i in range(n)}
         wait_until(lambda: served(30) == {bs[0].id, bs[1].id}, timeout=15, what="two DNS backends serving")
-        dns.records["backends.huntlb.test"] = [b.host for b in bs]
+        dns.records[NAME] = [b.host for b in bs]
         wait_until(lambda: bs[2].id in served(30), timeout=15, what="third backend receives traffic")
-    finally:
-        dns.stop()
 
 
 def server_addrs(stats: str, backend: str = "hunt") -> dict[str, tuple[str, int]]:
@@ -254,20 +247,15 @@ def test_dns_named_server_waits_for_its_first_health_probe(procs, addrs, hroot):
     # module holds it in maintenance until one probe of its health path answers.
     bs = start_backends(procs, addrs, 2, "static:0")
     late = addrs.host()  # named by DNS now, listening only later
-    dns = DnsServer(addrs.host(), 5353)
-    try:
-        dns.records["backends.huntlb.test"] = [b.host for b in bs]
+    with naming(addrs, [b.host for b in bs]) as dns:
         host = addrs.host()
         listen, stats = f"{host}:10000", f"{host}:9999"
-        text = haproxy_front_text(hroot, listen, stats, [], env_args="role=front backend=hunt gate_new=hunt")
-        text = text.replace("defaults\n", f"resolvers huntdns\n    nameserver ns1 {dns.addr[0]}:{dns.addr[1]}\n"
-                                          "    hold valid 1s\n    timeout resolve 200ms\n    timeout retry 200ms\n\ndefaults\n", 1)
-        text = least_pick.rewrite(text + "    server-template web 4 backends.huntlb.test:8080 resolvers huntdns init-addr none\n")
+        text = dns_slots(haproxy_front_text(hroot, listen, stats, [], env_args="role=front backend=hunt gate_new=hunt"), dns)
         wait_tcp(stats, start_haproxy(procs, hroot, f"haproxy-{host}", text))
         served = lambda n: [request(listen, "GET", f"/dns/{i}") for i in range(n)]
         wait_until(lambda: {h.get("hunt-served-by") for _, h, _ in served(30)} == {bs[0].id, bs[1].id}, timeout=15,
                    what="two DNS backends serving")
-        dns.records["backends.huntlb.test"] = [b.host for b in bs] + [late]
+        dns.records[NAME] = [b.host for b in bs] + [late]
         wait_until(lambda: any(a == late for a, _ in server_addrs(stats).values()), timeout=10, what="the late host named")
         statuses = [s for s, _, _ in served(60)]
         slot = next(n for n, (a, _) in server_addrs(stats).items() if a == late)
@@ -279,11 +267,9 @@ def test_dns_named_server_waits_for_its_first_health_probe(procs, addrs, hroot):
         wait_until(lambda: f"agent-{late}" in {h.get("hunt-served-by") for _, h, _ in served(30)}, timeout=10,
                    what="the late backend serving")
         # DNS drops it: held again (no address), the others serve on
-        dns.records["backends.huntlb.test"] = [b.host for b in bs]
+        dns.records[NAME] = [b.host for b in bs]
         wait_until(lambda: all(a != late for a, _ in server_addrs(stats).values()), timeout=10, what="the late host dropped")
         wait_until(lambda: server_addrs(stats)[slot][1] & 0x01, timeout=2, what=f"{slot} held again")
-    finally:
-        dns.stop()
 
 
 def test_bad_module_arg_fails_the_load_naming_the_key(procs, addrs, hroot):

@@ -32,42 +32,28 @@ import pytest
 from harness import ROOT
 from harness import k8scluster as k8s
 from harness import k8sevents
-from harness.k8sfleet import HELM, Fleet, doc_commands
+from harness.k8sfleet import HELM, Fleet, deployment, doc_commands
 
 pytestmark = pytest.mark.skipif(os.environ.get("HUNTLB_K8S_TEST") != "1",
                                 reason="a real cluster needs Docker, root and the Kubernetes build: make test-k8s")
 
-AGENT = """apiVersion: apps/v1
-kind: Deployment
-metadata: {name: agent, labels: {app: agent}}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      # off the node the test asks from: the Service's answer crosses nodes
-      affinity:
-        nodeAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            nodeSelectorTerms:
-            - matchExpressions: [{key: kubernetes.io/hostname, operator: NotIn, values: [huntlb-k8s-1]}]
-      containers:
-      - name: agent
-        image: {image}
-        imagePullPolicy: Always  # from the cluster's registry, on whichever node
-        args: [--listen, 0.0.0.0:8080, --admin, 0.0.0.0:9901, --app, 127.0.0.1:9000, --id, $(POD_NAME)]
-        env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
-        ports: [{name: admin, containerPort: 9901}]
-        readinessProbe: {httpGet: {path: /metrics, port: admin}, periodSeconds: 1}
----
-apiVersion: v1
-kind: Service
-metadata: {name: agent}
-spec:
-  selector: {app: agent}
-  ports: [{name: admin, port: 9901, targetPort: admin}]
-"""
+
+def agent_manifest(image: str) -> str:
+    """One agent pod, off the node the test asks from (the Service's answer
+    crosses nodes), and a Service over its admin port: JSON documents, which
+    kubectl reads as YAML (as harness.k8sfleet's manifests)."""
+    off_node_1 = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["huntlb-k8s-1"]}]}]}}}
+    agent = {"name": "agent", "image": image,
+             "imagePullPolicy": "Always",  # from the cluster's registry, on whichever node
+             "args": ["--listen", "0.0.0.0:8080", "--admin", "0.0.0.0:9901", "--app", "127.0.0.1:9000", "--id", "$(POD_NAME)"],
+             "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+             "ports": [{"name": "admin", "containerPort": 9901}],
+             "readinessProbe": {"httpGet": {"path": "/metrics", "port": "admin"}, "periodSeconds": 1}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "agent"},
+               "spec": {"selector": {"app": "agent"}, "ports": [{"name": "admin", "port": 9901, "targetPort": "admin"}]}}
+    docs = [deployment("agent", {"app": "agent"}, {"affinity": off_node_1, "containers": [agent]}), service]
+    return "\n---\n".join(json.dumps(d) for d in docs)
 
 
 def bridge() -> str:
@@ -150,7 +136,7 @@ def test_cluster_three_nodes_dns_and_a_service(before, tmp_path):
         assert k8s._ready_nodes(c) == {"huntlb-k8s-0", "huntlb-k8s-1", "huntlb-k8s-2"}
         image = c.push(k8s.AGENT_IMAGE)
         assert image == "registry.k8s.local:5000/huntlb/agent:dev", image
-        c.kubectl("apply", "-f", "-", input=AGENT.replace("{image}", image).encode())
+        c.kubectl("apply", "-f", "-", input=agent_manifest(image).encode())
         c.kubectl("rollout", "status", "deploy/agent", "--timeout=120s", timeout=130)
         pods = json.loads(c.kubectl("get", "pods", "-l", "app=agent", "-o", "json"))["items"]
         assert len(pods) == 1 and pods[0]["status"]["phase"] == "Running", pods

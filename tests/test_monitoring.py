@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from harness import ROOT, request, start_fleet, start_front, wait_http, wait_until
+from harness import ROOT, closed_loop, request, start_fleet, start_front, wait_http, wait_until
 from harness.testbed import peers_of, tier_opts
 from test_llm_kv import servers as llm_servers
 
@@ -212,22 +212,7 @@ def instant(prom: str, expr: str, at: float) -> list:
 
 def drive(front: str, clients: int, seconds: float) -> int:
     """`clients` sending one request at a time each for `seconds`; returns how many were not 200."""
-    bad = [0]
-    stop = time.monotonic() + seconds
-
-    def client(i):
-        n = 0
-        while time.monotonic() < stop:
-            status, _, _ = request(front, "GET", f"/signal/{i}/{n}", timeout=10)
-            bad[0] += status != 200
-            n += 1
-
-    ts = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(seconds + 15)
-    return bad[0]
+    return sum(n for status, n in closed_loop([front], clients, seconds, "/signal", timeout=10).items() if status != 200)
 
 
 def test_the_scaling_signal_rises_with_load_under_tier_fronts(procs, addrs, tmp_path):

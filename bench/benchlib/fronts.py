@@ -99,13 +99,14 @@ class Bed:
 
 
 @contextmanager
-def overhead_bed(prefix: str):
-    """A Bed in a fresh work directory; every process stopped at the end."""
+def overhead_bed(prefix: str, haproxy: str = "2.6", backends: int = BACKENDS):
+    """A Bed in a fresh work directory, its HAProxy root of version `haproxy`,
+    `backends` static backends; every process stopped at the end."""
     work = Path(tempfile.mkdtemp(prefix=prefix))
     procs, addrs = Procs(work), Addrs()
-    hr = HaproxyRoot("2.6")
+    hr = HaproxyRoot(haproxy)
     try:
-        yield Bed(work, procs, addrs, hr, static_backends(procs, hr, addrs))
+        yield Bed(work, procs, addrs, hr, static_backends(procs, hr, addrs, backends))
     finally:
         procs.stop_all()
         hr.cleanup()

@@ -5,9 +5,11 @@ re-rendering; benchlib.data) in bench/data/, unless a scenario says otherwise
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 from pathlib import Path
+from typing import Callable
 
 from benchlib import data as rundata
 
@@ -61,3 +63,30 @@ def write_result(name: str, data: dict, markdown: str, out: Path = RESULTS) -> N
     rundata.write(data_path(name, out), data)
     (out / f"{name}.md").write_text(markdown)
     print(f"wrote {_shown(out / name)}.md and {_shown(data_path(name, out))}")
+
+
+def parse_or_rewrite(ap: argparse.ArgumentParser, reports: dict[str, Callable[[dict], str]],
+                     plot: Callable[[dict], None] | None = None) -> argparse.Namespace | None:
+    """A bench's arguments, with `--report-only`: measure nothing, render each
+    of `reports` (NAME -> report(data)) again from its committed data (and
+    `plot` it), and return None; else the parsed arguments."""
+    ap.add_argument("--report-only", action="store_true",
+                    help=f"measure nothing: rewrite {', '.join(f'docs/results/{n}.md' for n in reports)}{' and its plot' if plot else ''} "
+                         "from the committed data")
+    a = ap.parse_args()
+    if not a.report_only:
+        return a
+    for name, report in reports.items():
+        data = read_data(name)
+        if plot:
+            plot(data)
+        write_result(name, data, report(data))
+    return None
+
+
+def write_json(path: Path | None, text: str) -> None:
+    """A bench's raw runs (`text`: JSON or JSON lines) to the file its --json
+    names, the folder made; nothing when none was asked for."""
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)

@@ -27,37 +27,40 @@ local function parse_string(s, i)
     end
 end
 
+-- The items of an object or an array, from its opening character at i to
+-- `close`, each read by item(j) (which returns where it ended), separated
+-- by commas; returns the index past `close`.
+local function parse_items(s, i, close, item)
+    i = skip(s, i + 1)
+    if string.sub(s, i, i) == close then return i + 1 end
+    while true do
+        i = skip(s, item(i))
+        local d = string.sub(s, i, i)
+        if d == close then return i + 1 end
+        assert(d == ",", "expected , at " .. i)
+        i = i + 1
+    end
+end
+
 parse_value = function(s, i)
     i = skip(s, i)
     local c = string.sub(s, i, i)
     if c == "{" then
         local obj = {}
-        i = skip(s, i + 1)
-        if string.sub(s, i, i) == "}" then return obj, i + 1 end
-        while true do
+        return obj, parse_items(s, i, "}", function(j)
             local k
-            k, i = parse_string(s, skip(s, i))
-            i = skip(s, i)
-            assert(string.sub(s, i, i) == ":", "expected : at " .. i)
-            obj[k], i = parse_value(s, i + 1)
-            i = skip(s, i)
-            local d = string.sub(s, i, i)
-            if d == "}" then return obj, i + 1 end
-            assert(d == ",", "expected , at " .. i)
-            i = i + 1
-        end
+            k, j = parse_string(s, skip(s, j))
+            j = skip(s, j)
+            assert(string.sub(s, j, j) == ":", "expected : at " .. j)
+            obj[k], j = parse_value(s, j + 1)
+            return j
+        end)
     elseif c == "[" then
         local arr = {}
-        i = skip(s, i + 1)
-        if string.sub(s, i, i) == "]" then return arr, i + 1 end
-        while true do
-            arr[#arr + 1], i = parse_value(s, i)
-            i = skip(s, i)
-            local d = string.sub(s, i, i)
-            if d == "]" then return arr, i + 1 end
-            assert(d == ",", "expected , at " .. i)
-            i = i + 1
-        end
+        return arr, parse_items(s, i, "]", function(j)
+            arr[#arr + 1], j = parse_value(s, j)
+            return j
+        end)
     elseif c == '"' then
         return parse_string(s, i)
     elseif string.sub(s, i, i + 3) == "true" then

@@ -5,5 +5,6 @@
 pub mod epp;
 pub mod llm;
 pub mod loadgen;
+pub mod serve;
 pub mod sim;
 pub mod workload;

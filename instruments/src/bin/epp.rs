@@ -22,6 +22,7 @@ use huntlb_instruments::epp::{
     hash_prompt, parse_metrics, pick_with, prefix_scores, user_input, PrefixIndex, Scrape, CHARS_PER_TOKEN, DEFAULT_BLOCK_SIZE_TOKENS,
     MAX_PREFIX_BLOCKS,
 };
+use huntlb_instruments::serve::accept_each;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -244,18 +245,9 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("--listen {}", a.listen))?;
     eprintln!("huntlb-epp listening on {}, {} model servers scraped every {} ms{}", a.listen, st.eps.len(), a.interval_ms,
               if a.prefix_scorer { ", prefix-cache-scorer on" } else { "" });
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("accept: {e}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    accept_each(listener, move |stream| {
         let st = st.clone();
-        tokio::spawn(async move {
+        async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let st = st.clone();
                 async move {
@@ -270,6 +262,7 @@ async fn main() -> anyhow::Result<()> {
                 }
             });
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-        });
-    }
+        }
+    })
+    .await
 }

@@ -3,6 +3,7 @@
 use anyhow::{bail, Context};
 use clap::Parser;
 use huntlb_instruments::llm::{server::Llm, LlmConfig};
+use huntlb_instruments::serve::accept_each;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -88,20 +89,12 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(llm.clone().drive());
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("--listen {}", a.listen))?;
     eprintln!("huntlb-llm {} listening on {}", a.model, a.listen);
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("accept: {e}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    accept_each(listener, move |stream| {
         let llm = llm.clone();
-        tokio::spawn(async move {
+        async move {
             let svc = service_fn(move |req| llm.clone().handle(req));
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
-        });
-    }
+        }
+    })
+    .await
 }

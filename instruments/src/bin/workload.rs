@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use huntlb_instruments::serve::accept_each;
 use huntlb_instruments::workload::{server, Demand};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -68,22 +69,14 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("--listen {}", args.listen))?;
     eprintln!("huntlb-workload {} listening on {}", args.id, args.listen);
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    accept_each(listener, move |stream| {
         let app = app.clone();
-        tokio::spawn(async move {
+        async move {
             let svc = service_fn(move |req| app.clone().handle(req));
             // Takes as many headers as the agent passes on (160): the tests send
             // clients' 95 headers plus the fronts' own through to it.
             let _ = http1::Builder::new().max_headers(200).serve_connection(TokioIo::new(stream), svc).await;
-        });
-    }
+        }
+    })
+    .await
 }
