@@ -70,6 +70,7 @@ GIE = "sigs.k8s.io/gateway-api-inference-extension"
 RELEASE = "llm"
 ENGINE_PORT, AGENT_PORT, ADMIN_PORT = 9000, 8080, 9901
 GATEWAY_PORT = 10000
+GATEWAY_YAML = Path(__file__).resolve().parent / "configs" / "lwepp-gateway.yaml"
 REPLICAS = 2
 # images built here (`images`), from the local debian:bookworm-slim, no pull
 LLM_IMAGE = "huntlb/llm:dev"
@@ -137,109 +138,10 @@ agent:
 
 
 def gateway_envoy() -> str:
-    """The gateway's Envoy (one worker): the destination header removed from
-    clients (and lwepp's test header, which lets a client pick the pod), then
-    ext_proc to the pod's own lwepp (plain gRPC on loopback: lwepp's
-    --secure-serving=false), which answers the request's headers once it has
-    its body, naming ip:port in `x-gateway-destination-endpoint`; the
-    ORIGINAL_DST cluster connects there."""
-    return f"""node: {{id: gateway, cluster: huntlb}}
-admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {ADMIN_PORT}}}}}
-static_resources:
-  listeners:
-  - name: gateway
-    address: {{socket_address: {{address: 0.0.0.0, port_value: {GATEWAY_PORT}}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: gateway
-          use_remote_address: true
-          http_filters:
-          - name: envoy.filters.http.header_mutation
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation
-              mutations:
-                request_mutations:
-                - remove: x-gateway-destination-endpoint
-                - remove: test-epp-endpoint-selection
-          # the whole body before lwepp sees any: lwepp answers each body
-          # chunk at once and the headers only at the body's end, so a body
-          # in two chunks (Envoy's HTTP/1 codec ends a body with an empty
-          # chunk) has its first chunk answered before the headers, which
-          # Envoy refuses ("spurious response", 500); in one chunk the
-          # answers come in order
-          - name: envoy.filters.http.buffer
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer
-              max_request_bytes: 1048576
-          - name: envoy.filters.http.ext_proc
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-              grpc_service: {{envoy_grpc: {{cluster_name: lwepp}}, timeout: 5s}}
-              failure_mode_allow: false
-              message_timeout: 5s
-              # lwepp answers the headers only after the body's end: the body
-              # sent without waiting for that answer (STREAMED; BUFFERED waits
-              # for it: every request timed out), and its body answers carry
-              # no body, which full duplex would take as an empty one (GIE's
-              # reference gateways stream full duplex for their EPP)
-              send_body_without_waiting_for_header_response: true
-              processing_mode:
-                request_header_mode: SEND
-                response_header_mode: SKIP
-                request_body_mode: STREAMED
-                response_body_mode: NONE
-                request_trailer_mode: SKIP
-                response_trailer_mode: SKIP
-          # ext_proc drops the request's Content-Length when it streams the
-          # body (lwepp could change it), and the agent passes on only a
-          # request of known length (a forward is framed by it): buffered
-          # again, whole, the body gets its length back
-          - name: envoy.filters.http.buffer
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer
-              max_request_bytes: 1048576
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-          route_config:
-            name: gateway
-            virtual_hosts:
-            - name: models
-              domains: ["*"]
-              routes:
-              - match: {{prefix: "/"}}
-                route: {{cluster: model_servers, timeout: 0s, idle_timeout: 60s}}
-  clusters:
-  - name: model_servers
-    type: ORIGINAL_DST
-    lb_policy: CLUSTER_PROVIDED
-    original_dst_lb_config: {{use_http_header: true, http_header_name: x-gateway-destination-endpoint}}
-    connect_timeout: 1s
-    circuit_breakers:
-      thresholds:
-      - {{max_connections: 100000, max_pending_requests: 100000, max_requests: 100000, max_retries: 100000}}
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http_protocol_options: {{}}}}
-        common_http_protocol_options: {{idle_timeout: 60s}}
-  - name: lwepp
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: lwepp
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 9002}}}}}}
-"""
+    """The gateway's Envoy (one worker): bench/configs/lwepp-gateway.yaml with
+    this script's ports (its comments say why each filter is there)."""
+    text = GATEWAY_YAML.read_text().replace("ADMIN_PORT_", str(ADMIN_PORT)).replace("GATEWAY_PORT_", str(GATEWAY_PORT))
+    return text
 
 
 def manifests(replicas: int) -> str:
