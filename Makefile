@@ -255,11 +255,16 @@ bench-llm: setup release
 # 4 gateways, beside the pickers alone, least-request and hunting
 # (docs/results/llm-pickers.md): 5 paired repetitions a workload of 20-s runs,
 # a repetition an invocation (sharegpt 6 arms, about 3 minutes; shared-prefix
-# 9, about 4.5); the load is bench-llm-gateways' calibration, read from its data.
+# 14, about 7), then 5 more of shared-prefix's prefix-scoring arms, whose p90
+# swings with the workload's spells of overload (7 arms, about 3 minutes
+# each); the load is bench-llm-gateways' calibration, read from its data.
 PICKER_WORKLOADS := sharegpt shared-prefix
+PICKER_PREFIX_MORE := epppa1,epppa2,epppa4,epppx1,epppx2,epppx4,lr1
 bench-llm-pickers: setup release
 	for w in $(PICKER_WORKLOADS); do for k in 0 1 2 3 4; do \
 	  $(BENCH) bench/llm_pickers.py --workload $$w --reps 1 --first-rep $$k --seconds 20 || exit 1; done; done
+	for k in 5 6 7 8 9; do \
+	  $(BENCH) bench/llm_pickers.py --workload shared-prefix --arms $(PICKER_PREFIX_MORE) --reps 1 --first-rep $$k --seconds 20 || exit 1; done
 
 # GIE's lightweight endpoint picker (cmd/lwepp: round robin over an
 # InferencePool's pods, Envoy ext_proc), built from its released Go module

@@ -49,7 +49,8 @@ NAME = "llm-pickers"
 # prefix-scoring picker over agents at that count is held to
 DEFAULT_ARMS = {
     "sharegpt": ["epp1", "epp4", "eppa1", "eppa2", "eppa4", "hunt4"],
-    "shared-prefix": ["epp4", "eppa1", "eppa2", "eppa4", "eppp4", "epppa1", "epppa2", "epppa4", "lr1", "lr2", "lr4"],
+    "shared-prefix": ["epp4", "eppa1", "eppa2", "eppa4", "eppp4", "epppa1", "epppa2", "epppa4", "epppx1", "epppx2", "epppx4",
+                      "lr1", "lr2", "lr4"],
 }
 # N active pickers over agents are held to one picker over agents, TTFT p50
 # and p90, within this
