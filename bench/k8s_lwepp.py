@@ -209,8 +209,7 @@ def install(f: kf.Fleet, replicas: int) -> None:
     for d in (f"deploy/{RELEASE}", "deploy/gw-agents", "deploy/gw-direct"):
         f.kubectl("rollout", "status", d, "--timeout=300s", timeout=310)
     f.kubectl("wait", "--for=condition=Ready", "pod/llmload", "--timeout=120s", timeout=130)
-    k8s._wait("every agent hearing its sample", lambda: all(
-        m.get("huntlb_fleet_peers", -1) == min(8, SERVERS - 1) for m in scrape(f, ADMIN_PORT).values()) and len(servers(f)) == SERVERS, 90)
+    k8s._wait("every agent hearing its sample", lambda: kf.hears_sample(scrape(f, ADMIN_PORT), SERVERS) and len(servers(f)) == SERVERS, 90)
 
 
 # ---------------------------------------------------------------- what runs

@@ -73,7 +73,7 @@ def install(f: kf.Fleet, fronts: int) -> None:
         f.kubectl("rollout", "status", d, "--timeout=300s", timeout=310)
     def heard() -> bool:
         ms = [agent_metrics(f, r) for r in RELEASES]
-        return all(len(m) == APPS and all(v.get("huntlb_fleet_peers", -1) == min(8, APPS - 1) for v in m.values()) for m in ms)
+        return all(kf.hears_sample(m, APPS) for m in ms)
     k8s._wait("every agent of both releases hearing its sample", heard, 120)
 
 

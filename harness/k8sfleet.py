@@ -39,9 +39,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from harness import k8scluster as k8s
 
 ROOT = k8s.ROOT
+
+
+def hears_sample(agents: dict[str, dict[str, float]], apps: int) -> bool:
+    """Every one of the `apps` agents (pod -> its /metrics) hears its sample:
+    the chart's `agent.fleetSample` peers, or every other member in a fleet
+    no larger (0: every other member), as testbed.heard_of says on loopback."""
+    sample = int(yaml.safe_load((ROOT / "charts/huntlb/values.yaml").read_text())["agent"]["fleetSample"])
+    heard = apps - 1 if sample == 0 else min(sample, apps - 1)
+    return len(agents) == apps and all(m.get("huntlb_fleet_peers", -1) == heard for m in agents.values())
 # docs/kubernetes.md's install: the release `shop` in the namespace `shop`
 NS, RELEASE = "shop", "shop"
 HELM = ROOT / ".cache" / "bin" / "helm"
@@ -232,8 +243,7 @@ class Fleet:
         for d in (f"deploy/{RELEASE}", "deploy/envoy", "deploy/haproxy"):
             self.kubectl("rollout", "status", d, "--timeout=300s", timeout=310)
         self.kubectl("wait", "--for=condition=Ready", "pod/load", "--timeout=120s", timeout=130)
-        k8s._wait("every agent hearing its sample", lambda: all(
-            m.get("huntlb_fleet_peers", -1) == min(8, apps - 1) for m in self.agent_metrics().values()), 60)
+        k8s._wait("every agent hearing its sample", lambda: hears_sample(self.agent_metrics(), apps), 60)
 
     def run_doc(self, words: list[str]) -> None:
         """One of the docs' shell commands as written: `fleet.key` is this
