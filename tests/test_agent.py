@@ -148,6 +148,49 @@ def test_health_answers_from_recent_traffic_then_connects(procs, addrs):
     assert request(agent, "GET", "/x", headers=OFFER)[0] == 425
 
 
+def test_idle_health_checks_connect_to_the_app_once_per_app_probe(procs, addrs):
+    # Fronts check each agent several times a second; idle, a probe that
+    # reached the app within app_probe_ms says it is up for every check in
+    # between (a connection each was 8 a second per app with 4 fronts). The
+    # app here is a bare TCP listener that counts what it accepts.
+    import socket
+    host = addrs.host()
+    lsn = socket.create_server((host, 9000))
+    accepted, stop = [], threading.Event()
+
+    def serve():
+        lsn.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                c, _ = lsn.accept()
+            except OSError:
+                continue
+            accepted.append(time.monotonic())
+            c.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        _, agent, admin = procs.agent(host, f"{host}:9000", policy="always", app_probe_ms=3000)
+        wait_until(lambda: request(agent, "GET", "/.hunt/health")[0] == 200, what="health 200")
+        n = len(accepted)
+        t0 = time.monotonic()
+        for _ in range(10):
+            assert request(agent, "GET", "/.hunt/health")[0] == 200
+        if time.monotonic() - t0 < 2.5:  # all ten inside one app_probe_ms of the last probe
+            assert len(accepted) - n <= 1, f"{len(accepted) - n} connections for 10 checks"
+        assert metrics(admin)["huntlb_health_checks_total"] >= 11
+        # The app gone: a check past app_probe_ms connects, finds nothing, says so.
+        stop.set()
+        t.join()
+        lsn.close()
+        wait_until(lambda: request(agent, "GET", "/.hunt/health")[0] == 503, timeout=15, what="health finds the app gone")
+        assert metrics(admin)["huntlb_app_up"] == 0
+    finally:
+        stop.set()
+        lsn.close()
+
+
 def test_sigterm_drains(procs, addrs):
     host = addrs.host()
     _, app = procs.workload(host, cores=64, demand="const:0")

@@ -123,6 +123,10 @@ impl Agent {
         self.door.takes_connections(self.progress.now_us())
     }
 
+    pub fn is_stalled(&self) -> bool {
+        self.stalled.load(Ordering::Acquire)
+    }
+
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
     }

@@ -20,13 +20,15 @@ impl Agent {
             let msg = format!("app at {} stalled: no answer for over {} ms while requests waited\n", self.cfg.app, self.cfg.app_stall.as_millis());
             return plain(StatusCode::SERVICE_UNAVAILABLE, &msg);
         }
-        // An app that answered a request within `app_probe_ms` is up: no
-        // connection to it is needed to say so. Busy fronts check often (four
-        // Envoys and HAProxys over 12 agents made 120-220 connections a second
-        // to the apps on the bench); an idle app is connected to as before, and
-        // a dead one fails the next check a beat later, or at once on the
-        // request that finds it gone (`app_up`).
-        if self.app_is_up() && self.progress.answered_within(self.cfg.app_probe) {
+        // An app that answered a request, or that a check's probe reached,
+        // within `app_probe_ms` is up: no connection to it is needed to say
+        // so. Busy fronts check often (four Envoys and HAProxys over 12 agents
+        // made 120-220 connections a second to the apps on the bench), and
+        // idle, each front's checks would each connect (8 a second per app
+        // with 4 fronts checking each half second); a dead app fails the
+        // checks from a probe's age later, or at once on the request that
+        // finds it gone (`app_up`).
+        if self.app_is_up() && self.progress.up_within(self.cfg.app_probe) {
             return plain(StatusCode::OK, "ok\n");
         }
         if self.probe_app().await {
@@ -44,6 +46,11 @@ impl Agent {
             Ok(Ok(_))
         ) && !self.stalled.load(Ordering::Acquire);
         self.app_up.store(up, Ordering::Release);
+        if up {
+            self.progress.app_reached();
+        } else {
+            self.progress.want_watch();
+        }
         up
     }
 

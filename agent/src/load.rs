@@ -206,13 +206,19 @@ pub struct Progress {
     mark_ms: AtomicU64,
     /// When the app last answered (a response head, or an HTTP probe): `NEVER` before.
     answer_ms: AtomicU64,
+    /// When a health check's TCP probe last reached the app: `NEVER` before.
+    /// Not progress (a hung app accepts connections), only "up" for checks.
+    reached_ms: AtomicU64,
+    /// Wakes the app's watch (`until_watched`): a request began waiting, or
+    /// a probe found the app gone.
+    watch: tokio::sync::Notify,
 }
 
 const NEVER: u64 = u64::MAX;
 
 impl Default for Progress {
     fn default() -> Self {
-        Progress { epoch: Instant::now(), waiting: AtomicU32::new(0), mark_ms: AtomicU64::new(0), answer_ms: AtomicU64::new(NEVER) }
+        Progress { epoch: Instant::now(), waiting: AtomicU32::new(0), mark_ms: AtomicU64::new(0), answer_ms: AtomicU64::new(NEVER), reached_ms: AtomicU64::new(NEVER), watch: tokio::sync::Notify::new() }
     }
 }
 
@@ -230,8 +236,24 @@ impl Progress {
     pub fn wait(self: &Arc<Self>) -> WaitGuard {
         if self.waiting.fetch_add(1, Ordering::AcqRel) == 0 {
             self.answered();
+            self.watch.notify_one();
         }
         WaitGuard(self.clone())
+    }
+
+    /// The app's watch is wanted now (a probe found the app gone).
+    pub fn want_watch(&self) {
+        self.watch.notify_one();
+    }
+
+    /// Until a request waits (now, or after `want_watch`): with none waiting
+    /// and the app up, the watch has nothing to look at. A wake-up stored
+    /// while no one waited here returns at once, so none is lost.
+    pub async fn until_watched(&self) {
+        let woken = self.watch.notified();
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            woken.await;
+        }
     }
 
     /// The app showed it is alive (a response head, an answer to a probe).
@@ -245,9 +267,18 @@ impl Progress {
         self.answer_ms.store(self.now_ms(), Ordering::Release);
     }
 
-    /// Did the app answer within `d`?
-    pub fn answered_within(&self, d: Duration) -> bool {
-        let at = self.answer_ms.load(Ordering::Acquire);
+    /// A health check's probe reached the app (a TCP connection).
+    pub fn app_reached(&self) {
+        self.reached_ms.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// Did the app answer, or a probe reach it, within `d`?
+    pub fn up_within(&self, d: Duration) -> bool {
+        self.within(&self.answer_ms, d) || self.within(&self.reached_ms, d)
+    }
+
+    fn within(&self, at: &AtomicU64, d: Duration) -> bool {
+        let at = at.load(Ordering::Acquire);
         at != NEVER && self.now_ms().saturating_sub(at) <= d.as_millis() as u64
     }
 

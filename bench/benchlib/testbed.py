@@ -9,6 +9,7 @@ arrivals and job sizes."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from benchlib.fleet import FORWARD_OPTS, FORWARDING, HUNT_POLICIES, STRATEGIES, Fleet, Sampler, drive, summary
@@ -17,7 +18,7 @@ from benchlib.reports import RESULTS, flag, read_data
 from benchlib.runs import Run
 from benchlib.sidecars import KINDS as SIDECARS, start_sidecars
 from benchlib.stats import cdf
-from benchlib.tools import proc_cpu_seconds
+from benchlib.tools import proc_cpu_exact, proc_cpu_seconds
 from harness import Addrs, Front, HaproxyRoot, Procs, start_front, wait_all_up
 
 SERVERS, WORKERS, CORES, BACKLOG, MEAN_MS = 12, 32, 2.0, 128, 20.0
@@ -156,15 +157,29 @@ class Bench:
     def idle_cpu(self, proxy: str, name: str, seconds: float, instances: int = 1) -> tuple[list[float], float]:
         """Strategy `name` ready and no request sent for `seconds`: each agent's
         CPU (cores), and the fronts' (summed), over that time: the fixed part
-        (beats, timers, health checks) a fleet pays whatever its load."""
+        (beats, timers, health checks) a fleet pays whatever its load. Read to
+        the nanosecond (`proc_cpu_exact`), with the other strategies' fronts
+        stopped (SIGSTOP) meanwhile: their health checks are not this
+        strategy's cost (read with them, each strategy carried the checks of
+        every one read before it)."""
+        import signal
         import time
         fronts, _ = self._ready(proxy, name, instances)
-        time.sleep(2.0)  # past the start's handshakes and first health checks
-        pids = self.hop_pids(name)
-        a0, f0, t0 = [proc_cpu_seconds(p) for p in pids], fronts_cpu_seconds(fronts), time.monotonic()
-        time.sleep(seconds)
-        dt = time.monotonic() - t0
-        return [(proc_cpu_seconds(p) - c) / dt for p, c in zip(pids, a0)], (fronts_cpu_seconds(fronts) - f0) / dt
+        others = [f for f in self.fronts.values() if all(f is not g for g in fronts) and f.proc.alive()]
+        for f in others:
+            os.kill(f.pid, signal.SIGSTOP)
+        try:
+            time.sleep(2.0)  # past the start's handshakes and first health checks
+            pids = self.hop_pids(name)
+            exact = lambda ps: sum(proc_cpu_exact(p) for p in ps)  # noqa: E731
+            fpids = [f.pid for f in fronts]
+            a0, f0, t0 = [proc_cpu_exact(p) for p in pids], exact(fpids), time.monotonic()
+            time.sleep(seconds)
+            dt = time.monotonic() - t0
+            return [(proc_cpu_exact(p) - c) / dt for p, c in zip(pids, a0)], (exact(fpids) - f0) / dt
+        finally:
+            for f in others:
+                os.kill(f.pid, signal.SIGCONT)
 
     def _run_once(self, proxy: str, name: str, rate: float, seconds: float, instances: int, sample: bool,
                   rho: float, rep: int, seed: int | None = None) -> Run:

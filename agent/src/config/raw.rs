@@ -185,7 +185,7 @@ keys! {
     fleet_dead_after_ms: u64 = Ms(250), at least 1, needs ["fleet_listen"];
     /// Quiet (no offer here or at a listener decides by counts), beat and
     /// renew a subscription of beats only this often, in ms: the fixed cost at idle.
-    fleet_quiet_beat_ms: u64 = Ms(125), at least 1, needs ["fleet_listen"];
+    fleet_quiet_beat_ms: u64 = Ms(1000), at least 1, needs ["fleet_listen"];
     // A LAN's round trip and a loaded agent's wakeup, with room: a peer slower
     // than this to say it takes a forward costs that forward this long, then
     // it is served here.

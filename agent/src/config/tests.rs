@@ -218,7 +218,7 @@ fn the_quiet_beat_is_never_below_the_heartbeat() {
         })
     };
     let c = fleet(&|_| {}).unwrap().fleet.unwrap();
-    assert_eq!((c.quiet_beat, c.beats_alive()), (Duration::from_millis(125), Duration::from_millis(250)));
+    assert_eq!((c.quiet_beat, c.beats_alive()), (Duration::from_millis(1000), Duration::from_millis(1125)));
     let slow = |r: &mut Raw| {
         r.fleet_heartbeat_ms = Some(2000);
         r.fleet_dead_after_ms = Some(5000);
@@ -230,8 +230,8 @@ fn the_quiet_beat_is_never_below_the_heartbeat() {
         slow(r);
         r.fleet_quiet_beat_ms = Some(1000);
     })), "fleet_quiet_beat_ms");
-    let c = fleet(&|r| r.fleet_quiet_beat_ms = Some(1000)).unwrap().fleet.unwrap();
-    assert_eq!(c.beats_alive(), Duration::from_millis(1125), "a slower quiet beat: alive for it and half a dead_after");
+    let c = fleet(&|r| r.fleet_quiet_beat_ms = Some(125)).unwrap().fleet.unwrap();
+    assert_eq!(c.beats_alive(), Duration::from_millis(250), "the earlier cadence: alive for dead_after, as before the key");
     std::fs::remove_file(&key).unwrap();
 }
 

@@ -35,10 +35,12 @@ impl Fleet {
         // decide: the reader reads only when that tick is late by half a
         // tick, and at least every READ_QUIET_MAX.
         let read_busy = self.tick().mul_f32(1.5).clamp(READ_EVERY, READ_BUSY_MAX);
-        // Quiet, what comes is beats, each alive for a quiet beat and half a
-        // dead_after (`FleetConfig::beats_alive`): read each eighth of that,
-        // as a tick and a half is of dead_after when busy.
-        let read_quiet = (self.cfg.beats_alive() / 8).clamp(read_busy, READ_QUIET_MAX);
+        // Quiet, what comes is beats and renewals, each a quiet beat apart:
+        // read four times a beat. Liveness does not ride on it (whatever
+        // judges a member alive, an offer's pick, the sample's task, a
+        // scrape, reads what is queued first: `fresh`); what waits for it is
+        // a waking member's ask for every change, answered a read later.
+        let read_quiet = (self.quiet_beat() / 4).clamp(read_busy, READ_QUIET_MAX);
         loop {
             let every = if self.quiet() { read_quiet } else { read_busy };
             let due = self.born + Duration::from_micros(self.read_at.load(Ordering::Relaxed)) + every;

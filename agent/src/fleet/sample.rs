@@ -113,6 +113,12 @@ impl Fleet {
     /// member in view stand in for it until it is (`State::standby`):
     /// renewed, not ended. False once the agent is gone.
     pub(super) fn redraw(&self) -> bool {
+        // Quiet, nothing here or at a listener decides by counts, so a fresh
+        // draw buys nothing: the whole sample is kept (renewed), and no
+        // member is dropped or newly asked, which would cost a leave, a
+        // subscription and its answer each, every quiet beat. (Read before
+        // the lock, which `quiet` takes.)
+        let keep = if self.quiet() { self.cfg.sample } else { self.cfg.keep };
         let mut st = lock(&self.state);
         let others = st.members.others.clone();
         let old = std::mem::take(&mut st.sample);
@@ -132,7 +138,7 @@ impl Fleet {
                     .map(|(m, p)| (*m, p.busy.saturating_add(p.sent.len() as u32)))
                     .collect()
             };
-            huntlb_policy::forward::redraw(&kept_from, &others, k, self.cfg.keep, || self.draw())
+            huntlb_policy::forward::redraw(&kept_from, &others, k, keep, || self.draw())
         };
         // Make before break: each member drawn that is not heard yet has a
         // member of the old view, dropped now but in view, stand in for it

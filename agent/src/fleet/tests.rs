@@ -117,6 +117,12 @@ async fn heard_both_ways(a: (FleetConfig, &Count, u32), b: (FleetConfig, &Count,
     (fa, fb)
 }
 
+/// As if an offer had just decided by the counts: the agent is not quiet
+/// (for `WANT_FOR`), so its draws draw anew.
+fn deciding(f: &Fleet) {
+    f.consulted_us.store(f.micros() + 1, Ordering::Relaxed);
+}
+
 fn forward_to(member: &str) -> Pick {
     let member: SocketAddr = member.parse().unwrap();
     Pick::Forward(Target { member, authority: SocketAddr::new(member.ip(), 8080).to_string(), outstanding: Arc::default() })
@@ -298,6 +304,7 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
     let sample = |f: &Fleet| lock(&f.state).sample.clone();
     let mut seen_in_sample = std::collections::HashSet::new();
     let mut with_5 = 0;
+    deciding(&fa);
     for _ in 0..200 {
         let before = sample(&fa);
         // the members renewed before: the sample and those standing in for it
@@ -322,6 +329,7 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
     }
     assert_eq!(seen_in_sample.len(), others.len(), "every member drawn at some point");
     assert!(with_5 > 150, "once drawn, the least stays: {with_5} of 200");
+    fa.consulted_us.store(0, Ordering::Relaxed); // quiet again: beats are asked for
     // What a member hears: a renewal while it is sampled (or stands in for a
     // member drawn), a leave once dropped.
     let last: Vec<SocketAddr> = lock(&fa.state).subscribed().copied().collect();
@@ -338,6 +346,60 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
         let r = open(&buf[..n], |t, tag| keys.verify(t, tag)).unwrap();
         assert_eq!(r.sub, if out.contains(&i) { Sub::Leave } else { Sub::Beats }, "member {i}");
     }
+}
+
+/// Quiet (no offer here or at a listener decides by counts), a draw keeps
+/// the whole sample: each draw renews it, K reports, and no member is
+/// dropped (a leave) or newly asked (a subscription and its answer), which
+/// drawing anew at each quiet beat cost every idle agent. The first offer
+/// that decides by counts makes draws draw anew.
+#[tokio::test]
+async fn a_quiet_draw_keeps_its_sample_and_renews_it() {
+    let a = "127.77.19.1:9700";
+    let others: Vec<String> = (2..=13).map(|i| format!("127.77.19.{i}:9700")).collect();
+    let mut all: Vec<&str> = vec![a];
+    all.extend(others.iter().map(String::as_str));
+    let count = Count::default();
+    count.set(0, true);
+    let fa = agent(FleetConfig { sample: 3, keep: 1, ..cfg(a, &all) }, &count).await;
+    let mut fakes: Vec<Fake> = others.iter().map(|o| Fake::new(o, a)).collect();
+    for (i, f) in fakes.iter_mut().enumerate() {
+        f.handshake(10 + i as u32);
+    }
+    soon("every member's report taken", || fa.gauges().taken == others.len() as u64);
+    soon("every handshake answered", || fa.gauges().sent == 2 * others.len() as u64);
+    for f in &fakes {
+        subs_heard(f);
+    }
+    let sample = |f: &Fleet| {
+        let mut s = lock(&f.state).sample.clone();
+        s.sort();
+        s
+    };
+    assert!(fa.redraw());
+    let first = sample(&fa);
+    assert_eq!(first.len(), 3);
+    assert!(fa.quiet());
+    for _ in 0..50 {
+        let sent = fa.gauges().sent;
+        assert!(fa.redraw());
+        assert_eq!(sample(&fa), first, "quiet: the sample kept whole");
+        assert_eq!(fa.gauges().sent - sent, 3, "a renewal to each of the sample, nothing else");
+    }
+    // What each member heard: 51 renewals of beats if sampled, nothing if
+    // not (no leave, no subscription).
+    for (f, o) in fakes.iter().zip(&others) {
+        let heard = subs_heard(f);
+        let want = if first.contains(&o.parse().unwrap()) { vec![Sub::Beats; 51] } else { vec![] };
+        assert_eq!(heard, want, "{o}");
+    }
+    // An offer decides by counts: draws draw anew (keep 1 of 3).
+    deciding(&fa);
+    let changed = (0..50).any(|_| {
+        assert!(fa.redraw());
+        sample(&fa) != first
+    });
+    assert!(changed, "deciding, the draws churn the sample: {first:?}");
 }
 
 /// Attackers on the fleet port: a stranger, a member's address without the
@@ -981,6 +1043,7 @@ async fn a_draw_keeps_the_member_it_drops_in_view_until_its_replacement_is_heard
         s.sort();
         s
     };
+    deciding(&fa);
     let draw_until = |want: [SocketAddr; 2]| {
         for _ in 0..200 {
             assert!(fa.redraw());
