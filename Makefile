@@ -209,10 +209,10 @@ bench-k8s: bench-setup release setup-k8s
 TC := bench/data/tier-cost
 bench-tier-cost: bench-setup release
 	$(BENCH) bench/pairs.py haproxy leastconn FWD/least FWDnone/least FWDp/plain leastconn+sc leastconn+esc \
-	  --fronts 4 --reps 3 --idle 10 --json $(TC)/haproxy-4-fronts.jsonl > $(TC)/haproxy-4-fronts.txt
+	  --fronts 4 --reps 3 --idle 20 --json $(TC)/haproxy-4-fronts.jsonl > $(TC)/haproxy-4-fronts.txt
 	cat $(TC)/haproxy-4-fronts.txt
 	$(BENCH) bench/pairs.py envoy LR/full FWD/full FWDnone/full FWDp/plain LR/full+sc LR/full+esc \
-	  --fronts 4 --reps 3 --idle 10 --json $(TC)/envoy-4-fronts.jsonl > $(TC)/envoy-4-fronts.txt
+	  --fronts 4 --reps 3 --idle 20 --json $(TC)/envoy-4-fronts.jsonl > $(TC)/envoy-4-fronts.txt
 	cat $(TC)/envoy-4-fronts.txt
 	$(BENCH) bench/tier_cost_report.py
 

@@ -35,6 +35,9 @@ def main() -> int:
                     "F fronts (same arrivals and jobs), e.g. leastconn@1, the one front whose least is the fleet's (JSQ)")
     ap.add_argument("--fronts", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--first-rep", type=int, default=0, metavar="K",
+                    help="number the repetitions from K (each repetition's seed is its number's): a run split in parts, "
+                         "or an A/B of two trees in alternating rounds, meets new arrivals in each")
     ap.add_argument("--servers", type=int, default=testbed.SERVERS,
                     help="backends; their jobs are as much longer (mean_ms x servers / 12), so the capacity and rate stay")
     ap.add_argument("--demand", default="exp", help="the jobs' sizes: exp, or lognormal:SIGMA (heavy-tailed)")
@@ -78,7 +81,7 @@ def main() -> int:
             idles.append({"idle": name, "seconds": a.idle, "per_agent": per, "fronts_cpu": fronts_cpu})
             print(f"{name}: idle {a.idle:g} s, each agent's CPU, % of a core: median {100 * statistics.median(per):.2f} "
                   f"(max {100 * max(per):.2f}); the fronts' {100 * fronts_cpu:.2f}", flush=True)
-        for rep in range(a.reps):
+        for rep in range(a.first_rep, a.first_rep + a.reps):
             names = [a.baseline, *a.candidate] if rep % 2 == 0 else [*reversed(a.candidate), a.baseline]
             for name in names:
                 policy, _, fronts = name.partition("@")
@@ -106,7 +109,7 @@ def summarize(a, runs) -> int:
     for cand in a.candidate:
         for key in ("mean_ms", "p99_ms"):
             xs = []
-            for rep in range(a.reps):
+            for rep in sorted({r.rep for r in runs}):
                 pair = {r.policy: r for r in runs if r.rep == rep and r not in bad}
                 if a.baseline in pair and cand in pair:
                     xs.append(getattr(pair[cand], key) / getattr(pair[a.baseline], key))
@@ -134,7 +137,7 @@ def summarize(a, runs) -> int:
     # The tier's own CPU a request: the agents' CPU over the baseline's in the same repetition, over the rate.
     for cand in a.candidate:
         us = []
-        for rep in range(a.reps):
+        for rep in sorted({r.rep for r in runs}):
             pair = {r.policy: r for r in runs if r.rep == rep}
             if a.baseline in pair and cand in pair and pair[cand].agents_cpu is not None and pair[a.baseline].agents_cpu is not None:
                 us.append((pair[cand].agents_cpu - pair[a.baseline].agents_cpu) / pair[cand].achieved_rate * 1e6)

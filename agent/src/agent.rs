@@ -123,10 +123,6 @@ impl Agent {
         self.door.takes_connections(self.progress.now_us())
     }
 
-    pub fn is_stalled(&self) -> bool {
-        self.stalled.load(Ordering::Acquire)
-    }
-
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
     }

@@ -48,8 +48,6 @@ impl Agent {
         self.app_up.store(up, Ordering::Release);
         if up {
             self.progress.app_reached();
-        } else {
-            self.progress.want_watch();
         }
         up
     }

@@ -209,16 +209,13 @@ pub struct Progress {
     /// When a health check's TCP probe last reached the app: `NEVER` before.
     /// Not progress (a hung app accepts connections), only "up" for checks.
     reached_ms: AtomicU64,
-    /// Wakes the app's watch (`until_watched`): a request began waiting, or
-    /// a probe found the app gone.
-    watch: tokio::sync::Notify,
 }
 
 const NEVER: u64 = u64::MAX;
 
 impl Default for Progress {
     fn default() -> Self {
-        Progress { epoch: Instant::now(), waiting: AtomicU32::new(0), mark_ms: AtomicU64::new(0), answer_ms: AtomicU64::new(NEVER), reached_ms: AtomicU64::new(NEVER), watch: tokio::sync::Notify::new() }
+        Progress { epoch: Instant::now(), waiting: AtomicU32::new(0), mark_ms: AtomicU64::new(0), answer_ms: AtomicU64::new(NEVER), reached_ms: AtomicU64::new(NEVER) }
     }
 }
 
@@ -236,25 +233,10 @@ impl Progress {
     pub fn wait(self: &Arc<Self>) -> WaitGuard {
         if self.waiting.fetch_add(1, Ordering::AcqRel) == 0 {
             self.answered();
-            self.watch.notify_one();
         }
         WaitGuard(self.clone())
     }
 
-    /// The app's watch is wanted now (a probe found the app gone).
-    pub fn want_watch(&self) {
-        self.watch.notify_one();
-    }
-
-    /// Until a request waits (now, or after `want_watch`): with none waiting
-    /// and the app up, the watch has nothing to look at. A wake-up stored
-    /// while no one waited here returns at once, so none is lost.
-    pub async fn until_watched(&self) {
-        let woken = self.watch.notified();
-        if self.waiting.load(Ordering::Acquire) == 0 {
-            woken.await;
-        }
-    }
 
     /// The app showed it is alive (a response head, an answer to a probe).
     pub fn answered(&self) {

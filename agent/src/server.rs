@@ -279,16 +279,10 @@ async fn serve_agent_check(listener: TcpListener, agent: Arc<Agent>) {
 /// Watch the app: notice a stall, and while it is down probe it so offers
 /// resume when it is back (offers are refused meanwhile, so no request would
 /// discover it).
-/// Idle (no request waiting, the app up and not stalled) there is nothing to
-/// watch: the task sleeps until a request waits or a check finds the app
-/// gone, not each `app_probe_ms` (4 wake-ups a second in every idle agent).
 async fn watch_app(agent: Arc<Agent>) {
     loop {
         tokio::time::sleep(agent.cfg.app_probe).await;
         agent.watch_app().await;
-        if agent.app_is_up() && !agent.is_stalled() {
-            agent.progress.until_watched().await;
-        }
     }
 }
 

@@ -181,12 +181,22 @@ class Fleet:
         return sum(proc_cpu_seconds(b.agent_proc.pid) for b in self._alive())
 
     def stats(self) -> list[dict | None]:
+        """Each app's counters (None for a dead app, or one whose counters
+        could not be read in three tries: a read that timed out once on a
+        busy host ended a whole bench with a TypeError)."""
+        import time
         out = []
         for b in self.backends:
-            try:
-                out.append(b.stats() if b.app_proc.alive() else None)
-            except OSError:
-                out.append(None)
+            got = None
+            for attempt in range(3):
+                if not b.app_proc.alive():
+                    break
+                try:
+                    got = b.stats()
+                    break
+                except OSError:
+                    time.sleep(0.2 * (attempt + 1))
+            out.append(got)
         return out
 
     def _sum(self, key: str) -> float:

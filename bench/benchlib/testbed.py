@@ -203,6 +203,10 @@ class Bench:
         idle_fronts_cpu = (fronts_cpu_seconds(idle) - icpu0) / seconds
         datagrams = (self.fleet.datagrams() - datagrams0) / seconds if forward else None
         after = self.fleet.stats()
+        # an app whose counters could not be read: the run says nothing of its load (flagged, repeated)
+        unread = [i for i, (a, b) in enumerate(zip(after, before)) if a is None or b is None]
+        zero = {"backlog_rejected": 0, "busy_integral_s": 0.0}
+        after, before = ([zero if i in unread else x for i, x in enumerate(xs)] for xs in (after, before))
         refused = self.fleet.refused() - refused0
         # With a forwarding tier, an offer the first agent did not keep went to a peer.
         refused += self.fleet.forwarded() - forwarded0
@@ -213,6 +217,8 @@ class Bench:
                   fairness=s.fairness(), cdf=cdf(report), samples=[(t, busy) for t, busy, _ in s.rows] if sample else None,
                   rho=rho, rep=rep, agents_cpu=agents_cpu, datagrams=datagrams,
                   fronts_cpu=fronts_cpu, idle_fronts_cpu=idle_fronts_cpu)
+        if unread and res.valid:
+            res.valid, res.invalid_reason = False, f"the counters of app(s) {unread} could not be read"
         invalid = "" if res.valid else f"  INVALID: {res.invalid_reason}"
         acc = f" acc {res.acceptance:.2f}" if res.acceptance is not None else ""
         print(f"  {proxy:7s} {name:13s} x{instances} rate {rate:7.1f}: mean {res.mean_ms:7.1f} ms p99 {res.p99_ms:8.1f} ms"
