@@ -214,6 +214,8 @@ bench-tier-cost: bench-setup release
 	$(BENCH) bench/pairs.py envoy LR/full FWD/full FWDnone/full FWDp/plain LR/full+sc LR/full+esc \
 	  --fronts 4 --reps 3 --idle 20 --json $(TC)/envoy-4-fronts.jsonl > $(TC)/envoy-4-fronts.txt
 	cat $(TC)/envoy-4-fronts.txt
+	# the kernel's own cost of a datagram, the floor under the tier's (five runs of 400,000)
+	for b in 1 2 3 4 5; do target/release/huntlb-udpfloor --block $$b; done > $(TC)/udp-floor.jsonl
 	$(BENCH) bench/tier_cost_report.py
 
 bench-agent: setup release

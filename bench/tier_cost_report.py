@@ -150,9 +150,17 @@ def report() -> str:
     per_fwd = (h["plain"]["over"] - h["none"]["over"]) / share
     floor = share * (h["sc"]["us"] + HANDSHAKE_US)
     fronts_us = h["plain"]["us"] / h["plain"]["per_front"]
+    # The kernel's own cost of a datagram, both ends, batched and warm (huntlb-udpfloor): no tier's
+    # datagram costs less, so the tier's datagrams cost at least this many times as many.
+    kernel = statistics.median(json.loads(x)["both_us"] for x in (DATA / "udp-floor.jsonl").read_text().splitlines() if x.strip())
+    dg_floor = dg * kernel
+    tier_floor = floor + dg_floor
     values.update(share=f"{100 * share:.0f}", dg=f"{dg:.1f}", per_dg=f"{per_dg:.1f}", per_fwd=f"{per_fwd:.0f}",
                   handshake=f"{HANDSHAKE_US}", floor=f"{floor:.0f}", fronts_us=f"{fronts_us:.0f}",
-                  floor_all=f"{h['sc']['us'] + floor:.0f}", floor_all_per_front=f"{(h['sc']['us'] + floor) / fronts_us:.2f}")
+                  floor_all=f"{h['sc']['us'] + floor:.0f}", floor_all_per_front=f"{(h['sc']['us'] + floor) / fronts_us:.2f}",
+                  kernel_us=f"{kernel:.2f}", dg_floor=f"{dg_floor:.0f}", tier_floor=f"{tier_floor:.0f}",
+                  whole_floor=f"{h['sc']['us'] + tier_floor:.0f}", whole_floor_per_front=f"{(h['sc']['us'] + tier_floor) / fronts_us:.2f}",
+                  tier_now=f"{h['plain']['over']:.0f}", tier_fronts_now=f"{h['tier']['over']:.0f}")
     values["flagged"] = ("Runs flagged (client errors or invalid) and left out: " + "; ".join(flagged) + ".") if flagged else \
         "No run had a client error or was flagged invalid."
     return render("tier-cost", values)

@@ -50,9 +50,12 @@ impl Fleet {
             // file), not a fixed tick: under load every change already told
             // the listeners, and idle, a beat is due each quiet beat.
             // At least a tick apart; a tick while a sampled member is unheard.
+            // Quiet, the key file is looked at in a pass that comes anyway (a
+            // beat or a draw, each quiet beat), not one of its own.
             let now = Instant::now();
             let floor = now + if quiet { quiet_every } else { every };
-            let due = [drawn.map(|t| t + resample), next_beat, Some(keys_at + KEYS_EVERY)].into_iter().flatten().min().unwrap_or(floor);
+            let keys_due = (!quiet).then_some(keys_at + KEYS_EVERY);
+            let due = [drawn.map(|t| t + resample), next_beat, keys_due].into_iter().flatten().min().unwrap_or(floor);
             tokio::select! {
                 () = tokio::time::sleep_until((if all_heard { due.max(floor) } else { floor }).into()) => {}
                 // Quiet no more: beats and draws are due sooner than this sleep.
