@@ -111,10 +111,15 @@ def test_the_agents_export_exactly_the_documented_metrics(procs, addrs):
 def test_a_member_that_never_answers_is_counted_unheard(procs, addrs):
     """huntlb_fleet_peers_unheard, which HuntlbFleetPeersUnheard reads: a
     member in fleet_peers with no agent is counted by every agent once drawn,
-    and stays counted; the live members, drawn in and out of small samples 10
-    times a second, are never counted (each answers within a round trip)."""
+    and stays counted; the live members, drawn in and out of small samples 8
+    times a second, are never counted (each answers within a round trip).
+    Quiet agents (no offer decides by counts) draw once a quiet beat, one
+    member anew: at 125 ms here, so that each draws the absent member within
+    the wait (at the default 1 s, about 14 draws in 15 s, each a 1-in-4
+    chance, an agent would miss it now and then)."""
     absent = addrs.host()
-    bs = start_fleet(procs, addrs, 5, absent=[absent], wanting=False, agent_opts={"fleet_sample": 2, "fleet_sample_keep": 1})
+    bs = start_fleet(procs, addrs, 5, absent=[absent], wanting=False,
+                     agent_opts={"fleet_sample": 2, "fleet_sample_keep": 1, "fleet_quiet_beat_ms": 125})
     assert all(b.metrics()["huntlb_fleet_members"] == 5 for b in bs)
     wait_until(lambda: all(b.metrics()["huntlb_fleet_peers_unheard"] == 1 for b in bs), timeout=15,
                what="every agent counting the member that never answers")

@@ -117,11 +117,13 @@ impl Fleet {
     /// renewed, not ended. False once the agent is gone.
     pub(super) fn redraw(&self) -> bool {
         // Quiet, nothing here or at a listener decides by counts, so a fresh
-        // draw buys nothing: the whole sample is kept (renewed), and no
-        // member is dropped or newly asked, which would cost a leave, a
-        // subscription and its answer each, every quiet beat. (Read before
-        // the lock, which `quiet` takes.)
-        let keep = if self.quiet() { self.cfg.sample } else { self.cfg.keep };
+        // draw buys little: all but one of the sample is kept (renewed), and
+        // one member drawn anew, where each quiet beat used to drop and ask
+        // half the sample (a leave, a subscription and its answer each). Not
+        // none: in time every member is drawn, a dead one too, and counted
+        // unheard (`huntlb_fleet_peers_unheard`) in an idle fleet. (Read
+        // before the lock, which `quiet` takes.)
+        let keep = if self.quiet() { self.cfg.keep.max(self.cfg.sample.saturating_sub(1)) } else { self.cfg.keep };
         let mut st = lock(&self.state);
         let others = st.members.others.clone();
         let old = std::mem::take(&mut st.sample);

@@ -349,57 +349,59 @@ async fn the_sample_is_bounded_keeps_the_least_and_ends_what_it_drops() {
 }
 
 /// Quiet (no offer here or at a listener decides by counts), a draw keeps
-/// the whole sample: each draw renews it, K reports, and no member is
-/// dropped (a leave) or newly asked (a subscription and its answer), which
-/// drawing anew at each quiet beat cost every idle agent. The first offer
-/// that decides by counts makes draws draw anew.
+/// all of its sample but one and draws one member anew: each draw renews the
+/// sample, K reports, and drops one member (a leave) where a busy draw drops
+/// all but `keep` (a leave, a subscription and its answer each, every quiet
+/// beat, at every idle agent). Not none: in time every member is drawn, a
+/// dead one too, and counted unheard. The first offer that decides by counts
+/// makes draws draw anew.
 #[tokio::test]
-async fn a_quiet_draw_keeps_its_sample_and_renews_it() {
+async fn a_quiet_draw_keeps_all_of_its_sample_but_one() {
     let a = "127.77.19.1:9700";
     let others: Vec<String> = (2..=13).map(|i| format!("127.77.19.{i}:9700")).collect();
     let mut all: Vec<&str> = vec![a];
     all.extend(others.iter().map(String::as_str));
     let count = Count::default();
     count.set(0, true);
-    let fa = agent(FleetConfig { sample: 3, keep: 1, ..cfg(a, &all) }, &count).await;
+    let fa = agent(FleetConfig { sample: 4, keep: 1, ..cfg(a, &all) }, &count).await;
     let mut fakes: Vec<Fake> = others.iter().map(|o| Fake::new(o, a)).collect();
     for (i, f) in fakes.iter_mut().enumerate() {
         f.handshake(10 + i as u32);
     }
     soon("every member's report taken", || fa.gauges().taken == others.len() as u64);
     soon("every handshake answered", || fa.gauges().sent == 2 * others.len() as u64);
-    for f in &fakes {
-        subs_heard(f);
-    }
     let sample = |f: &Fleet| {
         let mut s = lock(&f.state).sample.clone();
         s.sort();
         s
     };
     assert!(fa.redraw());
-    let first = sample(&fa);
-    assert_eq!(first.len(), 3);
     assert!(fa.quiet());
-    for _ in 0..50 {
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let before = sample(&fa);
         let sent = fa.gauges().sent;
         assert!(fa.redraw());
-        assert_eq!(sample(&fa), first, "quiet: the sample kept whole");
-        assert_eq!(fa.gauges().sent - sent, 3, "a renewal to each of the sample, nothing else");
+        let after = sample(&fa);
+        assert_eq!(after.len(), 4);
+        let kept = after.iter().filter(|m| before.contains(m)).count();
+        assert!(kept >= 3, "quiet: all but one kept, {before:?} -> {after:?}");
+        // the sample renewed (one of it new, asked), the one dropped standing
+        // in for it (these fakes never answer), the last draw's stand-in
+        // ended: K + 2 at most
+        let n = fa.gauges().sent - sent;
+        assert!(n <= 6, "{n} sent: {before:?} -> {after:?}");
+        seen.extend(after);
     }
-    // What each member heard: 51 renewals of beats if sampled, nothing if
-    // not (no leave, no subscription).
-    for (f, o) in fakes.iter().zip(&others) {
-        let heard = subs_heard(f);
-        let want = if first.contains(&o.parse().unwrap()) { vec![Sub::Beats; 51] } else { vec![] };
-        assert_eq!(heard, want, "{o}");
-    }
-    // An offer decides by counts: draws draw anew (keep 1 of 3).
+    assert_eq!(seen.len(), others.len(), "quiet too, every member drawn in time");
+    // An offer decides by counts: draws keep `keep` (1) and draw the rest anew.
     deciding(&fa);
-    let changed = (0..50).any(|_| {
+    let churned = (0..50).any(|_| {
+        let before = sample(&fa);
         assert!(fa.redraw());
-        sample(&fa) != first
+        sample(&fa).iter().filter(|m| before.contains(m)).count() < 3
     });
-    assert!(changed, "deciding, the draws churn the sample: {first:?}");
+    assert!(churned, "deciding, a draw replaces more than one");
 }
 
 /// Attackers on the fleet port: a stranger, a member's address without the
