@@ -68,8 +68,14 @@ class Bench:
             raise ValueError(f"demand `{demand}`: expected exp or lognormal:SIGMA")
         self.procs, self.addrs = Procs(work), Addrs()
         self.hr = HaproxyRoot("2.6") if "haproxy" in proxies else None
-        self.fleet = Fleet(self.procs, self.addrs, [CORES] * servers, WORKERS, BACKLOG, mean_ms,
-                           agent_opts=agent_opts or {}).start()
+        try:
+            self.fleet = Fleet(self.procs, self.addrs, [CORES] * servers, WORKERS, BACKLOG, mean_ms,
+                               agent_opts=agent_opts or {}).start()
+        except BaseException:
+            # an agent that refused its options: the apps started before it
+            # stop here (the caller has no Bench to close; they ran on, idle)
+            self.close()
+            raise
         self.fronts: dict[tuple[str, str, int], Front] = {}  # (proxy, strategy, instance) -> Front
         self.sidecars: dict[str, list] = {}  # kind (sidecars.KINDS) -> one per backend, started at first use
         self.seq = 0
