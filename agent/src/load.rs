@@ -237,7 +237,6 @@ impl Progress {
         WaitGuard(self.clone())
     }
 
-
     /// The app showed it is alive (a response head, an answer to a probe).
     pub fn answered(&self) {
         self.mark_ms.store(self.now_ms(), Ordering::Release);
