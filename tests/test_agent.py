@@ -177,13 +177,14 @@ def test_idle_health_checks_connect_to_the_app_once_per_app_probe(procs, addrs):
         t0 = time.monotonic()
         for _ in range(10):
             assert request(agent, "GET", "/.hunt/health")[0] == 200
-        if time.monotonic() - t0 < 2.5:  # all ten inside one app_probe_ms of the last probe
-            assert len(accepted) - n <= 1, f"{len(accepted) - n} connections for 10 checks"
+        # at most one probe an app_probe_ms, however long the checks took (a connection each was 10)
+        most = 1 + int((time.monotonic() - t0) / 3.0)
+        assert len(accepted) - n <= most, f"{len(accepted) - n} connections for 10 checks (at most {most})"
         assert metrics(admin)["huntlb_health_checks_total"] >= 11
         # The app gone: a check past app_probe_ms connects, finds nothing, says so.
         stop.set()
         t.join()
-        lsn.close()
+        lsn.close()  # nothing listens: the kernel refuses the probe
         wait_until(lambda: request(agent, "GET", "/.hunt/health")[0] == 503, timeout=15, what="health finds the app gone")
         assert metrics(admin)["huntlb_app_up"] == 0
     finally:

@@ -184,7 +184,6 @@ class Fleet:
         """Each app's counters (None for a dead app, or one whose counters
         could not be read in three tries: a read that timed out once on a
         busy host ended a whole bench with a TypeError)."""
-        import time
         out = []
         for b in self.backends:
             got = None
